@@ -1,0 +1,56 @@
+"""The precision allocations of FlashAttention and PASA (DESIGN.md's table, the paper's Figs 1-3).
+
+An allocation says in which floating-point type each stage of the blockwise loop produces its
+result. Matrix products always take FP16 inputs and accumulate in FP32 (what the Ascend cube and
+GPU tensor cores do); the allocation decides the type they are rounded to on the way out, and the
+type every vector operation of the softmax rounds to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One precision allocation.
+
+    name: the name used everywhere (API, CLI, docs).
+    score: type of S = Q·Kᵀ (or S' = Q·K'ᵀ) out of the matrix unit.
+    state: type of the softmax and of the running row state m, l (and PASA's F).
+    output: type of P·V out of the matrix unit and of the running output O.
+    shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
+    """
+
+    name: str
+    score: str
+    state: str
+    output: str
+    shifted: bool
+    description: str
+
+
+ALLOCATIONS: dict[str, Allocation] = {
+    a.name: a
+    for a in (
+        Allocation("fp32", "float32", "float32", "float32", False,
+                   "FlashAttention-2, all FP32 after the FP16 inputs (paper Fig. 1; FIA inner_precise=0)"),
+        Allocation("fp16_fp32", "float16", "float32", "float32", False,
+                   "S in FP16 out of the matrix unit, softmax and O in FP32 (Fig. 2, 'partially low precision')"),
+        Allocation("fp16", "float16", "float16", "float16", False,
+                   "everything FP16 (Fig. 3, FIA's high-performance path)"),
+        Allocation("pasa", "float16", "float16", "float16", True,
+                   "PASA Algorithm 1: shifted S' in FP16, FP16 softmax, FP16 running state and output"),
+        Allocation("pasa_fp32", "float16", "float32", "float32", True,
+                   "PASA with FP16 S' and P, FP32 row state (m, l, F) and FP32 output accumulation"),
+    )
+}
+
+PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
+
+
+def get_allocation(precision: str) -> Allocation:
+    """Look an allocation up by name; a clear ValueError for an unknown one."""
+    if not isinstance(precision, str) or precision not in ALLOCATIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return ALLOCATIONS[precision]
