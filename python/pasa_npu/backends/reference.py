@@ -1,0 +1,102 @@
+"""The ``reference`` backend: the blockwise loop of :mod:`pasa_npu.blockwise` in PyTorch ops.
+
+It rounds exactly where the golden model rounds (both run the same loop), so on the same
+allocation and blocks it agrees with :func:`pasa_npu.golden.attention` up to the order in which the
+FP32 matrix products accumulate. It uses torch ops only, so it runs on CPU, CUDA and NPU tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import blockwise
+from ..precision import get_allocation
+
+_FLOAT64_DEVICES = ("cpu", "cuda")
+
+
+class TorchOps:
+    """The array operations :mod:`pasa_npu.blockwise` needs, on float32 tensors that hold values
+    of the emulated type (FP16 values are stored exactly in float32)."""
+
+    @staticmethod
+    def cast(x, dtype):
+        x = x.to(torch.float32)
+        return x.to(torch.float16).to(torch.float32) if dtype == "float16" else x
+
+    @staticmethod
+    def matmul(a, b):
+        # The emulated matrix unit (see blockwise): exact products, one rounding to FP32. Where
+        # the device has no float64 (NPU), an FP32 matmul stands in; TF32 is disabled by the
+        # caller so that CUDA does not round the FP16 operands further.
+        if a.device.type in _FLOAT64_DEVICES:
+            return torch.matmul(a.double(), b.double()).float()
+        return torch.matmul(a, b)
+
+    mT = staticmethod(lambda x: x.transpose(-1, -2))
+    exp = staticmethod(torch.exp)
+    log = staticmethod(torch.log)
+    maximum = staticmethod(torch.maximum)
+    isneginf = staticmethod(torch.isneginf)
+    zeros_like = staticmethod(torch.zeros_like)
+
+    @staticmethod
+    def broadcast_shape(a, b):
+        return tuple(torch.broadcast_shapes(a, b))
+
+    @staticmethod
+    def where(cond, a, b):
+        return torch.where(cond, a, b)
+
+    @staticmethod
+    def rowmax(x):
+        return x.amax(dim=-1, keepdim=True)
+
+    @staticmethod
+    def neginf_to_zero(x):
+        return torch.where(torch.isneginf(x), 0.0, x)
+
+    @staticmethod
+    def full(shape, value, dtype, like):
+        return torch.full(shape, value, dtype=torch.float32, device=like.device)
+
+    @staticmethod
+    def scalar(value, like):
+        return torch.tensor(value, dtype=torch.float32, device=like.device)
+
+    @staticmethod
+    def pad_last(x, n):
+        return torch.nn.functional.pad(x, (0, n))
+
+    @staticmethod
+    def shift_matrix(n, diag, off, like):
+        m = torch.full((n, n), off, dtype=torch.float32, device=like.device)
+        m.fill_diagonal_(diag)
+        return m
+
+    @staticmethod
+    def cat(xs, axis):
+        return torch.cat(xs, dim=axis)
+
+
+def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
+              scale: float, mask: torch.Tensor | None):
+    """Blockwise attention emulating ``precision`` on PyTorch tensors.
+
+    q: (B, N, S1, D) float16; k, v: (B, Nkv, S2, D) float16, N % Nkv == 0 (GQA without copying
+    K/V); mask None or bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked
+    out. Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true scale; rows with
+    every key masked give out 0 and lse −∞. Arguments are assumed valid (the caller,
+    :func:`pasa_npu.fused_attention`, checks them).
+    """
+    alloc = get_allocation(precision)
+    cuda_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            q32, k32, v32 = (x.to(torch.float32) for x in (q, k, v))
+            out, lse = blockwise.grouped_attention(TorchOps, q32, k32, v32, alloc=alloc, scale=float(scale),
+                                                   beta=beta, block_q=block_q, block_kv=block_kv, mask=mask)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
+    return out.to(torch.float16), lse

@@ -1,0 +1,172 @@
+"""The blockwise FlashAttention / PASA loop, written once for every array library.
+
+This module is the single statement of *where each allocation rounds*. It imports no array
+library: it runs on an ``ops`` object (NumPy in :mod:`pasa_npu.golden`, PyTorch in
+:mod:`pasa_npu.backends.reference`) that supplies casts, the matrix product and a handful of
+elementwise functions. Every floating-point operation is followed by a rounding to the type the
+allocation assigns to it, so the result is a deterministic function of the allocation:
+
+* matrix products take FP16 operands and accumulate into FP32, rounded on the way out to the
+  allocation's ``score`` (Q·Kᵀ) or ``output`` (P·V) type; PASA's K' = M·K comes out in FP16.
+  The accumulation is modelled as exact (float64, in which products of FP16 values and their
+  sums over a head dimension are exact or nearly so) followed by one rounding to FP32: an FP32
+  accumulator without the order-dependent rounding of a particular hardware, which makes the
+  emulation the same in every library and on every device;
+* each vector operation (add, multiply, exp, ...) computes in FP32 and rounds once to its type:
+  for FP16 that is the correctly rounded FP16 result for +, −, ×, ÷ (FP32 holds more than twice
+  FP16's precision) and the FP16 rounding of FP32's exp;
+* row sums are pairwise (tree) reductions that round every partial sum, the way a vector unit
+  folds a row in halves;
+* nothing is clamped: an overflow becomes Inf and Inf − Inf becomes NaN as on the hardware.
+
+Shapes: ``q`` (..., G, S1, D), ``k``/``v`` (..., 1, S2, D) with the leading dims broadcasting
+(G query heads share one KV head: GQA without copying K/V); ``mask`` None or bool broadcastable to
+(..., G, S1, S2) with full S1 and S2 dims, True = masked out.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .beta import default_beta, shift_entries
+from .precision import Allocation
+
+NEG_INF = float("-inf")
+
+
+def _tree_rowsum(ops, x, dtype: str):
+    """Sum the last axis by folding it in halves, rounding every partial sum to ``dtype``."""
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    if width != n:
+        x = ops.pad_last(x, width - n)  # zeros do not change any partial sum
+    while width > 1:
+        width //= 2
+        x = ops.cast(x[..., :width] + x[..., width:], dtype)
+    return x
+
+
+def _shift_matrix(ops, beta: float, n: int, scale: float, like):
+    """M = (I − β/n·J)·scale with its two entries rounded to FP16, as the kernels build it."""
+    diag, off = shift_entries(beta, n, "float16", scale)
+    return ops.shift_matrix(n, diag, off, like)
+
+
+def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
+              block_q: int = 128, block_kv: int = 128, mask=None):
+    """Blockwise attention emulating ``alloc``. Inputs must already hold FP16 values.
+
+    Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
+    log-sum-exp of the scaled scores in the true scale. Rows whose keys are all masked give out 0
+    and lse −∞. ``block_q`` only bounds memory: rows are independent, so it changes no rounding.
+    """
+    s1, s2 = q.shape[-2], k.shape[-2]
+    if alloc.shifted and beta is None:
+        beta = default_beta(block_kv, scale)
+    outs, lses = [], []
+    for r0 in range(0, s1, block_q):
+        r1 = min(r0 + block_q, s1)
+        m_rows = None if mask is None else mask[..., r0:r1, :]
+        out, lse = _query_block(ops, q[..., r0:r1, :], k, v, alloc, scale, beta, block_kv, s2, m_rows)
+        outs.append(out)
+        lses.append(lse)
+    return ops.cat(outs, -2), ops.cat(lses, -1)
+
+
+def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
+    st, od = alloc.state, alloc.output
+
+    def r(x):  # one vector op's rounding in the state type
+        return ops.cast(x, st)
+
+    shape = (*ops.broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], 1)
+    m = ops.full(shape, NEG_INF, st, like=q)
+    l = ops.full(shape, 0.0, st, like=q)
+    o = ops.full((*shape[:-1], v.shape[-1]), 0.0, od, like=q)
+    if alloc.shifted:
+        inva = r(ops.scalar(beta / (1.0 - beta), like=q))
+        f = None  # running pseudo-average F_j of the shifted scores (Welford mean)
+
+    for j, c0 in enumerate(range(0, s2, block_kv), start=1):
+        c1 = min(c0 + block_kv, s2)
+        kj, vj = k[..., c0:c1, :], v[..., c0:c1, :]
+        if alloc.shifted:
+            # Step 1: K'_j = M_j·K_j on the matrix unit (M symmetric, so Mᵀ = M), FP16 out.
+            kj = ops.cast(ops.matmul(_shift_matrix(ops, beta, c1 - c0, scale, q), kj), "float16")
+            # Step 2: S' = Q·K'ᵀ, already scaled and shifted.
+            s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
+            # Step 3: the block's pseudo-average, over all n_j columns and before any mask.
+            mean = r(_tree_rowsum(ops, s, st) / (c1 - c0))
+        else:
+            s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
+            s = r(s * scale)
+        if mask is not None:
+            s = ops.where(mask[..., c0:c1], NEG_INF, s)
+        m_blk = ops.rowmax(s)
+        if alloc.shifted:
+            # Step 4: F_j = F_{j−1} + (S̄'_j − F_{j−1})/j, Welford's form of ((j−1)F_{j−1} + S̄'_j)/j:
+            # the same mean without the product (j−1)·F, which overflows FP16 on long contexts.
+            f_new = mean if f is None else r(f + r(r(mean - f) / j))
+            # Step 5: corrections that move both maxima to the common reference I·F_j.
+            d_prev = ops.zeros_like(mean) if f is None else r(inva * r(f - f_new))
+            d_cur = r(inva * r(mean - f_new))
+            f = f_new
+            # Step 6: local softmax, then merge (Algorithm 1, lines 12 and 16-20).
+            m_new = ops.maximum(r(m + d_prev), r(m_blk + d_cur))
+            p = r(ops.exp(r(s - ops.neginf_to_zero(m_blk))))
+            l_blk = _tree_rowsum(ops, p, st)
+            alpha = _guarded_exp(ops, r(r(m - m_new) + d_prev), m_new, st)
+            gamma = _guarded_exp(ops, r(r(m_blk - m_new) + d_cur), m_new, st)
+            l = r(r(alpha * l) + r(gamma * l_blk))
+            pv = ops.cast(ops.matmul(ops.cast(p, "float16"), vj), od)
+            o = ops.cast(ops.cast(ops.cast(alpha, od) * o, od) + ops.cast(ops.cast(gamma, od) * pv, od), od)
+        else:
+            # FlashAttention-2 (paper eqs. 4-7): P relative to the running maximum.
+            m_new = ops.maximum(m, m_blk)
+            p = r(ops.exp(r(s - ops.neginf_to_zero(m_new))))
+            alpha = _guarded_exp(ops, r(m - m_new), m_new, st)
+            l = r(r(alpha * l) + _tree_rowsum(ops, p, st))
+            pv = ops.cast(ops.matmul(ops.cast(p, "float16"), vj), od)
+            o = ops.cast(ops.cast(ops.cast(alpha, od) * o, od) + pv, od)
+        m = m_new
+
+    # Final normalisation O/l; rows with no unmasked key (l = 0) give 0, not 0/0.
+    empty = l == 0
+    out = ops.cast(ops.where(empty, 0.0, o / ops.where(empty, 1.0, ops.cast(l, od))), od)
+    lse = ops.cast(m, "float32") + ops.log(ops.cast(l, "float32"))
+    if alloc.shifted:
+        lse = lse + ops.cast(inva, "float32") * ops.cast(f, "float32")
+    lse = ops.where(empty, NEG_INF, lse)
+    return ops.cast(out, "float16"), lse[..., 0]
+
+
+def _guarded_exp(ops, x, m_new, dtype):
+    """exp(x) rounded to ``dtype``; 0 where the running maximum is still −∞ (nothing seen yet),
+    where x would be −∞ − (−∞) = NaN. The guarded −∞ start replaces the paper's m_0 = 0, which
+    underflows every exp when block means are far below zero."""
+    return ops.cast(ops.where(ops.isneginf(m_new), 0.0, ops.exp(ops.where(ops.isneginf(m_new), 0.0, x))), dtype)
+
+
+def default_scale(head_dim: int) -> float:
+    """1/√d, FlashAttention's softmax scale."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
+                      block_q: int = 128, block_kv: int = 128, mask=None):
+    """:func:`attention` on (B, N, S1, D) queries and (B, Nkv, S2, D) keys/values, N % Nkv == 0.
+
+    Query heads are grouped as (B, Nkv, N/Nkv, S1, D) against (B, Nkv, 1, S2, D) keys, so a KV head
+    (and, for PASA, its shifted K') serves its whole group without being copied. ``mask`` is None or
+    broadcastable to (B, N, S1, S2) with full S1 and S2 dims. Returns out (B, N, S1, D) FP16 and
+    lse (B, N, S1) FP32.
+    """
+    b, n, s1, d = q.shape
+    nkv = k.shape[1]
+    g = n // nkv
+    if mask is not None:
+        mb, mn = mask.shape[0] if mask.ndim == 4 else 1, mask.shape[1] if mask.ndim == 4 else 1
+        mask = mask.reshape(mb, nkv if mn == n else 1, g if mn == n else 1, *mask.shape[-2:])
+    out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
+                         scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask)
+    return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)
