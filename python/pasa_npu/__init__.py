@@ -1,0 +1,23 @@
+"""pasa-npu: PASA (online pseudo-average shifting attention), overflow-safe FP16 attention with the
+interface of ``torch_npu.npu_fused_infer_attention_score``.
+
+* :func:`fused_attention`: the entry point (CPU, CUDA and NPU tensors).
+* :mod:`pasa_npu.golden`: the NumPy golden model of every precision allocation (NumPy only).
+* :mod:`pasa_npu.beta`: the optimal-accuracy condition for β.
+* :mod:`pasa_npu.metrics`: the paper's relative RMSE and overflow statistics.
+"""
+
+from .precision import ALLOCATIONS, PRECISIONS
+
+__version__ = "0.1.0"
+__all__ = ["fused_attention", "PRECISIONS", "ALLOCATIONS", "__version__"]
+
+
+def __getattr__(name):
+    # fused_attention needs torch; import it on first use so that the golden model, the β solver
+    # and the accuracy study stay importable (and fast to import) with NumPy alone.
+    if name == "fused_attention":
+        from .interface import fused_attention
+
+        return fused_attention
+    raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")
