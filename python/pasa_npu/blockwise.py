@@ -165,8 +165,9 @@ def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: fl
     nkv = k.shape[1]
     g = n // nkv
     if mask is not None:
-        mb, mn = mask.shape[0] if mask.ndim == 4 else 1, mask.shape[1] if mask.ndim == 4 else 1
-        mask = mask.reshape(mb, nkv if mn == n else 1, g if mn == n else 1, *mask.shape[-2:])
+        mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+        heads = mask.shape[1] == n  # a per-head mask splits into (KV head, group member)
+        mask = mask.reshape(mask.shape[0], nkv if heads else 1, g if heads else 1, *mask.shape[-2:])
     out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
                          scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask)
     return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)

@@ -84,7 +84,7 @@ def _check_qkv(q, k, v, mask):
             raise ValueError(f"{name} must be 4-D (B, N, S, D), got shape {x.shape}")
         if not np.issubdtype(x.dtype, np.floating):
             raise TypeError(f"{name} must be a floating-point array, got {x.dtype}")
-    if k.shape != v.shape[:3] + (k.shape[3],) or k.shape[:3] != v.shape[:3]:
+    if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k and v must agree in (B, Nkv, S2), got {k.shape} and {v.shape}")
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(f"q and k must agree in batch and head dim, got {q.shape} and {k.shape}")
