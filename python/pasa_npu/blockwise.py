@@ -47,7 +47,7 @@ def _tree_rowsum(ops, x, dtype: str):
 
 
 def _shift_matrix(ops, beta: float, n: int, scale: float, like):
-    """M = (I − β/n·J)·scale with its two entries rounded to FP16, as the kernels build it."""
+    """M = (I − β/n·J)·scale (n×n) with its two entries rounded to FP16, as the kernels build it."""
     diag, off = shift_entries(beta, n, "float16", scale)
     return ops.shift_matrix(n, diag, off, like)
 
@@ -87,16 +87,29 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
         inva = r(ops.scalar(beta / (1.0 - beta), like=q))
         f = None  # running pseudo-average F_j of the shifted scores (Welford mean)
 
+    if alloc.shifted:
+        shift = _shift_matrix(ops, beta, block_kv, scale, q)
     for j, c0 in enumerate(range(0, s2, block_kv), start=1):
         c1 = min(c0 + block_kv, s2)
         kj, vj = k[..., c0:c1, :], v[..., c0:c1, :]
         if alloc.shifted:
-            # Step 1: K'_j = M_j·K_j on the matrix unit (M symmetric, so Mᵀ = M), FP16 out.
-            kj = ops.cast(ops.matmul(_shift_matrix(ops, beta, c1 - c0, scale, q), kj), "float16")
+            # A tail block (n_j < block_kv) is padded to block_kv rows with copies of its last key
+            # (the authors' choice): every block is then shifted by the same M and recovered by the
+            # same I. A tail shifted by its own M(β/n_j) would need its own coefficient f(β, n_j),
+            # and zero rows would leave the key bias in the block. The copies are dropped after the
+            # block mean, as if masked.
+            n_j = c1 - c0
+            if n_j < block_kv:
+                kj = kj[..., list(range(n_j)) + [n_j - 1] * (block_kv - n_j), :]
+            # Step 1: K'_j = M·K_j on the matrix unit (M symmetric, so Mᵀ = M), FP16 out.
+            kj = ops.cast(ops.matmul(shift, kj), "float16")
             # Step 2: S' = Q·K'ᵀ, already scaled and shifted.
             s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
-            # Step 3: the block's pseudo-average, over all n_j columns and before any mask.
-            mean = r(_tree_rowsum(ops, s, st) / (c1 - c0))
+            # Step 3: the block's pseudo-average over all its columns, before any mask: the sum of
+            # S'/n, whose partial sums stay within max|S'| (a sum of S' itself overflows FP16 once
+            # |mean| > 65504/n although every S' is finite). 1/n is exact for a power-of-two n.
+            mean = _tree_rowsum(ops, r(s * (1.0 / block_kv)), st)
+            s = s[..., :n_j]
         else:
             s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
             s = r(s * scale)

@@ -35,4 +35,6 @@ def nonfinite_fraction(x) -> float:
 def max_abs_error(computed, golden) -> float:
     """max |computed − golden| over all elements (NaN if any element of ``computed`` is NaN)."""
     c, g = _f64(computed), _f64(golden)
+    if c.shape != g.shape:
+        raise ValueError(f"computed and golden shapes differ: {c.shape} vs {g.shape}")
     return float(np.max(np.abs(c - g))) if c.size else 0.0
