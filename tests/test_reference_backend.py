@@ -25,19 +25,25 @@ from pasa_npu.backends import reference  # noqa: E402
 from pasa_npu.precision import PRECISIONS  # noqa: E402
 
 FP16_STATE = ("fp16", "pasa")
+# The reference backend must also agree with the golden model on a GPU. CI has none: these cases
+# are skipped there and run on the GPU machine with
+#   PYTHONPATH=python python3 -m pytest tests/test_reference_backend.py -k cuda
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none); run on the GPU machine"))]
 
 
-def run_both(q, k, v, precision, *, beta=None, block_q=128, block_kv=128, scale, mask=None):
-    """golden on NumPy and reference on torch, from the same FP16 values."""
+def run_both(q, k, v, precision, *, beta=None, block_q=128, block_kv=128, scale, mask=None, device="cpu"):
+    """golden on NumPy and reference on torch (on ``device``), from the same FP16 values."""
     g_out, g_lse = golden.attention(q, k, v, precision=precision, beta=beta, block_q=block_q,
                                     block_kv=block_kv, scale=scale, mask=mask)
-    t = [torch.from_numpy(np.asarray(x, dtype=np.float16)) for x in (q, k, v)]
-    tm = None if mask is None else torch.from_numpy(np.asarray(mask))
+    t = [torch.from_numpy(np.asarray(x, dtype=np.float16)).to(device) for x in (q, k, v)]
+    tm = None if mask is None else torch.from_numpy(np.asarray(mask)).to(device)
     r_out, r_lse = reference.attention(*t, precision=precision, beta=beta, block_q=block_q,
                                        block_kv=block_kv, scale=scale, mask=tm)
     assert r_out.dtype == torch.float16 and r_lse.dtype == torch.float32
+    assert r_out.device.type == device
     assert tuple(r_out.shape) == g_out.shape and tuple(r_lse.shape) == g_lse.shape
-    return g_out, g_lse, r_out.numpy(), r_lse.numpy()
+    return g_out, g_lse, r_out.cpu().numpy(), r_lse.cpu().numpy()
 
 
 def ulp16(x):
@@ -68,12 +74,13 @@ def check_agreement(precision, g_out, g_lse, r_out, r_lse):
     np.testing.assert_allclose(r_lse[fin], g_lse[fin], rtol=4e-6, atol=1e-6)
 
 
-def test_premise_fp16_exp_identical_in_numpy_and_torch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_premise_fp16_exp_identical_in_numpy_and_torch(device):
     x = np.arange(0, 2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     x = x[np.isfinite(x)].astype(np.float32)
     with np.errstate(over="ignore"):
         a = np.exp(x).astype(np.float16)
-        b = torch.exp(torch.from_numpy(x)).numpy().astype(np.float16)
+        b = torch.exp(torch.from_numpy(x).to(device)).cpu().numpy().astype(np.float16)
     np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
@@ -120,8 +127,9 @@ def test_reference_matches_golden(precision, b, nkv, g, s1, s2, d, block_kv, blo
     assert (g_out[empty] == 0).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_reference_matches_golden_fixed_cases(precision):
+def test_reference_matches_golden_fixed_cases(precision, device):
     rng = np.random.default_rng(31)
     cases = [
         (1, 4, 2, 37, 200, 64, 128),  # tails, GQA
@@ -132,20 +140,21 @@ def test_reference_matches_golden_fixed_cases(precision):
         q, k, v = _inputs(rng, b, n, nkv, s1, s2, d)
         mask = rng.random((b, n, s1, s2)) < 0.2
         mask[0, 0, 0] = True  # one fully masked row
-        res = run_both(q, k, v, precision, block_kv=bkv, scale=1 / math.sqrt(d), mask=mask)
+        res = run_both(q, k, v, precision, block_kv=bkv, scale=1 / math.sqrt(d), mask=mask, device=device)
         check_agreement(precision, *res)
         assert (res[2][0, 0, 0] == 0).all() and np.isneginf(res[3][0, 0, 0])
         ref_o, _ = golden.reference(q, k, v, scale=1 / math.sqrt(d), mask=mask)
         assert metrics.rmse(res[2], ref_o) < 2e-2
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_reference_matches_golden_on_overflowing_inputs(precision):
+def test_reference_matches_golden_on_overflowing_inputs(precision, device):
     """Uniform U(29.5, 30.5), D = 128: both must produce the same NaNs (fp16, fp16_fp32) or the same
     finite outputs (fp32, pasa, pasa_fp32): overflow handling is part of the emulation."""
     rng = np.random.default_rng(32)
     q, k, v = (rng.uniform(29.5, 30.5, (1, 2, s, 128)).astype(np.float16) for s in (16, 256, 256))
-    g_out, g_lse, r_out, r_lse = run_both(q, k, v, precision, scale=128**-0.5)
+    g_out, g_lse, r_out, r_lse = run_both(q, k, v, precision, scale=128**-0.5, device=device)
     if precision in ("fp16", "fp16_fp32"):
         assert np.isnan(g_out).any(-1).all() and np.isnan(r_out).any(-1).all()
         np.testing.assert_array_equal(np.isnan(r_out), np.isnan(g_out))
