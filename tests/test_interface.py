@@ -645,7 +645,8 @@ def test_mixed_devices_are_refused():
 @pytest.mark.parametrize("precision", ["pasa", "fp16"])
 def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
     """CUDA tensors dispatch to the reference backend on the GPU; in the FP16-state allocations the
-    emulation is exact, so every layout, with GQA, a causal mode and varlen, gives the CPU's bits."""
+    emulation is exact, so every layout, with GQA, a causal mode and varlen, gives the CPU's output
+    bits. lse = m + log l (+ I·F) is computed in FP32, where CUDA's log may differ in the last bit."""
     q, k, v = qkv(b=2, n=4, nkv=2, s1=70, s2=150, d=64)
     kw = dict(num_heads=4, num_key_value_heads=2, scale=0.125, precision=precision, softmax_lse_flag=True,
               sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths_kv=[150, 101])
@@ -655,4 +656,4 @@ def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
                               **{**kw, "atten_mask": COMPRESSED.cuda()})
         assert gpu[0].device.type == "cuda"
         assert torch.equal(gpu[0].cpu(), cpu_out), layout
-        assert torch.equal(gpu[1].cpu(), cpu_lse), layout
+        torch.testing.assert_close(gpu[1].cpu(), cpu_lse, rtol=4e-6, atol=1e-6, msg=layout)
