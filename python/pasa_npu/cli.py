@@ -1,0 +1,83 @@
+"""The ``pasa-npu`` command: ``accuracy`` (the main job) and ``beta`` (Table 3 for any block size)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+from . import accuracy, beta
+from .precision import PRECISIONS
+
+
+def _accuracy(args) -> int:
+    b, n, s, d = args.shape
+    print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
+          f"seed {args.seed}, allocations {', '.join(args.precisions)}")
+    t0 = time.time()
+    rows = accuracy.run_study(full=args.full, shape=tuple(args.shape), seed=args.seed, precisions=args.precisions,
+                              jobs=args.jobs, progress=not args.no_progress)
+    summary = accuracy.write_outputs(rows, Path(args.out), full=args.full, shape=tuple(args.shape), seed=args.seed,
+                                     precisions=args.precisions, plots=not args.no_plots)
+    print("\nRelative RMSE against float64 (eq. 19); 'NaN x%' = the output overflowed:")
+    print(accuracy.format_results(rows, args.precisions))
+    if summary["table4"]:
+        print("\nTable 4: fp16_fp32 NaN % (paper vs ours over independent draws; 'within noise' = the paper's "
+              "value within 3 std of our draws, or every draw 100 % where the paper says 100 %):")
+        print(accuracy.format_table4(summary["table4"]))
+    print("\nThe paper's claim 'PASA's RMSE < FA16-FP32's on every non-zero-mean case without overflow':")
+    for p, c in summary["claim"].items():
+        print(f"  {p}: holds on {c['holds']} of {c['cases']} cases")
+    print(f"\nwrote {args.out}/results.csv, results.json, table4.csv"
+          f"{'' if args.no_plots else ', accuracy.png'} in {time.time() - t0:.0f} s")
+    return 0
+
+
+def _beta(args) -> int:
+    scale = None if args.head_dim is None else 1.0 / math.sqrt(args.head_dim)
+    m = "M = I - beta/n*J (the paper's Table 3)" if scale is None else \
+        f"M = (I - beta/n*J)*scale, scale = 1/sqrt({args.head_dim}) (the M the kernels build)"
+    print(f"Optimal beta, n = {args.block_kv}, {args.dtype}, {m}")
+    print(beta.format_invariance_table(beta.invariance_table(args.block_kv, args.dtype, scale)))
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pasa-npu", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    acc = sub.add_parser("accuracy", help="the paper's random benchmark on the golden model (Figs 9-10, Table 4)")
+    acc.add_argument("--full", action="store_true", help="the full grid (Table 4 over 10 draws) instead of the quick one")
+    acc.add_argument("--out", default="accuracy_out", help="output folder (default: accuracy_out)")
+    acc.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    acc.add_argument("--shape", type=_positive, nargs=4, metavar=("B", "N", "S", "D"), default=list(accuracy.PAPER_SHAPE),
+                     help="Q/K/V shape (default: the paper's 1 16 1280 128)")
+    acc.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
+                     help="allocations to compare (default: all)")
+    acc.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
+    acc.add_argument("--no-plots", action="store_true", help="skip the PNG")
+    acc.add_argument("--no-progress", action="store_true", help="no progress bar")
+    acc.set_defaults(func=_accuracy)
+
+    bt = sub.add_parser("beta", help="the optimal beta and the invariances (the paper's Table 3)")
+    bt.add_argument("--block-kv", type=_positive, default=128, help="block length n (default 128)")
+    bt.add_argument("--dtype", choices=beta.DTYPES, default="float16", help="type M is rounded to (default float16)")
+    bt.add_argument("--head-dim", type=_positive, default=None,
+                    help="model the scaled M of the kernels with scale 1/sqrt(D) (default: unscaled, as Table 3)")
+    bt.set_defaults(func=_beta)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
