@@ -4,4 +4,5 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # guarded: spawned accuracy workers import this module again
+    sys.exit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ def _accuracy(args) -> int:
           f"seed {args.seed}, allocations {', '.join(args.precisions)}")
     t0 = time.time()
     rows = accuracy.run_study(full=args.full, shape=tuple(args.shape), seed=args.seed, precisions=args.precisions,
-                              jobs=args.jobs, progress=not args.no_progress)
+                              jobs=args.jobs or os.cpu_count(), progress=not args.no_progress)
     summary = accuracy.write_outputs(rows, Path(args.out), full=args.full, shape=tuple(args.shape), seed=args.seed,
                                      precisions=args.precisions, plots=not args.no_plots)
     print("\nRelative RMSE against float64 (eq. 19); 'NaN x%' = the output overflowed:")

@@ -63,7 +63,7 @@ def fused_attention(
     sparse_mode: int = 0,
     inner_precise: int = 0,
     softmax_lse_flag: bool = False,
-    precision: str | None = "pasa",
+    precision: str | None = "pasa_fp32",
     beta: float | None = None,
     block_size: int | tuple[int, int] | None = None,
     backend: str | None = None,
@@ -121,7 +121,10 @@ def fused_attention(
         softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
         precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` ("fp32",
             "fp16_fp32", "fp16", "pasa", "pasa_fp32"); None follows inner_precise: "fp32" for 0
-            and 2, "fp16_fp32" for 1 and 3.
+            and 2, "fp16_fp32" for 1 and 3. The default "pasa_fp32" (PASA's shifted FP16 scores
+            with FP32 row state) is the PASA allocation that measured accurate on biased inputs;
+            the all-FP16 "pasa" stays finite but its recovery multiplies FP16 rounding by
+            β/(1−β) ≈ 64 (README, "Accuracy").
         beta: PASA's shift coefficient in [0, 1); None takes the backend's optimal default for
             the block length and scale. Only used by the shifted allocations.
         block_size: the KV block length of the loop (and the query block), an int or a

@@ -1,0 +1,149 @@
+"""The accuracy study: generators, per-case metrics, Table 4 and claim bookkeeping, outputs, CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pasa_npu import accuracy, beta, cli, golden, metrics
+from pasa_npu.accuracy import Case
+
+TINY = (1, 1, 64, 128)  # D = 128 keeps the paper's overflow mechanism (uniform mean 30: QKᵀ ≈ 115200)
+
+
+def test_uniform_draws_lie_in_the_interval_around_the_mean():
+    x = accuracy.draw(Case("uniform", 20, 15), (200_000,), np.random.default_rng(0))
+    assert x.min() >= 5 and x.max() <= 35
+    assert abs(x.mean() - 20) < 0.1
+    assert abs(x.std() - 15 / math.sqrt(3)) < 0.05  # U(a, b) has std (b − a)/√12
+
+
+def test_hybrid_draws_are_normal_plus_rare_outliers():
+    n = 2_000_000
+    x = accuracy.draw(Case("hybrid", 20, 1000), (n,), np.random.default_rng(1))
+    outliers = np.abs(x - 20) > 8  # N(20, 1) essentially never leaves ±8; N(0, 1000²) rarely stays inside
+    expected = n * accuracy.BERNOULLI_P
+    assert abs(outliers.sum() - expected) < 5 * math.sqrt(expected)
+    inliers = x[~outliers]
+    assert abs(inliers.mean() - 20) < 0.01 and abs(inliers.std() - 1) < 0.01
+
+
+def test_unknown_distribution_is_refused():
+    with pytest.raises(ValueError, match="distribution"):
+        accuracy.draw(Case("cauchy", 0, 1), (4,), np.random.default_rng(0))
+
+
+def test_run_case_matches_a_direct_golden_call_and_shows_the_overflow():
+    case = Case("uniform", 30, 0.5)
+    rows = {r["precision"]: r for r in accuracy.run_case(case, 0, 7, TINY, ("fp16_fp32", "fp16", "pasa", "fp32"))}
+    for p in ("fp16_fp32", "fp16"):
+        assert rows[p]["overflow"] and rows[p]["nan_pct"] == 100.0 and math.isnan(rows[p]["rmse"])
+    for p in ("pasa", "fp32"):
+        assert not rows[p]["overflow"] and rows[p]["nan_pct"] == 0.0 and rows[p]["rmse"] < 1e-2
+    # the row's number is the eq. 19 RMSE of the golden model on that case's draw
+    rng = np.random.default_rng(accuracy.case_seed(7, case, 0))
+    q, k, v = (accuracy.draw(case, TINY, rng) for _ in range(3))
+    out, _ = golden.attention(q, k, v, precision="pasa", scale=128**-0.5)
+    ref, _ = golden.reference(*(x.astype(np.float16) for x in (q, k, v)), scale=128**-0.5)
+    assert rows["pasa"]["rmse"] == pytest.approx(metrics.rmse(out, ref), rel=1e-9)  # float64 BLAS last bits
+
+
+def test_study_is_reproducible_and_independent_of_jobs():
+    kw = dict(shape=(1, 1, 16, 128), seed=3, precisions=("fp16_fp32", "pasa"), table4_seeds=2, progress=False)
+    a = accuracy.run_study(jobs=1, **kw)
+    b = accuracy.run_study(jobs=2, **kw)
+    # the same draws and FP16 outputs; the float64 reference may differ in its last bits with the
+    # number of BLAS threads (one per spawned worker), and with it the RMSE's last digits
+    exact = lambda rows: [{key: val for key, val in r.items() if key not in ("rmse", "max_abs_err")} for r in rows]
+    assert exact(a) == exact(b)
+    np.testing.assert_allclose([r["rmse"] for r in a], [r["rmse"] for r in b], rtol=1e-9)
+    cases = {(r["dist"], r["x0"], r["am"]) for r in a}
+    assert len(cases) == len(set(c for cs in accuracy.sweeps(False).values() for c in cs))
+    for c in accuracy.TABLE4:  # every Table 4 case is drawn table4_seeds times
+        assert sum(1 for r in a if (r["dist"], r["x0"], r["am"]) == (c.dist, c.x0, c.am)
+                   and r["precision"] == "fp16_fp32") == 2
+    c = accuracy.run_study(jobs=1, **{**kw, "seed": 4})
+    assert [r["rmse"] for r in c] != [r["rmse"] for r in a]
+
+
+def _row(case, p, nan, rmse=1e-3, seed=0):
+    return {"dist": case.dist, "x0": case.x0, "am": case.am, "seed": seed, "precision": p, "rmse": rmse,
+            "nan_pct": nan, "overflow": nan > 0, "max_abs_err": 0.0}
+
+
+def test_table4_noise_criterion():
+    c1, c2, c3 = Case("uniform", 20, 15), Case("uniform", 20, 20), Case("uniform", 30, 0.5)
+    rows = [_row(c1, "fp16_fp32", x, seed=i) for i, x in enumerate([0.10, 0.15, 0.12])]  # paper 0.12
+    rows += [_row(c2, "fp16_fp32", x, seed=i) for i, x in enumerate([4.0, 4.1, 3.9])]  # paper 8.14: far off
+    rows += [_row(c3, "fp16_fp32", x, seed=i) for i, x in enumerate([100.0, 99.0])]  # paper 100: all must be
+    rows += [_row(c1, "pasa", 0.0)]
+    t4 = {(r["x0"], r["am"]): r for r in accuracy.table4(rows)}
+    assert t4[20, 15]["within_noise"] and t4[20, 15]["draws"] == 3 and t4[20, 15]["pasa_nan_pct_max"] == 0.0
+    assert not t4[20, 20]["within_noise"]
+    assert not t4[30, 0.5]["within_noise"]
+    assert t4[20, 15]["fp16_fp32_nan_pct_mean"] == pytest.approx(np.mean([0.10, 0.15, 0.12]))
+
+
+def test_claim_counts_nonzero_mean_cases_without_fa_overflow():
+    cs = [Case("uniform", 0, 0.5), Case("uniform", 10, 0.5), Case("uniform", 20, 0.5), Case("uniform", 30, 0.5)]
+    rows = [_row(cs[0], "fp16_fp32", 0, 1e-3), _row(cs[0], "pasa", 0, 2e-3), _row(cs[0], "pasa_fp32", 0, 5e-4),
+            _row(cs[1], "fp16_fp32", 0, 1e-3), _row(cs[1], "pasa", 0, 2e-3), _row(cs[1], "pasa_fp32", 0, 5e-4),
+            _row(cs[2], "fp16_fp32", 0, 4e-3), _row(cs[2], "pasa", 0, 2e-3), _row(cs[2], "pasa_fp32", 0, 5e-4),
+            _row(cs[3], "fp16_fp32", 100, float("nan")), _row(cs[3], "pasa", 0, 2e-3),
+            _row(cs[3], "pasa_fp32", 0, 5e-4)]
+    assert accuracy.claim(rows) == {"pasa": (1, 2), "pasa_fp32": (2, 2)}
+
+
+def test_outputs_hold_every_row(tmp_path):
+    rows = accuracy.run_study(shape=(1, 1, 16, 128), precisions=("fp16_fp32", "pasa"), table4_seeds=2, jobs=1,
+                              progress=False)
+    summary = accuracy.write_outputs(rows, tmp_path, full=False, shape=(1, 1, 16, 128), seed=0,
+                                     precisions=("fp16_fp32", "pasa"))
+    with open(tmp_path / "results.csv") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert len(csv_rows) == len(rows)
+    assert float(csv_rows[0]["rmse"]) == pytest.approx(rows[0]["rmse"]) or math.isnan(rows[0]["rmse"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["metadata"]["shape"] == [1, 1, 16, 128] and len(data["results"]) == len(rows)
+    assert data["table4"] == summary["table4"] and len(data["table4"]) == len(accuracy.TABLE4)
+    assert (tmp_path / "table4.csv").read_text().count("\n") == len(accuracy.TABLE4) + 1
+    assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_beta_prints_table3(capsys):
+    assert cli.main(["beta"]) == 0
+    out = capsys.readouterr().out
+    for value in ("0.937500", "0.968994", "0.984497", "0.990311", "0.999031"):  # the paper's Table 3
+        assert value in out
+
+
+def test_cli_beta_scaled_and_bfloat16(capsys):
+    assert cli.main(["beta", "--head-dim", "128", "--block-kv", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "1/sqrt(128)" in out and "n = 64" in out
+    assert f"{beta.optimal_beta(1 - 2**-6, 64, 'float16', 128**-0.5):.6f}" in out
+    assert cli.main(["beta", "--dtype", "bfloat16"]) == 0
+    assert "nan" in capsys.readouterr().out  # start 0.999 rounds to a singular M in bfloat16
+
+
+@pytest.mark.parametrize("argv", [["beta", "--block-kv", "0"], ["beta", "--dtype", "float8"],
+                                  ["accuracy", "--precisions", "fp64"], ["accuracy", "--shape", "1", "2"],
+                                  ["nothing"]])
+def test_cli_rejects_bad_arguments(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_accuracy_end_to_end(tmp_path, capsys):
+    out_dir = tmp_path / "acc"
+    assert cli.main(["accuracy", "--shape", "1", "1", "16", "128", "--out", str(out_dir), "--jobs", "1",
+                     "--no-plots", "--no-progress", "--precisions", "fp16_fp32", "pasa"]) == 0
+    out = capsys.readouterr().out
+    assert "Table 4" in out and "pasa: holds on" in out
+    assert (out_dir / "results.csv").exists() and not (out_dir / "accuracy.png").exists()
