@@ -32,6 +32,22 @@ def test_hybrid_draws_are_normal_plus_rare_outliers():
     assert abs(inliers.mean() - 20) < 0.01 and abs(inliers.std() - 1) < 0.01
 
 
+def test_biased_case_has_biased_queries_and_keys_and_a_centred_v():
+    x = accuracy.draw(Case("biased", 30, 1), (200_000,), np.random.default_rng(2))
+    assert abs(x.mean() - 30) < 0.02 and abs(x.std() - 1) < 0.02
+    # run_case draws q, k from the case and v centred: FP16 FA overflows (q·k ≈ 128·900), fp32 does
+    # not, and the fp32 output is small (a weighted mean of N(0, 1) values), not ≈ 30
+    rows = {r["precision"]: r for r in accuracy.run_case(Case("biased", 30, 1), 0, 0, TINY, ("fp16", "fp32"))}
+    assert rows["fp16"]["overflow"] and not rows["fp32"]["overflow"]
+    rng = np.random.default_rng(accuracy.case_seed(0, Case("biased", 30, 1), 0))
+    q, k = (accuracy.draw(Case("biased", 30, 1), TINY, rng) for _ in range(2))
+    v = accuracy.draw(Case("biased", 0, 1), TINY, rng)
+    assert abs(v.mean()) < 0.05
+    out, _ = golden.attention(q, k, v, precision="fp32", scale=128**-0.5)
+    ref, _ = golden.reference(*(x.astype(np.float16) for x in (q, k, v)), scale=128**-0.5)
+    assert rows["fp32"]["rmse"] == pytest.approx(metrics.rmse(out, ref), rel=1e-9)
+
+
 def test_unknown_distribution_is_refused():
     with pytest.raises(ValueError, match="distribution"):
         accuracy.draw(Case("cauchy", 0, 1), (4,), np.random.default_rng(0))
@@ -95,6 +111,8 @@ def test_claim_counts_nonzero_mean_cases_without_fa_overflow():
             _row(cs[2], "fp16_fp32", 0, 4e-3), _row(cs[2], "pasa", 0, 2e-3), _row(cs[2], "pasa_fp32", 0, 5e-4),
             _row(cs[3], "fp16_fp32", 100, float("nan")), _row(cs[3], "pasa", 0, 2e-3),
             _row(cs[3], "pasa_fp32", 0, 5e-4)]
+    ours = Case("biased", 10, 1)  # not one of the paper's cases: not counted
+    rows += [_row(ours, "fp16_fp32", 0, 1e-3), _row(ours, "pasa", 0, 1e-4), _row(ours, "pasa_fp32", 0, 1e-4)]
     assert accuracy.claim(rows) == {"pasa": (1, 2), "pasa_fp32": (2, 2)}
 
 
