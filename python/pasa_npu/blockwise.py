@@ -79,6 +79,9 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
     def r(x):  # one vector op's rounding in the state type
         return ops.cast(x, st)
 
+    def p16(p):  # P enters P·V in FP16; an FP16 state already holds FP16 values
+        return p if st == "float16" else ops.cast(p, "float16")
+
     shape = (*ops.broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], 1)
     m = ops.full(shape, NEG_INF, st, like=q)
     l = ops.full(shape, 0.0, st, like=q)
@@ -103,16 +106,16 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
                 kj = kj[..., list(range(n_j)) + [n_j - 1] * (block_kv - n_j), :]
             # Step 1: K'_j = M·K_j on the matrix unit (M symmetric, so Mᵀ = M), FP16 out.
             kj = ops.cast(ops.matmul(shift, kj), "float16")
-            # Step 2: S' = Q·K'ᵀ, already scaled and shifted.
-            s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
+            # Step 2: S' = Q·K'ᵀ, already scaled and shifted. (The state type is never narrower
+            # than the score type, so S' needs no second rounding to enter the softmax.)
+            s = ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score)
             # Step 3: the block's pseudo-average over all its columns, before any mask: the sum of
             # S'/n, whose partial sums stay within max|S'| (a sum of S' itself overflows FP16 once
             # |mean| > 65504/n although every S' is finite). 1/n is exact for a power-of-two n.
             mean = _tree_rowsum(ops, r(s * (1.0 / block_kv)), st)
             s = s[..., :n_j]
         else:
-            s = ops.cast(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score), st)
-            s = r(s * scale)
+            s = r(ops.cast(ops.matmul(q, ops.mT(kj)), alloc.score) * scale)
         if mask is not None:
             s = ops.where(mask[..., c0:c1], NEG_INF, s)
         m_blk = ops.rowmax(s)
@@ -131,7 +134,7 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
             alpha = _guarded_exp(ops, r(r(m - m_new) + d_prev), m_new, st)
             gamma = _guarded_exp(ops, r(r(m_blk - m_new) + d_cur), m_new, st)
             l = r(r(alpha * l) + r(gamma * l_blk))
-            pv = ops.cast(ops.matmul(ops.cast(p, "float16"), vj), od)
+            pv = ops.cast(ops.matmul(p16(p), vj), od)
             o = ops.cast(ops.cast(ops.cast(alpha, od) * o, od) + ops.cast(ops.cast(gamma, od) * pv, od), od)
         else:
             # FlashAttention-2 (paper eqs. 4-7): P relative to the running maximum.
@@ -139,7 +142,7 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
             p = r(ops.exp(r(s - ops.neginf_to_zero(m_new))))
             alpha = _guarded_exp(ops, r(m - m_new), m_new, st)
             l = r(r(alpha * l) + _tree_rowsum(ops, p, st))
-            pv = ops.cast(ops.matmul(ops.cast(p, "float16"), vj), od)
+            pv = ops.cast(ops.matmul(p16(p), vj), od)
             o = ops.cast(ops.cast(ops.cast(alpha, od) * o, od) + pv, od)
         m = m_new
 

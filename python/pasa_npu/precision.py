@@ -47,6 +47,8 @@ ALLOCATIONS: dict[str, Allocation] = {
 }
 
 PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
+# The blockwise loop relies on it: scores enter the softmax without a second rounding.
+assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())
 
 
 def get_allocation(precision: str) -> Allocation:
