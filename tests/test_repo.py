@@ -47,3 +47,13 @@ def test_readme_api_example_runs_and_says_true():
     fa, _ = pasa_npu.fused_attention(q, k, v, num_heads=q.shape[1], input_layout="BNSD",
                                      scale=q.shape[-1] ** -0.5, precision="fp16")
     assert torch.isnan(fa).any()
+
+
+def test_golden_model_needs_numpy_only():
+    """The oracle, the β solver and the study import no torch (the package imports it lazily)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import pasa_npu.golden, pasa_npu.beta, pasa_npu.accuracy, pasa_npu.cli; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
