@@ -26,8 +26,6 @@ Shapes: ``q`` (..., G, S1, D), ``k``/``v`` (..., 1, S2, D) with the leading dims
 
 from __future__ import annotations
 
-import math
-
 from .beta import default_beta, shift_entries
 from .precision import Allocation
 
@@ -162,10 +160,6 @@ def _guarded_exp(ops, x, m_new, dtype):
     underflows every exp when block means are far below zero."""
     return ops.cast(ops.where(ops.isneginf(m_new), 0.0, ops.exp(ops.where(ops.isneginf(m_new), 0.0, x))), dtype)
 
-
-def default_scale(head_dim: int) -> float:
-    """1/√d, FlashAttention's softmax scale."""
-    return 1.0 / math.sqrt(head_dim)
 
 
 def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
