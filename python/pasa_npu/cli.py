@@ -1,4 +1,5 @@
-"""The ``pasa-npu`` command: ``accuracy`` (the main job) and ``beta`` (Table 3 for any block size)."""
+"""The ``pasa-npu`` command: ``accuracy`` (the main job), ``beta`` (Table 3 for any block size) and ``scan``
+(per-layer FP16 overflow verdicts for a transformers model)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,36 @@ def _beta(args) -> int:
     return 0
 
 
+def _scan(args) -> int:
+    # transformers is needed only here: import it with the scanner, not with the CLI.
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from . import scan
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(args.model_dir)
+    model = AutoModel.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype)).eval()
+    inputs = tok(args.prompt, return_tensors="pt")
+    print(f"pasa-npu scan: {args.model_dir} ({type(model).__name__}, {args.dtype}), {inputs['input_ids'].shape[1]} "
+          f"tokens, block {args.block_kv}, beta {'default' if args.beta is None else args.beta}")
+    rows, caps = scan.scan_model(model, dict(inputs), beta=args.beta, block_kv=args.block_kv)
+    print(scan.format_table(rows))
+    meta = dict(model_dir=str(args.model_dir), prompt=args.prompt, tokens=int(inputs["input_ids"].shape[1]),
+                dtype=args.dtype, block_kv=args.block_kv, beta=args.beta)
+    if args.verify:
+        ran = scan.verify(caps, beta=args.beta, block_kv=args.block_kv)
+        agree = sum(ran[(r.layer, r.head, p)] == (r.overflow[p] == "nan") for r in rows for p in scan.VERDICT_PRECISIONS)
+        print(f"verify: running each allocation on the captured Q/K/V gives a non-finite output exactly where the "
+              f"verdict says NaN in {agree} of {len(ran)} (layer, head, allocation) cases")
+        meta["verify_agree"], meta["verify_cases"] = agree, len(ran)
+    scan.write_json(rows, out / "scan.json", meta)
+    scan.write_heatmap(rows, out / "scan.png", title=f"{Path(args.model_dir).name}: {args.prompt[:60]}")
+    print(f"wrote {out}/scan.json, scan.png")
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -75,6 +106,18 @@ def main(argv=None) -> int:
     bt.add_argument("--head-dim", type=_positive, default=None,
                     help="model the scaled M of the kernels with scale 1/sqrt(D) (default: unscaled, as Table 3)")
     bt.set_defaults(func=_beta)
+
+    sc = sub.add_parser("scan", help="per layer and head: would FP16 attention overflow on this model and prompt?")
+    sc.add_argument("model_dir", help="a local transformers model folder (config, weights, tokenizer)")
+    sc.add_argument("--prompt", required=True, help="the text to run through the model")
+    sc.add_argument("--out", default="scan_out", help="output folder for scan.json and scan.png (default: scan_out)")
+    sc.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                    help="the model's dtype while scanning (default float32)")
+    sc.add_argument("--block-kv", type=_positive, default=128, help="PASA's KV block length n (default 128)")
+    sc.add_argument("--beta", type=float, default=None, help="PASA's beta (default: the optimum for n and the scale)")
+    sc.add_argument("--verify", action="store_true",
+                    help="also run each allocation on the captured Q/K/V and check the verdicts against it")
+    sc.set_defaults(func=_scan)
 
     args = parser.parse_args(argv)
     return args.func(args)
