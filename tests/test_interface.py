@@ -503,6 +503,15 @@ def _ok():
     return q, k, v, dict(num_heads=4, num_key_value_heads=2, input_layout="BNSD")
 
 
+def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
+    from pasa_npu.backends import triton as tb
+
+    monkeypatch.setattr(tb, "_INTERPRET", False)  # tests/conftest.py turns the interpreter on without a GPU
+    q, k, v, kw = _ok()
+    with pytest.raises(RuntimeError, match="backend='triton' needs the triton package .* and CUDA tensors"):
+        fused_attention(q, k, v, **kw, backend="triton")
+
+
 @pytest.mark.parametrize("change,exc,match", [
     (dict(query=[1.0]), TypeError, "query must be a torch.Tensor"),
     (dict(key=None), TypeError, "key must be a torch.Tensor"),
@@ -533,7 +542,6 @@ def _ok():
     (dict(precision=3), TypeError, "precision must be None or one of"),
     (dict(backend="cuda"), ValueError, "backend must be None or one of"),
     (dict(backend="npu"), RuntimeError, "scripts/build_and_deploy.sh.*backend='reference'"),
-    (dict(backend="triton"), RuntimeError, "triton.*not available yet"),
     (dict(block_size=0), ValueError, "block_size must be positive"),
     (dict(block_size=(16, -1)), ValueError, "block_size must be positive"),
     (dict(block_size=(16, 16, 16)), ValueError, "block_size"),
@@ -644,12 +652,12 @@ def test_mixed_devices_are_refused():
                            "PYTHONPATH=python python3 -m pytest tests/test_interface.py -k cuda")
 @pytest.mark.parametrize("precision", ["pasa", "fp16"])
 def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
-    """CUDA tensors dispatch to the reference backend on the GPU; in the FP16-state allocations the
-    emulation is exact, so every layout, with GQA, a causal mode and varlen, gives the CPU's output
-    bits. lse = m + log l (+ I·F) is computed in FP32, where CUDA's log may differ in the last bit."""
+    """The reference backend on the GPU; in the FP16-state allocations the emulation is exact, so
+    every layout, with GQA, a causal mode and varlen, gives the CPU's output bits. lse = m + log l
+    (+ I·F) is computed in FP32, where CUDA's log may differ in the last bit."""
     q, k, v = qkv(b=2, n=4, nkv=2, s1=70, s2=150, d=64)
     kw = dict(num_heads=4, num_key_value_heads=2, scale=0.125, precision=precision, softmax_lse_flag=True,
-              sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths_kv=[150, 101])
+              sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths_kv=[150, 101], backend="reference")
     for layout, (lq, lk, lv), _ in _layouts(q, k, v):
         cpu_out, cpu_lse = fused_attention(lq, lk, lv, input_layout=layout, **kw)
         gpu = fused_attention(lq.cuda(), lk.cuda(), lv.cuda(), input_layout=layout,

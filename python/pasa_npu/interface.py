@@ -10,6 +10,13 @@ query row and one key, and a boolean mask (True = masked out) built from ``atten
 ``sparse_mode``, ``pre_tokens`` and ``next_tokens``. Batches with their own valid lengths are run
 one at a time on exactly their valid rows and keys, so the last KV block of a short sequence is a
 real tail and not a masked-out pad.
+
+The backend protocol: ``attention(q, k, v, *, precision, beta, block_q, block_kv, scale, mask)``
+on (B, N, S1, D) / (B, Nkv, S2, D) FP16 tensors returns out (B, N, S1, D) FP16 and lse (B, N, S1)
+FP32 (−∞ for a row with no key). A backend module that sets ``ACCEPTS_BAND = True`` (``triton``)
+also takes ``band=(lo, hi)``: the causal/band rule of the sparse modes (keep key j for query i only
+where lo <= j − i <= hi, None for an open side), then ``mask`` holds the user's mask alone, and the
+band is never materialised. Other backends get the band merged into the dense ``mask``.
 """
 
 from __future__ import annotations
@@ -131,8 +138,10 @@ def fused_attention(
             (block_q, block_kv) pair of positive ints; None means 128. Not FIA's block_size
             (PageAttention's, unsupported here).
         backend: "reference" (PyTorch ops, any device), "npu" (the AscendC kernel, once built
-            with scripts/build_and_deploy.sh), "triton" (not available yet), or None: "npu" for
-            NPU tensors, "reference" otherwise.
+            with scripts/build_and_deploy.sh), "triton" (the Triton kernel for CUDA tensors;
+            precisions "fp32", "pasa", "pasa_fp32"), or None: "npu" for NPU tensors, "triton" for
+            CUDA tensors when Triton is installed and computes the precision (and, for PASA, the
+            KV block length: 16, 32, 64, 128 or 256), "reference" otherwise.
 
     Returns:
         (attention_out, softmax_lse). attention_out: query's dtype; BSH (B, S1, H), BSND and
@@ -168,7 +177,7 @@ def fused_attention(
     alloc_name = _resolve_precision(precision, inner_precise)
     beta = _check_beta(beta)
     block_q, block_kv = _check_block_size(block_size)
-    backend_name = _resolve_backend(backend, query.device)
+    backend_name = _resolve_backend(backend, query.device, alloc_name, block_kv)
 
     # ---- tensors: dtype, device, shapes -----------------------------------------------------
     if query.dtype not in _INPUT_DTYPES:
@@ -291,9 +300,13 @@ def _resolve_precision(precision, inner_precise: int) -> str:
     return get_allocation(precision).name  # ValueError naming precision and PRECISIONS
 
 
-def _resolve_backend(backend, device: torch.device) -> str:
+def _resolve_backend(backend, device: torch.device, precision: str, block_kv: int) -> str:
     if backend is None:
-        return "npu" if device.type in _NPU_DEVICE_TYPES else "reference"
+        if device.type in _NPU_DEVICE_TYPES:
+            return "npu"
+        if device.type == "cuda" and _triton_computes(precision, block_kv):
+            return "triton"
+        return "reference"
     if not isinstance(backend, str):
         raise TypeError(f"backend must be None or one of {BACKENDS}, got {type(backend).__name__}")
     if backend not in BACKENDS:
@@ -301,12 +314,22 @@ def _resolve_backend(backend, device: torch.device) -> str:
     return backend
 
 
-def _backend_fn(name: str):
-    """The backend's ``attention`` callable, imported on first use."""
+def _triton_computes(precision: str, block_kv: int) -> bool:
+    """Triton is installed, a GPU is there, and the Triton kernel has this allocation and block."""
+    try:
+        from .backends import triton as mod
+    except ImportError:
+        return False
+    block_ok = not get_allocation(precision).shifted or block_kv in mod.BLOCK_KV
+    return mod.is_available(torch.device("cuda")) and precision in mod.PRECISIONS and block_ok
+
+
+def _backend_fn(name: str, device: torch.device):
+    """(the backend's ``attention`` callable, whether it takes ``band``), imported on first use."""
     if name == "reference":
         from .backends.reference import attention
 
-        return attention
+        return attention, False
     if name == "npu":
         try:
             from .backends import npu as mod  # type: ignore[attr-defined]
@@ -320,13 +343,14 @@ def _backend_fn(name: str):
             raise RuntimeError(
                 "backend='npu': the AscendC kernel is not available on this machine; build and deploy it "
                 "with scripts/build_and_deploy.sh, or pass backend='reference'")
-        return mod.attention
-    # triton
-    try:
-        from .backends import triton as mod  # type: ignore[attr-defined]
-    except ImportError:
-        raise RuntimeError("backend='triton' is not available yet; pass backend='reference' (or None)") from None
-    return mod.attention
+        return mod.attention, getattr(mod, "ACCEPTS_BAND", False)
+    from .backends import triton as mod
+
+    if not mod.is_available(device):
+        raise RuntimeError(f"backend='triton' needs the triton package (pip install triton) and CUDA tensors, got "
+                           f"tensors on {device}; pass backend='reference' (or None) to run the PyTorch reference "
+                           "on any device")
+    return mod.attention, mod.ACCEPTS_BAND
 
 
 def _to_fp16(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -523,23 +547,27 @@ def _user_mask(m: torch.Tensor, b: int, n: int, s1: int, s2: int) -> torch.Tenso
     return _as_bool_mask(m[:, :, :s1, :s2])
 
 
-def _structural_mask(mode: int, s1: int, s2: int, pre: int, nxt: int, has_user_mask: bool,
-                     device) -> torch.Tensor | None:
-    """(s1, s2) bool mask (True = masked out) of sparse_mode's rule for a batch of s1 valid queries
-    and s2 valid keys, or None where the mode adds nothing."""
+def _band(mode: int, s1: int, s2: int, pre: int, nxt: int, has_user_mask: bool):
+    """sparse_mode's rule for a batch of s1 valid queries and s2 valid keys as (lo, hi): key j is
+    kept for query i only where lo <= j − i <= hi (top-left origin; None = an open side); None
+    where the mode adds nothing."""
     if mode == 1 or (mode == 0 and not has_user_mask):
         return None
+    if mode == 0:
+        return -pre, nxt
+    if mode == 2:
+        return None, 0
+    if mode == 3:
+        return None, s2 - s1
+    return -pre + (s2 - s1), nxt + (s2 - s1)  # 4: band, bottom-right origin
+
+
+def _band_mask(band, s1: int, s2: int, device) -> torch.Tensor:
+    """The (s1, s2) bool mask (True = masked out) of a band (lo, hi)."""
+    lo, hi = band
     i = torch.arange(s1, device=device)[:, None]
     j = torch.arange(s2, device=device)[None, :]
     rel = j - i  # the key's offset from the query's diagonal, top-left origin
-    if mode == 0:
-        lo, hi = -pre, nxt
-    elif mode == 2:
-        lo, hi = None, 0
-    elif mode == 3:
-        lo, hi = None, s2 - s1
-    else:  # 4: band, bottom-right origin
-        lo, hi = -pre + (s2 - s1), nxt + (s2 - s1)
     masked = rel > hi
     if lo is not None:
         masked |= rel < lo
@@ -568,33 +596,35 @@ def _prepare_mask(atten_mask, sparse_mode, pre, nxt, b, n, s1, s2, decode):
     return _user_mask(atten_mask, b, n, s1, s2)
 
 
-def _job_mask(user_mask, batch: int | None, sparse_mode, pre, nxt, s1, s2, decode, device):
-    """The backend's mask for one batch (or for all when batch is None) of s1 x s2 valid rows/keys."""
+def _job_mask(user_mask, batch: int | None, sparse_mode, pre, nxt, s1, s2, decode, device, takes_band):
+    """(mask, band) for one batch (or for all when batch is None) of s1 x s2 valid rows/keys: the
+    band separately for a backend that ``takes_band``, else merged into the mask (band None)."""
     um = None
     if user_mask is not None:
         um = user_mask[:, :, :s1, :s2]
         if batch is not None:
             um = um[batch:batch + 1] if um.shape[0] > 1 else um
     # Q_S == 1 is FIA's decode branch, where sparse_mode and the tokens have no effect.
-    st = None if decode else _structural_mask(sparse_mode, s1, s2, pre, nxt, user_mask is not None, device)
-    if st is None:
-        return um
-    st = st[None, None]
-    return st if um is None else (um | st)
+    band = None if decode else _band(sparse_mode, s1, s2, pre, nxt, user_mask is not None)
+    if band is None or takes_band:
+        return um, band
+    st = _band_mask(band, s1, s2, device)[None, None]
+    return (st if um is None else (um | st)), None
 
 
 # ============================================================================================
 # running
 # ============================================================================================
 
-def _attend(fn, q, k, v, mask, cfg):
+def _attend(fn, q, k, v, mask_band, cfg):
     """Backend call on (b, N, s1, D) / (b, Nkv, s2, D) FP16 with s1 >= 1. Returns out (b, N, s1, D)
     FP16 and lse (b, N, s1) FP32 with LSE_NO_KEY for rows that attend to no key."""
     b, n, s1, d = q.shape
     if k.shape[2] == 0:  # FIA: key/value empty -> output 0
         return (torch.zeros(b, n, s1, d, dtype=torch.float16, device=q.device),
                 torch.full((b, n, s1), LSE_NO_KEY, dtype=torch.float32, device=q.device))
-    out, lse = fn(q, k, v, mask=mask, **cfg)
+    mask, band = mask_band
+    out, lse = fn(q, k, v, mask=mask, **cfg) if band is None else fn(q, k, v, mask=mask, band=band, **cfg)
     lse = torch.where(torch.isneginf(lse), torch.full_like(lse, LSE_NO_KEY), lse)
     return out, lse
 
@@ -613,21 +643,21 @@ def _run_padded(q, k, v, atten_mask, asl, aslkv, sparse_mode, pre, nxt, backend_
     else:
         lq = _per_batch_lengths("actual_seq_lengths", asl, b, s1)
     lk = _per_batch_lengths("actual_seq_lengths_kv", aslkv, b, s2)
-    fn = _backend_fn(backend_name)
+    fn, takes_band = _backend_fn(backend_name, q.device)
     out = torch.zeros(b, n, s1, d, dtype=torch.float16, device=q.device)
     lse = torch.full((b, n, s1), LSE_PADDED_ROW, dtype=torch.float32, device=q.device)
     if q.numel() == 0:  # FIA: an empty query returns at once
         return out, lse
     if (lq is None or all(x == s1 for x in lq)) and (lk is None or all(x == s2 for x in lk)):
-        mask = _job_mask(user_mask, None, sparse_mode, pre, nxt, s1, s2, decode, q.device)
-        return _attend(fn, q, k, v, mask, cfg)
+        mask_band = _job_mask(user_mask, None, sparse_mode, pre, nxt, s1, s2, decode, q.device, takes_band)
+        return _attend(fn, q, k, v, mask_band, cfg)
     for i in range(b):
         r = s1 if lq is None else lq[i]
         c = s2 if lk is None else lk[i]
         if r == 0:
             continue  # every row of this batch is padding
-        mask = _job_mask(user_mask, i, sparse_mode, pre, nxt, r, c, decode, q.device)
-        o, l = _attend(fn, q[i:i + 1, :, :r], k[i:i + 1, :, :c], v[i:i + 1, :, :c], mask, cfg)
+        mask_band = _job_mask(user_mask, i, sparse_mode, pre, nxt, r, c, decode, q.device, takes_band)
+        o, l = _attend(fn, q[i:i + 1, :, :r], k[i:i + 1, :, :c], v[i:i + 1, :, :c], mask_band, cfg)
         out[i, :, :r] = o[0]
         lse[i, :, :r] = l[0]
     return out, lse
@@ -645,7 +675,7 @@ def _run_tnd(q, k, v, atten_mask, asl, aslkv, sparse_mode, pre, nxt, backend_nam
                          f"with the compressed mask; a full atten_mask (sparse_mode={sparse_mode}) is not supported")
     # Checks the compressed mask and the band; every TND batch follows the Q_S > 1 rules.
     _prepare_mask(atten_mask, sparse_mode, pre, nxt, len(cq), n, 0, 0, decode=False)
-    fn = _backend_fn(backend_name)
+    fn, takes_band = _backend_fn(backend_name, q.device)
     out = torch.zeros(t, n, d, dtype=torch.float16, device=q.device)
     lse = torch.full((t, n), LSE_PADDED_ROW, dtype=torch.float32, device=q.device)
     if q.numel() == 0:
@@ -654,11 +684,11 @@ def _run_tnd(q, k, v, atten_mask, asl, aslkv, sparse_mode, pre, nxt, backend_nam
     for q1, k1 in zip(cq, ck):
         r, c = q1 - q0, k1 - k0
         if r > 0:
-            mask = _job_mask(None, None, sparse_mode, pre, nxt, r, c, False, q.device)
+            mask_band = _job_mask(None, None, sparse_mode, pre, nxt, r, c, False, q.device, takes_band)
             qb = q[q0:q1].transpose(0, 1)[None]  # (1, N, r, D)
             kb = k[k0:k1].transpose(0, 1)[None]
             vb = v[k0:k1].transpose(0, 1)[None]
-            o, l = _attend(fn, qb, kb, vb, mask, cfg)
+            o, l = _attend(fn, qb, kb, vb, mask_band, cfg)
             out[q0:q1] = o[0].transpose(0, 1)
             lse[q0:q1] = l[0].transpose(0, 1)
         q0, k0 = q1, k1

@@ -1,0 +1,186 @@
+"""The ``triton`` backend: PASA and FP32-state FlashAttention-2 as one Triton kernel, for CUDA tensors.
+
+Allocations: ``pasa`` (FP16 S', FP16 row state and output), ``pasa_fp32`` (FP16 S' and P, FP32 row
+state and output) and ``fp32`` (FlashAttention-2 with FP32 scores and state: the same kernel with no
+shift, the baseline PASA's overhead is measured against). The kernels and how they round:
+:mod:`pasa_npu.backends.triton_kernels`.
+
+PASA's K' = M·K runs as a pre-pass over K (once per KV head and block, then read by every query tile
+and every head of a GQA group) or fused into the attention loop (recomputed by every tile). By
+default (``shift=None``) prefill uses the pre-pass and decode (one query tile per KV head, so K' would
+be written and read back for a single use) the fused form: each measured faster there
+(docs/benchmarks/gpu.md).
+
+Masks: ``mask`` is a dense bool tensor (True = masked out) broadcastable to (B, N, S1, S2), read by
+the kernel with broadcast strides; ``band = (lo, hi)`` keeps key j for query i only where
+lo <= j − i <= hi (None for an open side). Causal and banded sparse modes come as a band and are
+never materialised: the kernel skips KV blocks outside the band.
+
+With ``TRITON_INTERPRET=1`` set before Triton is imported, the same kernels run on CPU tensors
+(NumPy emulation, slow; the FP16 exp then uses an FP32 exp2 rounded to FP16): CI tests them so.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..beta import default_beta, shift_entries
+from ..precision import get_allocation
+
+#: The allocations this backend computes.
+PRECISIONS: tuple[str, ...] = ("fp32", "pasa", "pasa_fp32")
+#: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
+BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
+SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
+#: Set in this backend's protocol: fused_attention passes causal/band masks as ``band``.
+ACCEPTS_BAND = True
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+_SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
+try:
+    import triton
+
+    from . import triton_kernels as _k
+except ImportError:  # triton is optional: is_available() reports it
+    triton = None
+
+
+def is_available(device: torch.device | None = None) -> bool:
+    """Triton is installed and can run on ``device`` (any device when None): CUDA tensors with a
+    GPU present, or CPU tensors under Triton's interpreter."""
+    if triton is None:
+        return False
+    cuda = torch.cuda.is_available() and (device is None or device.type == "cuda")
+    return cuda or (_INTERPRET and (device is None or device.type == "cpu"))
+
+
+def _config(d_pad: int, shifted: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
+    rounding; BLOCK_N is PASA's block length n (M depends on it) and free for fp32."""
+    block_n = block_kv if shifted else (128 if d_pad <= 128 else 64)
+    if _INTERPRET:
+        return 16, block_n, 4, 1
+    # The best configurations measured at S = 4096 (docs/benchmarks/gpu_notes.md).
+    if rows <= 16:
+        block_m, warps, stages = 16, 4, 2
+    elif rows <= 64 or d_pad <= 64:
+        block_m, warps, stages = 64, 4, 3
+    elif d_pad <= 128:
+        block_m, warps, stages = 128, 8, 3
+    else:
+        block_m, warps, stages = (128, 8, 2) if block_n <= 64 else (64, 8, 2)
+    # Each pipeline stage holds a K and a V tile; with the Q tile they must fit in shared memory.
+    while stages > 1 and stages * 4 * block_n * d_pad + 2 * block_m * d_pad > _SMEM_BYTES:
+        stages -= 1
+    return block_m, block_n, warps, stages
+
+
+def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
+    """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
+    power of two of splits that first gives every SM a program. Measured on the decode shape (128
+    KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16, 64 splits give 11.2, 11.0,
+    10.5, 10.0, 8.0 TFLOP/s in fp32."""
+    if tiles > 1:
+        return 1
+    if _INTERPRET:  # two splits exercise the combine on tiny shapes
+        return min(n_blocks, 2)
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return max(1, min(n_blocks, triton.next_power_of_2(-(-sms // heads))))
+
+
+def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
+              scale: float, mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
+              shift: str | None = None, config: tuple[int, int, int, int | None] | None = None):
+    """q (B, N, S1, D) float16; k, v (B, Nkv, S2, D) float16 with N % Nkv == 0; mask None or bool
+    broadcastable to (B, N, S1, S2), True = masked out; band None or (lo, hi). Returns out
+    (B, N, S1, D) float16 and lse (B, N, S1) float32 true-scale (−∞ and out 0 for a row with no key).
+    ``block_q`` is ignored (the kernel picks its row tile; rows are independent). ``config``
+    (BLOCK_M, num_warps, num_stages, KV splits or None) overrides the heuristics (the benchmark's
+    sweep)."""
+    if not is_available(q.device):
+        raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
+                           f"for CPU tensors), got a tensor on {q.device}")
+    if precision not in PRECISIONS:
+        get_allocation(precision)  # ValueError for an unknown name
+        raise ValueError(f"precision must be one of {PRECISIONS} with backend='triton', got {precision!r} "
+                         "(the other allocations run on backend='reference')")
+    if shift is not None and shift not in SHIFT_MODES:
+        raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype != torch.float16 or t.ndim != 4 or t.device != q.device:
+            raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton', got "
+                             f"{t.dtype} of shape {tuple(t.shape)} on {t.device}")
+    alloc = get_allocation(precision)
+    if alloc.shifted and block_kv not in BLOCK_KV:
+        raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
+                         f"backend='triton', got {block_kv}")
+    b, n, s1, d = q.shape
+    nkv, s2 = k.shape[1], k.shape[2]
+    g = n // nkv
+    d_pad = max(16, triton.next_power_of_2(d))
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    block_m, block_n, warps, stages = _config(d_pad, alloc.shifted, block_kv, g * s1)
+    if config is not None:
+        block_m, warps, stages, forced_splits = config
+    n_blocks = triton.cdiv(s2, block_n)
+    tiles = triton.cdiv(g * s1, block_m)
+    if shift is None:
+        shift = "fused" if tiles == 1 else "prepass"
+
+    if alloc.shifted:
+        beta = default_beta(block_kv, scale) if beta is None else beta
+        diag, off = shift_entries(beta, block_kv, "float16", scale)
+        inva = beta / (1.0 - beta)
+        if alloc.state == "float16":
+            inva = float(torch.tensor(inva, dtype=torch.float16))
+        shift_a, shift_b = diag - off, off
+    else:
+        inva = shift_a = shift_b = 0.0
+    kp = k
+    if alloc.shifted and shift == "prepass":
+        kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
+        _k.shift_keys_kernel[(n_blocks, b, nkv)](
+            k, kp, s2, k.stride(0), k.stride(1), k.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
+            shift_a, shift_b, D=d, D_PAD=d_pad, BLOCK_N=block_n, num_warps=4)
+
+    has_mask = mask is not None
+    if has_mask:
+        mask = torch.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)), (b, n, s1, s2))
+        mask = mask.view(torch.uint8)  # broadcast dims keep stride 0: the mask is never copied
+        msk = mask.stride()
+    else:
+        mask, msk = q, (0, 0, 0, 0)  # a pointer the kernel does not read
+    lo, hi = (None, None) if band is None else band
+    # j − i lies in [−(S1 − 1), S2 − 1]: clamping keeps the kernel's int32 sums from overflowing.
+    lo = -s1 if lo is None else max(int(lo), -s1)
+    hi = s2 if hi is None else min(int(hi), s2)
+
+    splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
+    per_split = triton.cdiv(n_blocks, splits)
+    splits = triton.cdiv(n_blocks, per_split)
+    out = torch.empty(b, n, s1, d, dtype=torch.float16, device=q.device)
+    lse = torch.empty(b, n, s1, dtype=torch.float32, device=q.device)
+    if splits > 1:
+        o_dst = torch.empty(splits, b, n, s1, d, dtype=torch.float32, device=q.device)
+        l_dst = torch.empty(splits, b, n, s1, dtype=torch.float32, device=q.device)
+    else:
+        o_dst, l_dst = out[None], lse[None]
+    _k.attention_kernel[(tiles, b * nkv, splits)](
+        q, k, v, kp, mask, o_dst, l_dst,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
+        *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3), l_dst.stride(1), l_dst.stride(2),
+        l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
+        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), lo, hi, per_split,
+        D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted,
+        STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
+        HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET,
+        num_warps=warps, num_stages=stages)
+    if splits > 1:
+        rows = b * n * s1
+        _k.combine_kernel[(triton.cdiv(rows, 64),)](
+            o_dst, l_dst, out, lse, rows, splits, D=d, D_PAD=d_pad, BLOCK_R=64,
+            SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    return out, lse

@@ -1,0 +1,236 @@
+"""Triton kernels of the ``triton`` backend: PASA and FP32-state FlashAttention-2 from one loop.
+
+One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
+BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
+head's G query heads, so GQA reads K/V once per group without copying it, and a decode step
+(S1 = 1) fills the matrix unit's M dimension with the group's heads instead of one row.
+
+Allocations (constexpr flags): SHIFTED (PASA: K' = M·K, S' in FP16, Welford running mean F,
+corrections I·ΔF) and STATE16 (row state m, l, F, O rounded to FP16 after every operation, the
+``pasa`` allocation; otherwise FP32, ``pasa_fp32`` and ``fp32``). State tensors are FP32 tensors
+holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is
+the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
+
+Differences from the golden loop (same mathematics, other roundings; the tests bound them):
+* P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
+  rather than to the block's own maximum followed by a rescale of P·V (Algorithm 1, lines 12-20);
+* Q·Kᵀ and P·V accumulate in the tensor cores' order (the golden model accumulates exactly), row
+  sums in FP32 in the order of the hardware's reduction tree, and K' = M·K is a·K + b·colsum(K) in
+  FP32 (M = a·I + b·J), rounded once to FP16;
+* with FP16 state, exp is ``ex2.approx.f16x2`` of the FP16 product x·log2(e) (FP32 ``exp2`` rounded
+  to FP16 under ``TRITON_INTERPRET=1``, where inline assembly does not run);
+* KV blocks that a causal/band mask removes entirely are skipped, so they add no term to F;
+* decode (one tile per KV head) splits the KV blocks over several programs, each with its own F,
+  and merges the normalised partial outputs through their true-scale lse.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _round(x, STATE16: tl.constexpr):
+    """One vector op's rounding in the state type (FP16 values kept in FP32 registers)."""
+    if STATE16:
+        return x.to(tl.float16).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
+def _exp(x, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
+    """exp(x) rounded to the state type; x holds state-type values."""
+    if STATE16:
+        y = (x * LOG2E).to(tl.float16)
+        if FP16_EXP:
+            e = tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [y],
+                                          dtype=tl.float16, is_pure=True, pack=2)
+        else:
+            e = tl.exp2(y.to(tl.float32)).to(tl.float16)
+        return e.to(tl.float32)
+    else:
+        return tl.exp2(x * LOG2E)
+
+
+@triton.jit
+def _shifted_keys(k, shift_a, shift_b, BLOCK_N: tl.constexpr):
+    """K' = M·K for one block, M = (I − β/n·J)·scale with FP16 entries diag = a + b, off = b:
+    M·K = a·K + b·colsum(K), in FP32, rounded to FP16 (the matrix unit's output type)."""
+    kf = k.to(tl.float32)
+    return (shift_a * kf + shift_b * tl.sum(kf, axis=0)[None, :]).to(tl.float16)
+
+
+@triton.jit
+def shift_keys_kernel(K, KP, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
+                      D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Pre-pass K'_j = M·K_j for every KV block j, once per KV head (not once per query tile).
+    A tail block is padded with copies of the last key (clamped row index), as in the golden model."""
+    blk = tl.program_id(0)
+    b = tl.program_id(1)
+    h = tl.program_id(2)
+    rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, D_PAD)
+    src = tl.minimum(rows, S2 - 1)
+    k = tl.load(K + b * skb + h * skh + src[:, None] * sks + d[None, :], mask=d[None, :] < D, other=0.0)
+    kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
+    tl.store(KP + b * spb + h * sph + rows[:, None] * sps + d[None, :], kp, mask=d[None, :] < D)
+
+
+@triton.jit
+def attention_kernel(
+    Q, K, V, KP, Mask, Out, Lse,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps,
+    smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
+    NKV, S1, S2, G, scale, inva, shift_a, shift_b, band_lo, band_hi, blocks_per_split,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SHIFTED: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
+    HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
+):
+    """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
+    FP32 lse, or with SPLIT the partial normalised FP32 output and lse of split ``program_id(2)``
+    (split strides ``sop``, ``slp``)."""
+    # Longest rows first: under a causal band the last tiles see the most KV blocks.
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    b = tl.program_id(1) // NKV
+    hkv = tl.program_id(1) % NKV
+    split = tl.program_id(2)
+
+    # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_rows = G * S1
+    row_ok = rows < n_rows
+    pos = rows % S1
+    head = hkv * G + rows // S1
+    d = tl.arange(0, D_PAD)
+    d_ok = d[None, :] < D
+    q = tl.load(Q + b * sqb + head[:, None] * sqh + pos[:, None] * sqs + d[None, :],
+                mask=row_ok[:, None] & d_ok, other=0.0)
+
+    # The KV blocks this tile can see. A tile that spans two heads holds every query position.
+    blk_lo = 0
+    blk_hi = tl.cdiv(S2, BLOCK_N)
+    r0 = pid_m * BLOCK_M
+    r1 = tl.minimum(r0 + BLOCK_M, n_rows) - 1
+    spans = (r0 // S1) != (r1 // S1)
+    i_lo = tl.where(spans, 0, r0 % S1)
+    i_hi = tl.where(spans, S1 - 1, r1 % S1)
+    if HAS_BAND:
+        j_lo = tl.maximum(i_lo + band_lo, 0)
+        j_hi = tl.minimum(i_hi + band_hi, S2 - 1)
+        blk_lo = j_lo // BLOCK_N
+        blk_hi = tl.where(j_hi >= j_lo, j_hi // BLOCK_N + 1, blk_lo)
+    if SPLIT:
+        blk_lo = blk_lo + split * blocks_per_split
+        blk_hi = tl.minimum(blk_hi, blk_lo + blocks_per_split)
+
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    f = tl.zeros([BLOCK_M], tl.float32)
+    o = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    cols0 = tl.arange(0, BLOCK_N)
+    for blk in range(blk_lo, blk_hi):
+        cols = blk * BLOCK_N + cols0
+        col_ok = cols < S2
+        if SHIFTED:
+            if FUSED_SHIFT:
+                src = tl.minimum(cols, S2 - 1)  # a tail block repeats its last key
+                k = tl.load(K + b * skb + hkv * skh + src[:, None] * sks + d[None, :], mask=d_ok, other=0.0)
+                kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
+            else:
+                kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+            # S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted.
+            s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
+            # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
+            mean = _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
+        else:
+            k = tl.load(K + b * skb + hkv * skh + cols[:, None] * sks + d[None, :],
+                        mask=col_ok[:, None] & d_ok, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale
+        # Element masks only where a block is not wholly kept: the S2 tail, the band's edges, a user mask.
+        c0 = blk * BLOCK_N
+        partial = c0 + BLOCK_N > S2
+        if HAS_BAND:
+            partial = partial | (c0 - i_hi < band_lo) | (c0 + BLOCK_N - 1 - i_lo > band_hi)
+        if HAS_MASK:
+            mk = tl.load(Mask + b * smb + head[:, None] * smh + pos[:, None] * sms + cols[None, :] * smk,
+                         mask=row_ok[:, None] & col_ok[None, :], other=1)
+            s = tl.where(mk == 0, s, float("-inf"))
+        if partial:
+            keep = col_ok[None, :]
+            if HAS_BAND:
+                rel = cols[None, :] - pos[:, None]
+                keep = keep & (rel >= band_lo) & (rel <= band_hi)
+            s = tl.where(keep, s, float("-inf"))
+        m_blk = tl.max(s, axis=1)
+        if SHIFTED:
+            # Welford mean F_j = F + (S̄' − F)/j and the corrections to the common reference I·F_j.
+            j = (blk - blk_lo + 1).to(tl.float32)
+            f_new = _round(f + _round(_round(mean - f, STATE16) / j, STATE16), STATE16)
+            d_prev = tl.where(j == 1.0, 0.0, _round(inva * _round(f - f_new, STATE16), STATE16))
+            d_cur = _round(inva * _round(mean - f_new, STATE16), STATE16)
+            f = f_new
+            m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
+        else:
+            d_prev = 0.0
+            d_cur = 0.0
+            m_new = tl.maximum(m, m_blk)
+        seen = m_new != float("-inf")
+        m_safe = tl.where(seen, m_new, 0.0)
+        # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
+        alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), STATE16, FP16_EXP), 0.0)
+        # P relative to the merged maximum: S' + Δ'_cur − m_new.
+        p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), STATE16, FP16_EXP)
+        l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
+        v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
+                    mask=col_ok[:, None] & d_ok, other=0.0)
+        if STATE16:
+            pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
+            o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
+        else:
+            o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
+        m = m_new
+
+    empty = l == 0.0
+    if STATE16:
+        out = (o / tl.where(empty, 1.0, l)[:, None]).to(tl.float16).to(tl.float32)
+    else:
+        out = o / tl.where(empty, 1.0, l)[:, None]
+    out = tl.where(empty[:, None], 0.0, out)
+    lse = m + tl.log(tl.where(empty, 1.0, l))
+    if SHIFTED:
+        lse = lse + inva * f
+    lse = tl.where(empty, float("-inf"), lse)
+    o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
+    tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+    tl.store(Lse + split * slp + b * slb + head * slh + pos * sls, lse, mask=row_ok)
+
+
+@triton.jit
+def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, D: tl.constexpr, D_PAD: tl.constexpr,
+                   BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """Merge split-KV partials: lse = log Σ exp(lse_s), out = Σ exp(lse_s − lse)·out_s. Partials are
+    (splits, rows, D) normalised FP32 outputs and (splits, rows) true-scale lse (−∞ = no key)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    sp = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, D_PAD)
+    row_ok = rows < n_rows
+    lse_s = tl.load(PartLse + sp[None, :] * n_rows + rows[:, None],
+                    mask=row_ok[:, None] & (sp[None, :] < n_splits), other=float("-inf"))
+    mx = tl.max(lse_s, axis=1)
+    any_key = mx != float("-inf")
+    w = tl.exp(lse_s - tl.where(any_key, mx, 0.0)[:, None])
+    tot = tl.sum(w, axis=1)
+    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+    for s in range(0, n_splits):
+        ws = tl.sum(tl.where(sp[None, :] == s, w, 0.0), axis=1)
+        po = tl.load(PartO + (s * n_rows + rows[:, None]) * D + d[None, :],
+                     mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+        acc += ws[:, None] * po
+    out = tl.where(any_key[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
+    tl.store(Out + rows[:, None] * D + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
+    lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), float("-inf"))
+    tl.store(Lse + rows, lse, mask=row_ok)
