@@ -1,0 +1,51 @@
+// Per-core state of the model: which core the calling thread is (AIC or AIV, block and sub-block
+// index), its physical on-chip memories and its intra-core event counters. Each core of a launch
+// runs on its own thread, so the state is reached through a thread-local pointer.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ascendc_model {
+
+enum class CoreType { AIC, AIV };
+
+// The physical memories of an Atlas A2 AI core. UB belongs to each AIV; L1, L0A, L0B and L0C to the AIC.
+enum class Memory { UB, L1, L0A, L0B, L0C };
+constexpr uint32_t kUbBytes = 192 * 1024;
+constexpr uint32_t kL1Bytes = 512 * 1024;
+constexpr uint32_t kL0aBytes = 64 * 1024;
+constexpr uint32_t kL0bBytes = 64 * 1024;
+constexpr uint32_t kL0cBytes = 128 * 1024;
+constexpr uint32_t kBlockBytes = 32;  // the DMA / vector data block ("DataBlock")
+const char* MemoryName(Memory m);
+uint32_t MemoryCapacity(Memory m);
+
+// Intra-core event flags: SetFlag/WaitFlag<HardEvent> ids 0..7.
+constexpr int kEventIds = 8;
+constexpr int kHardEventKinds = 64;
+
+class TPipeState;
+
+struct CoreContext {
+    CoreType type = CoreType::AIV;
+    uint32_t blockIdx = 0;     // index of the AI core (AIC index; for an AIV, the AIC it belongs to)
+    uint32_t subBlockIdx = 0;  // 0 or 1 on an AIV, 0 on the AIC
+    uint32_t blockDim = 1;     // number of AI cores launched
+    uint64_t tilingKey = 0;
+    uint32_t globalIndex = 0;  // position in the launch's core list (flag bookkeeping)
+    // Physical memories, filled with 0xFF bytes (NaN for half and float) so a read of never-written
+    // data shows up as NaN instead of a plausible zero.
+    std::array<std::vector<uint8_t>, 5> memory;
+    std::array<std::array<int, kEventIds>, kHardEventKinds> eventCount{};
+    TPipeState* pipe = nullptr;  // the live TPipe of this core (at most one)
+
+    std::vector<uint8_t>& Mem(Memory m) { return memory[static_cast<int>(m)]; }
+    std::string Name() const;  // "AIC 2" / "AIV 5 (block 2, sub-block 1)"
+};
+
+// The core the calling thread runs as; outside LaunchMix there is none and this throws Error.
+CoreContext& CurrentCore();
+
+}  // namespace ascendc_model

@@ -1,0 +1,41 @@
+// Synchronisation. Inside a core the model executes every pipe in program order, so SetFlag/WaitFlag
+// and PipeBarrier only have their pairing checked (a WaitFlag with no SetFlag of that event id before
+// it would hang the hardware and is an error). Across cores the flags are real: CrossCoreSetFlag /
+// CrossCoreWaitFlag block the calling thread with the counting semantics of the docs (see launch.cpp),
+// and SyncAll is a barrier.
+#pragma once
+#include <cstdint>
+
+#include "host_model/types.h"
+
+namespace ascendc_model {
+void SetEventFlag(AscendC::HardEvent evt, int32_t id);
+void WaitEventFlag(AscendC::HardEvent evt, int32_t id);
+void CrossCoreSet(uint8_t mode, uint16_t flagId);
+void CrossCoreWait(uint8_t mode, uint16_t flagId);
+void SyncAllCores(bool aivOnly);
+}  // namespace ascendc_model
+
+namespace AscendC {
+
+template <HardEvent evt>
+void SetFlag(int32_t eventID) { ascendc_model::SetEventFlag(evt, eventID); }
+template <HardEvent evt>
+void WaitFlag(int32_t eventID) { ascendc_model::WaitEventFlag(evt, eventID); }
+template <pipe_t pipe>
+void PipeBarrier() {}
+
+template <uint8_t modeId, pipe_t pipe>
+void CrossCoreSetFlag(uint16_t flagId) {
+    static_assert(modeId == 0 || modeId == 1 || modeId == 2, "Atlas A2 supports CrossCoreSetFlag modes 0, 1, 2");
+    static_assert(pipe != PIPE_S && pipe != PIPE_ALL, "CrossCoreSetFlag does not take PIPE_S or PIPE_ALL");
+    ascendc_model::CrossCoreSet(modeId, flagId);
+}
+// On Atlas A2 the wait's modeId has no effect: it consumes one count of this core's flag.
+template <uint8_t modeId = 0, pipe_t pipe = PIPE_S>
+void CrossCoreWaitFlag(uint16_t flagId) { ascendc_model::CrossCoreWait(modeId, flagId); }
+
+template <bool isAIVOnly = true>
+void SyncAll() { ascendc_model::SyncAllCores(isAIVOnly); }
+
+}  // namespace AscendC

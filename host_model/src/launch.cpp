@@ -1,0 +1,217 @@
+// LaunchMix and the cross-core synchronisation semantics.
+//
+// Flag counting (CrossCoreSetFlag docs, Atlas A2): every core has one counter per flagId; a
+// CrossCoreWaitFlag blocks until its own counter is non-zero and decrements it (the wait's modeId
+// has no effect on A2). A set raises counters as follows:
+//   mode 0: when all cores of the setter's type have set flagId, every core of that type gets +1;
+//   mode 1 (AIV only): when both AIVs of an AI core have set it, both get +1;
+//   mode 2 from the AIC: both of its AIVs get +1; from an AIV: when both AIVs have set it, the AIC
+//           gets +1.
+// A counter (or a pending half of a pair) beyond 15 is an error, as the hardware would hang.
+#include "host_model/launch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "host_model/error.h"
+#include "host_model/sync.h"
+#include "launch_state.h"
+
+namespace ascendc_model {
+
+namespace {
+thread_local LaunchState* tLaunch = nullptr;
+std::string FlagText(const char* api, uint8_t mode, uint16_t flagId) {
+    return std::string(api) + "(flag " + std::to_string(flagId) + ", mode " + std::to_string(mode) + ")";
+}
+}  // namespace
+
+LaunchState& CurrentLaunch() {
+    if (tLaunch == nullptr) throw Error("host: cross-core synchronisation called outside LaunchMix");
+    return *tLaunch;
+}
+
+LaunchState::LaunchState(const LaunchConfig& cfg) : cfg_(cfg) {
+    if (cfg.blockDim == 0) throw Error("host: LaunchMix: blockDim must be at least 1");
+    const uint32_t b = cfg.blockDim;
+    for (uint32_t i = 0; i < 3 * b; ++i) {
+        auto core = std::make_unique<CoreContext>();
+        core->type = i < b ? CoreType::AIC : CoreType::AIV;
+        core->blockIdx = i < b ? i : (i - b) / 2;
+        core->subBlockIdx = i < b ? 0 : (i - b) % 2;
+        core->blockDim = b;
+        core->tilingKey = cfg.tilingKey;
+        core->globalIndex = i;
+        if (core->type == CoreType::AIC) {
+            for (Memory m : {Memory::L1, Memory::L0A, Memory::L0B, Memory::L0C})
+                core->Mem(m).assign(MemoryCapacity(m), 0xFF);
+        } else {
+            core->Mem(Memory::UB).assign(kUbBytes, 0xFF);
+        }
+        cores_.push_back(std::move(core));
+    }
+    flags_.assign(3 * b, {});
+    mode1Pending_.assign(b, {});
+    mode2Pending_.assign(b, {});
+}
+
+void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) {
+    BindCore(&core);
+    tLaunch = this;
+    std::exception_ptr error;
+    try {
+        body();
+    } catch (const Aborted&) {
+    } catch (const Error&) {
+        error = std::current_exception();
+    } catch (const std::exception& e) {
+        error = std::make_exception_ptr(Error(core.Name() + ": unexpected exception: " + e.what()));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error && !firstError_) firstError_ = error;
+    if (error) aborted_ = true;
+    ++finished_;
+    cv_.notify_all();
+}
+
+void LaunchState::Run(const std::function<void()>& body) {
+    std::vector<std::thread> threads;
+    threads.reserve(cores_.size());
+    for (auto& core : cores_) threads.emplace_back([this, &core, &body] { RunCore(*core, body); });
+    for (std::thread& t : threads) t.join();
+    if (firstError_) std::rethrow_exception(firstError_);
+}
+
+void LaunchState::BlockUntil(std::unique_lock<std::mutex>& lock, CoreContext& self, const std::string& api,
+                             const std::string& what, const std::function<bool()>& ready,
+                             const std::function<void()>& consume) {
+    Waiter me{&self, what, ready};
+    waiters_.push_back(&me);
+    struct Unregister {
+        std::vector<Waiter*>& list;
+        Waiter* w;
+        ~Unregister() { list.erase(std::find(list.begin(), list.end(), w)); }
+    } unregister{waiters_, &me};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg_.flagTimeoutSeconds);
+    while (true) {
+        if (aborted_) throw Aborted{};
+        if (ready()) {
+            consume();
+            return;
+        }
+        const bool othersRunning = finished_ + waiters_.size() < cores_.size();
+        bool someoneReady = false;
+        for (Waiter* w : waiters_) someoneReady = someoneReady || w->ready();
+        if (!othersRunning && !someoneReady) {
+            std::string blocked;
+            for (Waiter* w : waiters_) blocked += "; " + w->core->Name() + " in " + w->what;
+            Fail(api, what + " can never be satisfied: every core has finished or is blocked (blocked: " +
+                          blocked.substr(2) + ")");
+        }
+        if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_)
+            Fail(api, what + " timed out after " + std::to_string(cfg_.flagTimeoutSeconds) + " s");
+    }
+}
+
+void LaunchState::CheckPending(int& pending, const std::string& whose, uint16_t flagId) {
+    if (++pending > kFlagCounterLimit)
+        Fail("CrossCoreSetFlag", "flag " + std::to_string(flagId) + " set more than " +
+                                     std::to_string(kFlagCounterLimit) + " times by " + whose +
+                                     " without the matching sets of its partner cores");
+}
+
+void LaunchState::Count(uint32_t target, uint16_t flagId, const char* api) {
+    int& c = flags_[target][flagId];
+    if (c >= kFlagCounterLimit)
+        Fail(api, "flag " + std::to_string(flagId) + " of " + cores_[target]->Name() + " set more than " +
+                      std::to_string(kFlagCounterLimit) + " times without a CrossCoreWaitFlag (hardware limit)");
+    ++c;
+}
+
+void LaunchState::CrossCoreSet(CoreContext& self, uint8_t mode, uint16_t flagId) {
+    const char* api = "CrossCoreSetFlag";
+    if (flagId > kMaxUserFlagId)
+        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint32_t b = cfg_.blockDim, blk = self.blockIdx;
+    const uint32_t aiv0 = b + 2 * blk, aic = blk;
+    const bool isAic = self.type == CoreType::AIC;
+    if (mode == 0) {
+        int& arrived = mode0Arrivals_[isAic ? 0 : 1][flagId];
+        const uint32_t group = isAic ? b : 2 * b;
+        if (++arrived == static_cast<int>(group)) {
+            arrived = 0;
+            for (uint32_t i = isAic ? 0 : b; i < (isAic ? b : 3 * b); ++i) Count(i, flagId, api);
+        }
+    } else if (mode == 1 || !isAic) {
+        if (isAic) Fail(api, "mode 1 synchronises the two AIVs of an AI core; the AIC cannot use it");
+        // Both AIVs must set before anyone is counted: mode 1 counts both AIVs, mode 2 the AIC.
+        auto& pend = (mode == 1 ? mode1Pending_ : mode2Pending_)[blk];
+        CheckPending(pend[self.subBlockIdx][flagId], self.Name(), flagId);
+        if (pend[0][flagId] > 0 && pend[1][flagId] > 0) {
+            --pend[0][flagId];
+            --pend[1][flagId];
+            if (mode == 1) {
+                Count(aiv0, flagId, api);
+                Count(aiv0 + 1, flagId, api);
+            } else {
+                Count(aic, flagId, api);
+            }
+        }
+    } else {  // mode 2 from the AIC: both of its AIVs
+        Count(aiv0, flagId, api);
+        Count(aiv0 + 1, flagId, api);
+    }
+    cv_.notify_all();
+}
+
+void LaunchState::CrossCoreWait(CoreContext& self, uint8_t mode, uint16_t flagId) {
+    const char* api = "CrossCoreWaitFlag";
+    if (flagId > kMaxUserFlagId)
+        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    std::unique_lock<std::mutex> lock(mu_);
+    int& counter = flags_[self.globalIndex][flagId];
+    BlockUntil(lock, self, api, FlagText(api, mode, flagId), [&counter] { return counter > 0; }, [&counter] { --counter; });
+}
+
+void LaunchState::SyncAll(CoreContext& self, bool aivOnly) {
+    if (aivOnly && self.type == CoreType::AIC) Fail("SyncAll", "SyncAll<true> synchronises AIVs; called on the AIC");
+    std::unique_lock<std::mutex> lock(mu_);
+    const int g = aivOnly ? 0 : 1;
+    const uint32_t group = aivOnly ? 2 * cfg_.blockDim : 3 * cfg_.blockDim;
+    const uint64_t generation = barrierGeneration_[g];
+    if (++barrierArrived_[g] == group) {
+        barrierArrived_[g] = 0;
+        ++barrierGeneration_[g];
+        cv_.notify_all();
+        return;
+    }
+    BlockUntil(lock, self, "SyncAll", aivOnly ? "SyncAll<true>" : "SyncAll<false>",
+               [this, g, generation] { return barrierGeneration_[g] != generation; }, [] {});
+}
+
+void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& body) {
+    LaunchState state(cfg);
+    state.Run(body);
+}
+
+void CrossCoreSet(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreSet(CurrentCore(), mode, flagId); }
+void CrossCoreWait(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreWait(CurrentCore(), mode, flagId); }
+void SyncAllCores(bool aivOnly) { CurrentLaunch().SyncAll(CurrentCore(), aivOnly); }
+
+void SetEventFlag(AscendC::HardEvent evt, int32_t id) {
+    if (id < 0 || id >= kEventIds)
+        Fail(std::string("SetFlag<HardEvent::") + AscendC::HardEventName(evt) + ">", "event id " + std::to_string(id) + " outside 0..7");
+    ++CurrentCore().eventCount[static_cast<int>(evt)][id];
+}
+
+void WaitEventFlag(AscendC::HardEvent evt, int32_t id) {
+    const std::string api = std::string("WaitFlag<HardEvent::") + AscendC::HardEventName(evt) + ">(" + std::to_string(id) + ")";
+    if (id < 0 || id >= kEventIds) Fail(api, "event id outside 0..7");
+    int& count = CurrentCore().eventCount[static_cast<int>(evt)][id];
+    if (count == 0) Fail(api, "no SetFlag of this event id before it; the hardware would wait forever");
+    --count;
+}
+
+}  // namespace ascendc_model

@@ -1,0 +1,137 @@
+// Launch identity, cross-core flags (modes 0 and 2), SyncAll, intra-core event pairing, and the
+// failure paths: a wait that can never be satisfied, a timeout, a counter past 15, a bad flag id,
+// and one core's error releasing the others.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+
+using namespace AscendC;
+using ascendc_model::LaunchMix;
+
+HM_CASE(launch_identity) {
+    // blockDim 3: AIC i has GetBlockIdx i; AIV (i, s) has 2i + s; tiling key visible to all.
+    std::vector<std::atomic<int>> seen(9);
+    LaunchMix({3, 7, 5.0}, [&] {
+        HM_CHECK(GetBlockNum() == 3 && TILING_KEY_IS(7) && !TILING_KEY_IS(6), "block num / tiling key");
+        if ASCEND_IS_AIC {
+            HM_CHECK(GetSubBlockIdx() == 0 && GetTaskRation() == 1, "AIC sub-block / ratio");
+            seen[GetBlockIdx()]++;
+        }
+        if ASCEND_IS_AIV {
+            HM_CHECK(GetTaskRation() == 2, "AIV ratio");
+            seen[3 + GetBlockIdx()]++;
+        }
+    });
+    for (auto& s : seen) HM_CHECK(s == 1, "every core ran once");
+}
+
+HM_CASE(sync_mode2_ping_pong) {
+    // Per AI core: the AIC publishes a value in GM and sets flag 3 (mode 2); both AIVs wait, read it,
+    // write value+1+sub and set flag 4 (mode 2); the AIC waits for both before the next round.
+    constexpr int rounds = 20;
+    std::vector<int32_t> gm(2 * 3, 0);
+    std::atomic<int> errors{0};
+    LaunchMix({2, 0, 5.0}, [&] {
+        const uint32_t blk = ASCEND_IS_AIC ? GetBlockIdx() : GetBlockIdx() / 2;
+        int32_t* slot = gm.data() + blk * 3;
+        for (int r = 0; r < rounds; ++r) {
+            if ASCEND_IS_AIC {
+                slot[0] = 100 * r;
+                CrossCoreSetFlag<2, PIPE_FIX>(3);
+                CrossCoreWaitFlag(4);
+                if (slot[1] != 100 * r + 1 || slot[2] != 100 * r + 2) errors++;
+            } else {
+                CrossCoreWaitFlag(3);
+                slot[1 + GetSubBlockIdx()] = slot[0] + 1 + static_cast<int32_t>(GetSubBlockIdx());
+                CrossCoreSetFlag<2, PIPE_MTE3>(4);
+            }
+        }
+    });
+    HM_CHECK(errors == 0, "the AIC saw both AIVs' writes every round");
+}
+
+HM_CASE(sync_mode0_and_syncall) {
+    // Mode 0 on the AIVs: every AIV writes its id, sets flag 5, waits; afterwards all ids are visible.
+    std::vector<std::atomic<int>> ids(8);
+    std::atomic<int> bad{0};
+    LaunchMix({4, 0, 5.0}, [&] {
+        if ASCEND_IS_AIV {
+            ids[GetBlockIdx()] = static_cast<int>(GetBlockIdx()) + 1;
+            CrossCoreSetFlag<0, PIPE_MTE3>(5);
+            CrossCoreWaitFlag(5);
+            for (auto& x : ids) if (x == 0) bad++;
+            SyncAll();
+        }
+        SyncAll<false>();
+    });
+    HM_CHECK(bad == 0, "mode-0 barrier: every AIV's write visible after the wait");
+}
+
+HM_CASE(sync_intra_core_events) {
+    hm_test::OnAiv([] {
+        TPipe pipe;
+        TEventID id = pipe.AllocEventID<HardEvent::V_MTE3>();
+        SetFlag<HardEvent::V_MTE3>(id);
+        WaitFlag<HardEvent::V_MTE3>(id);
+        pipe.ReleaseEventID<HardEvent::V_MTE3>(id);
+        SetFlag<HardEvent::MTE2_V>(0);
+        SetFlag<HardEvent::MTE2_V>(1);
+        WaitFlag<HardEvent::MTE2_V>(1);
+        WaitFlag<HardEvent::MTE2_V>(0);
+        PipeBarrier<PIPE_V>();
+    });
+}
+
+HM_CASE(misuse_waitflag_without_setflag) {
+    hm_test::OnAiv([] {
+        SetFlag<HardEvent::MTE2_V>(0);
+        WaitFlag<HardEvent::MTE2_V>(0);
+        WaitFlag<HardEvent::MTE2_V>(0);
+    });
+}
+
+HM_CASE(misuse_crosscore_wait_never_set) {
+    // The AIVs wait for flag 3 that the AIC never sets (it waits for flag 4 from them instead).
+    LaunchMix({1, 0, 30.0}, [] {
+        if ASCEND_IS_AIC CrossCoreWaitFlag(4);
+        if ASCEND_IS_AIV {
+            CrossCoreWaitFlag(3);
+            CrossCoreSetFlag<2, PIPE_MTE3>(4);
+        }
+    });
+}
+
+HM_CASE(misuse_crosscore_wait_timeout) {
+    // AIV 1 keeps running (sleeps 2 s) while AIV 0 waits for a flag nobody sets: the 0.3 s timeout fires.
+    LaunchMix({1, 0, 0.3}, [] {
+        if (ASCEND_IS_AIV && GetSubBlockIdx() == 0) CrossCoreWaitFlag<2, PIPE_V>(7);
+        if (ASCEND_IS_AIV && GetSubBlockIdx() == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
+    });
+}
+
+HM_CASE(misuse_crosscore_counter_overflow) {
+    LaunchMix({1, 0, 5.0}, [] {
+        if ASCEND_IS_AIC
+            for (int i = 0; i < 16; ++i) CrossCoreSetFlag<2, PIPE_FIX>(2);
+    });
+}
+
+HM_CASE(misuse_crosscore_flag_id_range) {
+    LaunchMix({1, 0, 5.0}, [] {
+        if ASCEND_IS_AIC CrossCoreSetFlag<2, PIPE_FIX>(11);
+    });
+}
+
+HM_CASE(misuse_error_releases_waiters) {
+    // The AIC overflows L0C while both AIVs wait for it: the AIC's error is reported, not a hang.
+    LaunchMix({1, 0, 30.0}, [] {
+        if ASCEND_IS_AIC {
+            TPipe pipe;
+            TBuf<TPosition::CO1> c;
+            pipe.InitBuffer(c, 129 * 1024);
+        }
+        if ASCEND_IS_AIV CrossCoreWaitFlag(1);
+    });
+}
