@@ -1,0 +1,313 @@
+// Host tiling of the PASA fused-attention kernel (plain C++17, no CANN header).
+// See op_host/pasa_tiling.h for the interface and op_kernel/pasa_tiling_data.h for the struct.
+#include "pasa_tiling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace pasa {
+namespace {
+
+constexpr uint32_t kBlockKv = 128;      // n of M = (I - beta/n J)*scale; 1/n is exact
+constexpr uint64_t kWsAlign = 512;      // GM workspace regions start on 512-byte boundaries
+constexpr uint32_t kL0Half = 32 * 1024; // one of the two ping-pong buffers of L0A/L0B
+
+uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+[[noreturn]] void Bad(const std::string& msg) { throw std::invalid_argument(msg); }
+
+// IEEE binary16 round-to-nearest-even of a double, returned as double (what numpy's astype does).
+double RoundToHalf(double x) {
+    if (!std::isfinite(x) || x == 0.0) return x;
+    double ax = std::fabs(x);
+    if (ax >= 65520.0) return std::copysign(INFINITY, x);
+    int e;
+    std::frexp(ax, &e);                 // ax = f * 2^e, f in [0.5, 1)
+    int exp2 = std::max(e - 11, -24);   // ulp exponent: 10 fraction bits, subnormals at 2^-24
+    double ulp = std::ldexp(1.0, exp2);
+    double q = ax / ulp;
+    double r = std::nearbyint(q);       // default rounding mode: ties to even
+    return std::copysign(r * ulp, x);
+}
+
+double PracticalInvariance(double beta, int n, double scale) {
+    double diag, off;
+    ShiftEntries(beta, n, scale, &diag, &off);
+    double s = scale > 0 ? scale : 1.0;
+    double b = -off / s;
+    double a = diag / s + b;
+    if (a - b * n <= 0.0) Bad("beta: M rounded to float16 is singular (effective beta >= 1)");
+    return b * n / (a * (a - b * n)) + (1.0 - a) / a;
+}
+
+struct Plan {
+    uint32_t blockQ, baseK;
+    uint64_t ub, l1, l0a, l0b, l0c;
+};
+
+// The on-chip buffers the kernel allocates per core for query blocks of bq rows: this must stay the
+// sum of the InitBuffer calls of op_kernel/pasa_vector_softmax.h (UB, per AIV) and
+// op_kernel/pasa_cube_ops.h + pasa_fused_attention.cpp (L1, L0A, L0B, L0C, per AIC).
+Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State) {
+    Plan p{};
+    p.blockQ = bq;
+    const uint64_t st = fp32State ? 4 : 2;  // state / O / PV element size
+    const uint64_t rm = bq / 2;             // rows per AIV
+    const uint64_t n = kBlockKv, rowVec = 128;
+    const uint64_t queues = 2 * rm * n * 2       /* S' in */ + 2 * rm * n * 2 /* P out */ +
+                            2 * rm * d * st      /* PV in */ + rm * n /* mask */ +
+                            std::max<uint64_t>(rm * d * 2, d * 4) /* out */ + 2 * rowVec * 4 /* lse */;
+    const uint64_t calc = (fp32State ? 2 * rm * n * 4 : 0) /* S', P in FP32 */ + rm * n * st /* work */ +
+                          AlignUp(rm * n / 8, 32) /* compare bits */ + rm * d * st /* O */ +
+                          15 * rowVec * st /* row state */ + 4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */;
+    p.ub = queues + calc;
+    p.l1 = (uint64_t)bq * d * 2 + 2 * n * d * 2 /* K' or K */ + 2 * n * d * 2 /* V */ + 2 * n * n * 2 /* P or M */;
+    // L0A/L0B: two 32 KB buffers each; the head-dim chunk of S' = Q K'^T fits both operands in one.
+    p.baseK = std::min<uint32_t>(d, kL0Half / (2 * std::max<uint32_t>(bq, n))) / 16 * 16;
+    p.l0a = 2 * kL0Half;
+    p.l0b = 2 * kL0Half;
+    p.l0c = 2 * 64 * 1024;  // S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit one FP32 buffer
+    return p;
+}
+
+bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d) {
+    return p.ub <= pl.ubSize && p.l1 <= pl.l1Size && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
+           p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= 64 * 1024 &&
+           (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;
+}
+
+}  // namespace
+
+void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off) {
+    double s = scale > 0 ? scale : 1.0;
+    double b = beta / blockKv;
+    *diag = RoundToHalf((1.0 - b) * s);
+    *off = RoundToHalf(-b * s);
+}
+
+double DefaultBeta(int blockKv, double scale) {
+    double beta = 1.0 - std::ldexp(1.0, -6);
+    for (int i = 0; i < 1000; ++i) {
+        double inv = PracticalInvariance(beta, blockKv, scale);
+        double nb = inv / (1.0 + inv);
+        bool done = std::fabs(nb - beta) <= 1e-8 * std::fabs(beta);
+        beta = nb;
+        if (done) return beta;
+    }
+    Bad("beta: the default-beta fixed point did not converge");
+}
+
+TilingResult ComputeTiling(const TilingInput& in) {
+    const std::string& L = in.inputLayout;
+    uint32_t layout;
+    if (L == "BNSD") layout = PASA_LAYOUT_BNSD;
+    else if (L == "BSH") layout = PASA_LAYOUT_BSH;
+    else if (L == "BSND") layout = PASA_LAYOUT_BSND;
+    else Bad("input_layout must be one of \"BNSD\", \"BSH\", \"BSND\", got \"" + L + "\"");
+    const size_t rank = layout == PASA_LAYOUT_BSH ? 3 : 4;
+    auto checkRank = [&](const char* name, const std::vector<int64_t>& s) {
+        if (s.size() != rank) Bad(std::string(name) + " must be " + std::to_string(rank) + "-D for input_layout " + L);
+        for (int64_t v : s) if (v < 0) Bad(std::string(name) + " has a negative dimension");
+    };
+    checkRank("query", in.queryShape);
+    checkRank("key", in.keyShape);
+    checkRank("value", in.valueShape);
+    if (in.keyShape != in.valueShape) Bad("value must have key's shape");
+    if (in.numHeads < 1) Bad("num_heads must be >= 1");
+    if (in.numKeyValueHeads < 0) Bad("num_key_value_heads must be >= 0 (0 = num_heads)");
+    const int64_t N = in.numHeads, NKV = in.numKeyValueHeads ? in.numKeyValueHeads : in.numHeads;
+    if (N % NKV) Bad("num_heads must be a multiple of num_key_value_heads");
+    int64_t B, S1, S2, D;
+    const auto& q = in.queryShape;
+    const auto& k = in.keyShape;
+    if (layout == PASA_LAYOUT_BSH) {
+        B = q[0]; S1 = q[1];
+        if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
+        D = q[2] / N;
+        if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
+        S2 = k[1];
+    } else if (layout == PASA_LAYOUT_BSND) {
+        B = q[0]; S1 = q[1]; D = q[3];
+        if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
+        if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
+        if (k[3] != D) Bad("key's head dim must equal query's");
+        S2 = k[1];
+    } else {
+        B = q[0]; S1 = q[2]; D = q[3];
+        if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
+        if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
+        if (k[3] != D) Bad("key's head dim must equal query's");
+        S2 = k[2];
+    }
+    if (k[0] != B) Bad("key's batch must equal query's batch");
+    // GM rows are read through Nd2Nz (srcDValue <= 65535 elements)
+    if ((layout != PASA_LAYOUT_BNSD && (N * D > 65535 || NKV * D > 65535)))
+        Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND (one query row of all heads)");
+    if (B < 1 || S1 < 1 || S2 < 1) Bad("query: B and S1, key: S2 must be >= 1 (empty inputs are handled by the caller)");
+    if (D < 16 || D > 256 || D % 16) Bad("head dim D must be a multiple of 16 in [16, 256], got " + std::to_string(D));
+    if (S1 > (1 << 24) || S2 > (1 << 24)) Bad("sequence lengths must be <= 2^24");
+    if (!(std::isfinite(in.scale) && in.scale > 0)) Bad("scale must be a positive finite number");
+    if (!(in.beta < 1.0) || std::isnan(in.beta)) Bad("beta must be negative (default) or in [0, 1)");
+    bool fp32State;
+    if (in.precision == "pasa") fp32State = false;
+    else if (in.precision == "pasa_fp32") fp32State = true;
+    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", got \"" + in.precision + "\"");
+    if (in.sparseMode < 0 || in.sparseMode > 4) Bad("sparse_mode must be one of 0, 1, 2, 3, 4");
+    const bool hasMask = !in.maskShape.empty();
+    if (hasMask) {
+        if (in.sparseMode > 1) Bad("atten_mask: pass no mask for sparse_mode 2, 3, 4 (the band is computed from indices)");
+        const auto& m = in.maskShape;
+        if (m.size() != 4 || !(m[0] == 1 || m[0] == B) || !(m[1] == 1 || m[1] == N) || m[2] < S1 || m[3] < S2)
+            Bad("atten_mask must be 4-D (1|B, 1|N, MS1 >= S1, MS2 >= S2)");
+    } else if (in.sparseMode == 1) {
+        Bad("atten_mask is required for sparse_mode 1");
+    }
+    const bool decode = S1 == 1;
+    if (!decode && (in.sparseMode == 4 || (in.sparseMode == 0 && hasMask)) && in.preTokens + in.nextTokens < 0)
+        Bad("pre_tokens + next_tokens must be >= 0 where the band applies");
+    auto checkLens = [&](const char* name, const std::vector<int64_t>& v, int64_t hi) {
+        if (v.empty()) return;
+        if ((int64_t)v.size() != B) Bad(std::string(name) + " must have B entries (expand a single value first)");
+        for (int64_t x : v) if (x < 0 || x > hi) Bad(std::string(name) + " entries must be in [0, " + std::to_string(hi) + "]");
+    };
+    checkLens("actual_seq_lengths", in.actualSeqLengths, S1);
+    checkLens("actual_seq_lengths_kv", in.actualSeqLengthsKv, S2);
+    const PlatformInfo& pl = in.platform;
+    if (pl.aicNum < 1 || pl.aivNum != 2 * pl.aicNum) Bad("platform: aivNum must be 2 * aicNum >= 2 (KERNEL_TYPE_MIX_AIC_1_2)");
+
+    TilingResult r{};
+    PasaTilingData& t = r.data;
+    t.batch = B; t.numHeads = N; t.numKvHeads = NKV; t.groupSize = N / NKV;
+    t.seqQ = S1; t.seqKv = S2; t.headDim = D; t.layout = layout;
+    if (layout == PASA_LAYOUT_BNSD) {
+        t.qBatchStride = N * S1 * D; t.qHeadStride = S1 * D; t.qRowStride = D;
+        t.kvBatchStride = NKV * S2 * D; t.kvHeadStride = S2 * D; t.kvRowStride = D;
+    } else {  // BSH and BSND share the memory order (B, S, N, D)
+        t.qBatchStride = S1 * N * D; t.qHeadStride = D; t.qRowStride = N * D;
+        t.kvBatchStride = S2 * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
+    }
+    t.scale = (float)in.scale;
+    double beta = in.beta < 0 ? DefaultBeta(kBlockKv, in.scale) : in.beta;
+    double diag, off;
+    ShiftEntries(beta, kBlockKv, in.scale, &diag, &off);
+    t.beta = (float)beta;
+    t.invariance = (float)(beta / (1.0 - beta));
+    t.shiftDiag = (float)diag;
+    t.shiftOff = (float)off;
+    t.precision = fp32State ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE;
+
+    Plan plan{};
+    bool found = false;
+    for (uint32_t bq : {128u, 64u, 32u, 16u}) {
+        plan = MakePlan(bq, D, fp32State);
+        if (Fits(plan, pl, D)) { found = true; break; }
+    }
+    if (!found) Bad("platform: no block plan fits the on-chip memories for this head dim");
+    t.blockQ = plan.blockQ;
+    t.blockKv = kBlockKv;
+    t.baseK = plan.baseK;
+    t.numQBlocks = CeilDiv(S1, t.blockQ);
+    t.numKvBlocks = CeilDiv(S2, kBlockKv);
+
+    t.sparseMode = in.sparseMode;
+    t.hasMask = hasMask;
+    t.bandMode = (!decode && (in.sparseMode >= 2 || (in.sparseMode == 0 && hasMask))) ? 1 : 0;
+    t.preTokens = in.preTokens; t.nextTokens = in.nextTokens;
+    if (hasMask) {
+        const auto& m = in.maskShape;
+        t.maskBatch = m[0]; t.maskHeads = m[1];
+        t.maskRowStride = m[3];
+        t.maskHeadStride = m[1] == 1 ? 0 : m[2] * m[3];
+        t.maskBatchStride = m[0] == 1 ? 0 : m[1] * m[2] * m[3];
+    }
+    t.hasActualSeqQ = !decode && !in.actualSeqLengths.empty();
+    t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
+
+    // Work split. Prefill: one task per (b, n, q block). Decode (S1 == 1) with fewer tasks than
+    // cores: split the KV blocks so that every core gets work; partials are combined through lse.
+    const uint64_t baseTasks = (uint64_t)B * N * t.numQBlocks;
+    t.kvSplits = 1;
+    if (decode && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
+        // The split count that minimises the busiest core's work, ceil(tasks/cores) * (blocks per split
+        // + 1), the +1 standing for a task's fixed cost (Q load, partial write, its share of the
+        // combine); ties go to fewer splits. At most 64 splits, because the combine
+        // reduces the lse values of a row in one repeat of 64 FP32 lanes.
+        uint64_t best = ~0ull;
+        for (uint32_t s = 1; s <= std::min<uint32_t>(t.numKvBlocks, 64); ++s) {
+            const uint32_t per = CeilDiv(t.numKvBlocks, s);
+            const uint32_t splits = CeilDiv(t.numKvBlocks, per);
+            const uint64_t cost = CeilDiv(baseTasks * splits, pl.aicNum) * (per + 1ull);
+            if (cost < best) { best = cost; t.kvBlocksPerSplit = per; t.kvSplits = splits; }
+        }
+    } else {
+        t.kvBlocksPerSplit = t.numKvBlocks;
+    }
+    const uint64_t tasks = baseTasks * t.kvSplits;
+    if (tasks > 0xFFFFFFFFull) Bad("query: too many tasks (B * N * ceil(S1/blockQ) must fit in 32 bits)");
+    t.totalTasks = tasks;
+    t.tasksPerCore = CeilDiv(tasks, pl.aicNum);
+    t.blockDim = CeilDiv(tasks, t.tasksPerCore);
+    t.prepassItems = (uint64_t)B * NKV * t.numKvBlocks;
+    t.prepassPerCore = CeilDiv(t.prepassItems, t.blockDim);
+    const uint64_t rowsAll = (uint64_t)B * N * S1;
+    t.combineRowsPerAiv = t.kvSplits > 1 ? CeilDiv(rowsAll, 2ull * t.blockDim) : 0;
+
+    // GM workspace.
+    uint64_t off0 = 0;
+    t.wsStatusOffset = off0;
+    off0 = AlignUp(off0 + 2ull * t.blockDim * 32, kWsAlign);
+    t.wsKShiftOffset = off0;
+    off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * D * 2, kWsAlign);
+    t.wsScoreSlot = (uint64_t)t.blockQ * kBlockKv * 2;
+    t.wsProbSlot = t.wsScoreSlot;
+    t.wsPvSlot = (uint64_t)t.blockQ * D * (fp32State ? 4 : 2);
+    t.wsCoreOffset = off0;
+    // S'[2], P[2], PV[2], then M (n x n FP16, written by the core's AIVs for its pre-pass)
+    t.wsCoreStride = AlignUp(2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + (uint64_t)kBlockKv * kBlockKv * 2, kWsAlign);
+    off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);
+    t.wsPartialOffset = off0;
+    if (t.kvSplits > 1) {
+        off0 = AlignUp(off0 + rowsAll * t.kvSplits * D * 4, kWsAlign);
+        t.wsPartialLseOffset = off0;
+        off0 = AlignUp(off0 + rowsAll * t.kvSplits * 4, kWsAlign);
+    } else {
+        t.wsPartialLseOffset = off0;
+    }
+    t.workspaceBytes = off0;
+
+    t.ubBytes = plan.ub; t.l1Bytes = plan.l1; t.l0aBytes = plan.l0a; t.l0bBytes = plan.l0b; t.l0cBytes = plan.l0c;
+    r.tilingKey = t.precision;
+    r.blockDim = t.blockDim;
+    r.workspaceBytes = t.workspaceBytes;
+    return r;
+}
+
+std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core) {
+    std::vector<TaskInfo> out;
+    uint64_t first = (uint64_t)core * t.tasksPerCore;
+    uint64_t last = std::min<uint64_t>(first + t.tasksPerCore, t.totalTasks);
+    for (uint64_t id = first; id < last; ++id) {
+        const PasaTaskCoord c = PasaDecodeTaskId(t, (uint32_t)id);
+        TaskInfo ti{};
+        ti.b = c.b;
+        ti.n = c.n;
+        ti.split = c.split;
+        ti.row0 = c.qBlock * t.blockQ;
+        ti.rows = std::min(t.blockQ, t.seqQ - ti.row0);
+        ti.kvBlock0 = ti.split * t.kvBlocksPerSplit;
+        ti.kvBlockEnd = std::min(ti.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks);
+        out.push_back(ti);
+    }
+    return out;
+}
+
+void CombineRows(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_t* last) {
+    if (t.kvSplits <= 1) { *first = *last = 0; return; }
+    PasaCombineRange(t, aiv, first, last);
+}
+
+}  // namespace pasa

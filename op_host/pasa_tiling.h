@@ -1,0 +1,103 @@
+// Host tiling of the PASA fused-attention kernel: plain C++17, no CANN header.
+//
+// Stability: the fields and functions below are the interface the runner (pybind launcher), the
+// build helper (OpDef tiling registration, grid tests) and the kernel rely on. Changes are additive
+// only, listed here:
+//   2026-11-22  initial version.
+//   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
+#ifndef PASA_TILING_H
+#define PASA_TILING_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../op_kernel/pasa_tiling_data.h"
+
+namespace pasa {
+
+struct PlatformInfo {
+    uint32_t aicNum = 24, aivNum = 48;
+    uint64_t ubSize = 192 * 1024, l1Size = 512 * 1024, l0aSize = 64 * 1024, l0bSize = 64 * 1024,
+             l0cSize = 128 * 1024;
+};
+
+// Everything the op receives, at FIA's level (torch_npu.npu_fused_infer_attention_score).
+struct TilingInput {
+    // Shapes of the tensors as given (3-D for "BSH", 4-D for "BNSD"/"BSND").
+    std::vector<int64_t> queryShape, keyShape, valueShape;
+    std::string inputLayout = "BSH";      // "BNSD", "BSH", "BSND"; attention_out has the same layout
+    int64_t numHeads = 1;
+    int64_t numKeyValueHeads = 0;         // 0 = numHeads
+    double scale = 1.0;
+    double beta = -1.0;                   // < 0: DefaultBeta(blockKv, scale); else in [0, 1)
+    int64_t sparseMode = 0;               // 0..4
+    int64_t preTokens = 2147483647, nextTokens = 2147483647;
+    // atten_mask: uint8/bool (1 = masked out), modes 0 and 1 only, normalised by the caller to 4-D
+    // (1|B, 1|N, MS1, MS2) with MS1 >= S1 and MS2 >= S2 (top-left corner read), contiguous.
+    // Empty = no mask. For modes 2-4 the compressed 2048x2048 causal mask is checked by the caller
+    // and not passed: pass an empty maskShape (the band is computed from indices).
+    std::vector<int64_t> maskShape;
+    // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
+    // The kernel reads them from GM as int64; these copies only validate and size the plan.
+    std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
+    std::string precision = "pasa_fp32";  // "pasa" or "pasa_fp32"
+    PlatformInfo platform;
+};
+
+// What the kernel reads and writes in GM (pasa_fused_attention's arguments), for the launcher:
+//   query/key/value  FP16 in inputLayout; attentionOut FP16 in the query's layout.
+//   attenMask        nullptr, or uint8 (1 = masked out), contiguous, the 4-D maskShape above.
+//   actualSeqLengths(Kv)  nullptr, or int64[B] (the same values as the vectors above). The kernel ignores
+//                    actualSeqLengths when S1 == 1 (FIA's decode rule).
+//   softmaxLse       FP32 (B, N, S1), always written: m + ln l + I*F in the true scale; -inf for a valid
+//                    row with no kept key (FIA: LSE_NO_KEY), +inf for a padded row past
+//                    actual_seq_lengths (FIA: 3e+99 -> +inf). Output rows of both kinds are 0.
+//   workspace        workspaceBytes of user workspace (CANN's op definition adds its system workspace).
+//                    Status: uint32 at StatusWordOffset(t, aiv) for aiv < 2*blockDim; bit 0 set = an Inf
+//                    appeared in S' (PASA could not absorb the scores' amplitude); the outputs then
+//                    carry the same Inf/NaN as the golden model, and the binding should fall back.
+inline uint64_t StatusWordOffset(const PasaTilingData& t, uint32_t aiv) { return t.wsStatusOffset + 32ull * aiv; }
+
+struct TilingResult {
+    PasaTilingData data;
+    uint64_t tilingKey;
+    uint32_t blockDim;
+    uint64_t workspaceBytes;
+};
+
+// Throws std::invalid_argument naming the bad argument and the accepted values.
+TilingResult ComputeTiling(const TilingInput& in);
+
+// pasa_npu.beta.default_beta(block_kv, scale): the FP16 fixed point of beta/(1-beta) = f(beta)
+// from the start value 1 - 2^-6, for M = (I - beta/n J)*scale with entries rounded to FP16.
+// scale <= 0 means "no scale" (Python's scale=None).
+double DefaultBeta(int blockKv, double scale);
+// pasa_npu.beta.shift_entries(beta, block_kv, "float16", scale): (diagonal, off-diagonal) rounded to FP16.
+void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off);
+
+// One AI core's share of the work, for coverage tests: the (b, n, first row, row count, kv split)
+// of each task core `core` runs. Rows are [row0, row0 + rows) of (b, n); with kvSplits > 1 every
+// row is covered once per split and combined once (CombineRows).
+struct TaskInfo {
+    uint32_t b, n, row0, rows, split, kvBlock0, kvBlockEnd;
+};
+std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core);
+// Rows (flattened (b*N + n)*S1 + s) combined by AIV `aiv` when kvSplits > 1: [first, last).
+void CombineRows(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_t* last);
+
+}  // namespace pasa
+
+#endif  // PASA_TILING_H
+
+/* REQUESTS FROM build (op_host/tests/test_tiling.cpp, section "decode"):
+ * 1. 2026-11-22: decode split-KV gains nothing when B*N rows do not divide the core count well. E.g.
+ *    B=1, N=16, S2=32768 (256 KV blocks), 24 AIC: want = ceil(24/16) = 2 splits of 128 blocks, 32 tasks,
+ *    tasksPerCore = 2, blockDim = 16, so the busiest core still walks 2*128 = 256 blocks, as without a
+ *    split. The grid test asserts tasksPerCore * kvBlocksPerSplit < numKvBlocks whenever B*N < aicNum
+ *    and numKvBlocks >= aicNum (6 decode cases fail now). Suggestion: choose kvSplits so that
+ *    B*N*kvSplits is close to a multiple of aicNum (e.g. kvSplits = aicNum / gcd-ish, or the smallest
+ *    s with ceil(B*N*s / aicNum) * ceil(numKvBlocks / s) minimal).
+ *    -> done by the kernel helper the same day (cost-minimising kvSplits); the decode section passes.
+ *       This block can be deleted.
+ */

@@ -1,0 +1,154 @@
+// Shared definitions of the PASA kernel: flag ids, task decoding, GM workspace addressing.
+//
+// Data flow per task (b, n, query block, kv split), per KV block j (n = blockKv = 128 keys):
+//   AIC  pre-pass (once per (b, kv head, j), before any task): K'_j = M K_j -> GM workspace (FP16)
+//   AIC  S'_j = Q K'_j^T            -> GM slot S[j%2]  (FP16 through Fixpipe)      flag S_READY
+//   AIV  online softmax on S'_j      -> GM slot P[j%2]  (FP16)                      flag P_READY
+//   AIC  PV_j = P_j V_j              -> GM slot PV[j%2] (FP16 "pasa", FP32 "pasa_fp32") flag PV_READY
+//   AIV  O = alpha_j O + gamma_j PV_j
+// The AIC runs S'_{j+1} while the AIVs do the softmax of block j (two slots of each kind).
+#ifndef PASA_COMMON_H
+#define PASA_COMMON_H
+
+#include "kernel_operator.h"
+#include "pasa_tiling_data.h"
+
+namespace pasa_kernel {
+using namespace AscendC;
+
+constexpr uint32_t BLOCK_KV = 128;     // keys per KV block (n of M); the tiling fixes it
+constexpr uint32_t ROW_VEC = 128;      // padded length of a per-row vector (rows per AIV <= 64)
+constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
+
+// Cross-core flag ids (Atlas A2: 0..10). Every flag is waited as often as it is set, per task.
+constexpr uint16_t FLAG_M_READY = 1;       // AIV -> AIC (mode 2): M written to the core's slot
+constexpr uint16_t FLAG_PREPASS_DONE = 2;  // AIC <-> all AICs (mode 0): every K' block written
+constexpr uint16_t FLAG_S_READY = 3;       // AIC -> AIV (mode 2)
+constexpr uint16_t FLAG_P_READY = 4;       // AIV -> AIC (mode 2)
+constexpr uint16_t FLAG_PV_READY = 5;      // AIC -> AIV (mode 2)
+constexpr uint16_t FLAG_AIV_DONE = 6;      // AIV <-> all AIVs (mode 0): partials written (split-KV)
+
+__aicore__ inline uint32_t CeilDivU(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+__aicore__ inline uint32_t Align16(uint32_t a) { return (a + 15) / 16 * 16; }
+__aicore__ inline uint32_t MinU(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+// One task, with the per-batch valid lengths applied.
+struct Task {
+    uint32_t b, n, kvHead, split;
+    uint32_t row0;       // first query row of the block
+    uint32_t tileRows;   // rows of the block in the tensor (<= blockQ)
+    uint32_t rowsValid;  // rows below actual_seq_lengths[b] (the rest are padding: out 0, lse +inf)
+    uint32_t seqKv;      // valid keys of batch b
+    uint32_t kvBlock0;   // first KV block of the split
+    uint32_t nBlocks;    // KV blocks this task processes (0: no key, or no valid row)
+    uint32_t seqQ;       // valid queries of batch b
+};
+
+__aicore__ inline uint32_t ValidLen(uint32_t has, GlobalTensor<int64_t>& lens, uint32_t b, uint32_t full) {
+    if (!has) return full;
+    int64_t v = lens.GetValue(b);
+    return v < 0 ? 0 : (v > (int64_t)full ? full : (uint32_t)v);
+}
+
+__aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTensor<int64_t>& lenQ,
+                                  GlobalTensor<int64_t>& lenKv) {
+    const PasaTaskCoord c = PasaDecodeTaskId(t, id);
+    Task k;
+    k.b = c.b;
+    k.n = c.n;
+    k.split = c.split;
+    k.kvHead = k.n / t.groupSize;
+    k.row0 = c.qBlock * t.blockQ;
+    k.tileRows = MinU(t.blockQ, t.seqQ - k.row0);
+    k.seqQ = ValidLen(t.hasActualSeqQ, lenQ, k.b, t.seqQ);
+    k.rowsValid = k.seqQ > k.row0 ? MinU(k.seqQ - k.row0, k.tileRows) : 0;
+    k.seqKv = ValidLen(t.hasActualSeqKv, lenKv, k.b, t.seqKv);
+    uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
+    k.kvBlock0 = k.split * t.kvBlocksPerSplit;
+    uint32_t end = MinU(MinU(k.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks), blocksB);
+    k.nBlocks = (k.rowsValid == 0 || end <= k.kvBlock0) ? 0 : end - k.kvBlock0;
+    return k;
+}
+
+// Byte offsets of one AI core's ping-pong slots in the workspace.
+struct CoreSlots {
+    uint64_t score[2], prob[2], pv[2], shift;
+};
+__aicore__ inline CoreSlots SlotsOf(const PasaTilingData& t, uint32_t core) {
+    CoreSlots s;
+    uint64_t base = t.wsCoreOffset + (uint64_t)core * t.wsCoreStride;
+    for (uint32_t i = 0; i < 2; ++i) {
+        s.score[i] = base + i * t.wsScoreSlot;
+        s.prob[i] = base + 2 * t.wsScoreSlot + i * t.wsProbSlot;
+        s.pv[i] = base + 2 * (t.wsScoreSlot + t.wsProbSlot) + i * t.wsPvSlot;
+    }
+    s.shift = base + 2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot);
+    return s;
+}
+
+// The core's slots as typed GM tensors (PvT: the PV product's type, FP16 or FP32).
+template <typename PvT>
+struct SlotTensors {
+    GlobalTensor<half> score[2], prob[2];
+    GlobalTensor<PvT> pv[2];
+    __aicore__ inline void Init(const PasaTilingData& t, GM_ADDR workspace, uint32_t core) {
+        const CoreSlots s = SlotsOf(t, core);
+        for (uint32_t i = 0; i < 2; ++i) {
+            score[i].SetGlobalBuffer((__gm__ half*)(workspace + s.score[i]));
+            prob[i].SetGlobalBuffer((__gm__ half*)(workspace + s.prob[i]));
+            pv[i].SetGlobalBuffer((__gm__ PvT*)(workspace + s.pv[i]));
+        }
+    }
+};
+
+// Element offset of K'_j of (b, kv head h) in the K' region (FP16, blockKv rows x D each).
+__aicore__ inline uint64_t KShiftIndex(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t j) {
+    return (((uint64_t)b * t.numKvHeads + h) * t.numKvBlocks + j) * BLOCK_KV * t.headDim;
+}
+
+__aicore__ inline uint64_t QOffset(const PasaTilingData& t, uint32_t b, uint32_t n, uint32_t s) {
+    return b * t.qBatchStride + n * t.qHeadStride + s * t.qRowStride;
+}
+__aicore__ inline uint64_t KvOffset(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t s) {
+    return b * t.kvBatchStride + h * t.kvHeadStride + s * t.kvRowStride;
+}
+
+// The band rule of sparse_mode for a batch of sq valid queries and skv valid keys: key j is kept
+// for query i only where lo <= j - i <= hi (FIA's origins; see python/pasa_npu/interface.py _band).
+struct Band {
+    int64_t lo, hi;
+};
+__aicore__ inline Band BandOf(const PasaTilingData& t, uint32_t sq, uint32_t skv) {
+    const int64_t open = -((int64_t)1 << 40);
+    int64_t diag = (int64_t)skv - (int64_t)sq;
+    Band bd{open, -open};
+    if (t.sparseMode == 0) { bd.lo = -t.preTokens; bd.hi = t.nextTokens; }
+    else if (t.sparseMode == 2) { bd.hi = 0; }
+    else if (t.sparseMode == 3) { bd.hi = diag; }
+    else if (t.sparseMode == 4) { bd.lo = -t.preTokens + diag; bd.hi = t.nextTokens + diag; }
+    return bd;
+}
+
+template <typename T> __aicore__ inline T NegInf();
+template <> __aicore__ inline float NegInf<float>() {
+    union { uint32_t u; float f; } v{0xFF800000u};
+    return v.f;
+}
+template <> __aicore__ inline half NegInf<half>() {
+    union { uint16_t u; half h; } v{0xFC00u};
+    return v.h;
+}
+template <typename T> __aicore__ inline T PosInf();
+template <> __aicore__ inline float PosInf<float>() {
+    union { uint32_t u; float f; } v{0x7F800000u};
+    return v.f;
+}
+// The most negative finite value: max(m, Lowest) is m, or Lowest where m = -inf (neginf_to_zero's
+// job in the golden model, for rows whose every score is -inf).
+template <typename T> __aicore__ inline T Lowest();
+template <> __aicore__ inline float Lowest<float>() { return -3.4028234663852886e38f; }
+template <> __aicore__ inline half Lowest<half>() { return (half)-65504.0f; }
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_COMMON_H

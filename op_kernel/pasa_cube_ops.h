@@ -1,0 +1,153 @@
+// Cube-core (AIC) primitives shared by the K' pre-pass and the attention loop: GM rows -> L1 (ND->NZ,
+// short tiles padded with copies of their last row), L1 -> L0A/L0B fractal loads, Mmad over K chunks
+// with FP32 accumulation in L0C, and Fixpipe L0C -> GM (NZ -> ND, FP32 -> FP16 or FP32 kept).
+//
+// Fractal formats (Atlas A2): L1 holds NZ (16-column strips, rows of 16 elements); L0A wants zZ
+// (fractals row-major over (m/16, k/16), each fractal row-major); L0B wants nZ (fractals row-major
+// over (k/16, n/16), each fractal stored n-major); L0C is NZ.
+#ifndef PASA_CUBE_OPS_H
+#define PASA_CUBE_OPS_H
+
+#include "pasa_common.h"
+
+namespace pasa_kernel {
+
+constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
+constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
+
+// How the right operand B (K x N) sits in L1.
+enum class BLayout {
+    TRANSPOSED,  // L1 holds B^T (N rows of K), e.g. K' for S' = Q K'^T: fractals are already nZ
+    ROWS,        // L1 holds B (K rows of N), e.g. V or K: each fractal is transposed on the way to L0B
+};
+
+class CubeOps {
+public:
+    __aicore__ inline void Init(TPipe* pipe, uint32_t qL1Bytes, uint32_t kvL1Bytes, uint32_t pL1Bytes) {
+        pipe->InitBuffer(qL1_, 1, qL1Bytes);
+        pipe->InitBuffer(kL1_, 2, kvL1Bytes);
+        pipe->InitBuffer(vL1_, 2, kvL1Bytes);
+        pipe->InitBuffer(pL1_, 2, pL1Bytes);
+        pipe->InitBuffer(l0a_, 2, L0_HALF_BYTES);
+        pipe->InitBuffer(l0b_, 2, L0_HALF_BYTES);
+        pipe->InitBuffer(l0c_, 2, L0C_HALF_BYTES);
+    }
+
+    TQue<TPosition::A1, 1> qL1_;   // the query block (or M in the pre-pass)
+    TQue<TPosition::B1, 1> kL1_;   // K' (or raw K in the pre-pass)
+    TQue<TPosition::B1, 1> vL1_;   // V
+    TQue<TPosition::A1, 1> pL1_;   // P
+
+    // rows x cols FP16 from GM (row stride srcStride elements) into a fresh L1 tile of `que` in NZ
+    // with rowsPad rows; rows [rows, rowsPad) repeat row rows-1 so that no operand row is garbage
+    // (the tail KV block of PASA is padded exactly this way; padded query/P rows are discarded).
+    template <class Q>
+    __aicore__ inline LocalTensor<half> LoadRows(Q& que, const GlobalTensor<half>& src, uint32_t rows,
+                                                 uint32_t rowsPad, uint32_t cols, uint64_t srcStride) {
+        LocalTensor<half> dst = que.template AllocTensor<half>();
+        Nd2NzParams p;
+        p.ndNum = 1;
+        p.nValue = rows;
+        p.dValue = cols;
+        p.srcNdMatrixStride = 0;
+        p.srcDValue = srcStride;
+        p.dstNzC0Stride = rowsPad;
+        p.dstNzNStride = 1;
+        p.dstNzMatrixStride = 0;
+        DataCopy(dst, src, p);
+        if (rowsPad > rows) {
+            // rowsPad - rows one-row matrices, all read from the last row (srcNdMatrixStride 0),
+            // written to consecutive NZ rows (16 elements apart).
+            Nd2NzParams r;
+            r.ndNum = rowsPad - rows;
+            r.nValue = 1;
+            r.dValue = cols;
+            r.srcNdMatrixStride = 0;
+            r.srcDValue = srcStride;
+            r.dstNzC0Stride = rowsPad;
+            r.dstNzNStride = 1;
+            r.dstNzMatrixStride = FRACTAL;
+            DataCopy(dst[rows * FRACTAL], src[(uint64_t)(rows - 1) * srcStride], r);
+        }
+        que.EnQue(dst);
+        return que.template DeQue<half>();
+    }
+
+    // C (mp x n, L0C) = A (mp x k, NZ in L1 with mp rows) * B, K processed in chunks of kc.
+    // B: TRANSPOSED: NZ of n rows (== bRows) x k columns; ROWS: NZ of bRows (>= k) rows, columns [n0, n0 + n).
+    __aicore__ inline LocalTensor<float> Gemm(const LocalTensor<half>& a, uint32_t mp, uint32_t k,
+                                              const LocalTensor<half>& b, BLayout layout, uint32_t bRows,
+                                              uint32_t n, uint32_t n0, uint32_t kc) {
+        LocalTensor<float> c = l0c_.AllocTensor<float>();
+        for (uint32_t k0 = 0; k0 < k; k0 += kc) {
+            const uint32_t kLen = MinU(kc, k - k0);
+            LocalTensor<half> a2 = l0a_.AllocTensor<half>();
+            for (uint32_t mb = 0; mb < mp / FRACTAL; ++mb) {
+                LoadData2DParams p;
+                p.startIndex = (k0 / FRACTAL) * (mp / FRACTAL) + mb;
+                p.repeatTimes = kLen / FRACTAL;
+                p.srcStride = mp / FRACTAL;
+                p.ifTranspose = false;
+                LoadData(a2[mb * kLen * FRACTAL], a, p);
+            }
+            l0a_.EnQue(a2);
+            LocalTensor<half> b2 = l0b_.AllocTensor<half>();
+            if (layout == BLayout::TRANSPOSED) {
+                LoadData2DParams p;
+                p.startIndex = (k0 / FRACTAL) * (bRows / FRACTAL);
+                p.repeatTimes = (kLen / FRACTAL) * (n / FRACTAL);
+                p.srcStride = 1;
+                p.ifTranspose = false;
+                LoadData(b2, b, p);
+            } else {
+                for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
+                    LoadData2DParams p;
+                    p.startIndex = (n0 / FRACTAL) * (bRows / FRACTAL) + k0 / FRACTAL + kb;
+                    p.repeatTimes = n / FRACTAL;
+                    p.srcStride = bRows / FRACTAL;
+                    p.ifTranspose = true;
+                    LoadData(b2[kb * n * FRACTAL], b, p);
+                }
+            }
+            l0b_.EnQue(b2);
+            a2 = l0a_.DeQue<half>();
+            b2 = l0b_.DeQue<half>();
+            MmadParams mm;
+            mm.m = mp;
+            mm.n = n;
+            mm.k = kLen;
+            mm.cmatrixInitVal = (k0 == 0);
+            Mmad(c, a2, b2, mm);
+            if ((mp / FRACTAL) * (n / FRACTAL) < 10) PipeBarrier<PIPE_M>();  // small tiles: order the K accumulation
+            l0a_.FreeTensor(a2);
+            l0b_.FreeTensor(b2);
+        }
+        l0c_.EnQue(c);
+        return l0c_.DeQue<float>();
+    }
+
+    // First mRows rows (n columns) of C (mp rows in L0C) to GM rows of dstRowLen elements, as OutT
+    // (FP16: Fixpipe's F322F16, round to nearest even; FP32: unchanged). Frees C.
+    template <typename OutT>
+    __aicore__ inline void ToGm(const GlobalTensor<OutT>& dst, LocalTensor<float>& c, uint32_t mp, uint32_t mRows,
+                                uint32_t n, uint32_t dstRowLen) {
+        FixpipeParamsV220 fp;
+        fp.nSize = n;
+        fp.mSize = mRows;
+        fp.srcStride = mp;
+        fp.dstStride = dstRowLen;
+        fp.quantPre = sizeof(OutT) == 2 ? QuantMode_t::F322F16 : QuantMode_t::NoQuant;
+        fp.ndNum = 1;
+        Fixpipe<OutT, float, CFG_ROW_MAJOR>(dst, c, fp);
+        l0c_.FreeTensor(c);
+    }
+
+private:
+    TQue<TPosition::A2, 1> l0a_;
+    TQue<TPosition::B2, 1> l0b_;
+    TQue<TPosition::CO1, 1> l0c_;
+};
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_CUBE_OPS_H

@@ -1,0 +1,77 @@
+// The AIC program of one task: S'_j = Q K'_j^T (FP16 through Fixpipe) and PV_j = P_j V_j, handed to and
+// from the two AIVs through per-core GM slots and mode-2 cross-core flags. The AIC computes S'_{j+1}
+// before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
+// Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
+// after P_{j+2} arrived (the AIVs consumed PV_j before they started block j+2).
+#ifndef PASA_CUBE_STAGE_H
+#define PASA_CUBE_STAGE_H
+
+#include "pasa_cube_ops.h"
+
+namespace pasa_kernel {
+
+template <typename PvT>
+class CubeStage {
+public:
+    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR value,
+                                GM_ADDR workspace, uint32_t core) {
+        t_ = t;
+        cube_ = cube;
+        qGm_.SetGlobalBuffer((__gm__ half*)query);
+        vGm_.SetGlobalBuffer((__gm__ half*)value);
+        kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
+        slots_.Init(*t, workspace, core);
+        // K chunk of P V: one L0B buffer holds kc x D FP16
+        kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
+    }
+
+    __aicore__ inline void Run(const Task& k) {
+        if (k.nBlocks == 0) return;
+        const uint32_t mp = Align16(k.tileRows);
+        LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
+                                              t_->headDim, t_->qRowStride);
+        for (uint32_t j = 0; j < k.nBlocks; ++j) {
+            Score(k, q, mp, j);
+            CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+            if (j >= 1) Pv(k, mp, j - 1);
+        }
+        Pv(k, mp, k.nBlocks - 1);
+        cube_->qL1_.FreeTensor(q);
+    }
+
+private:
+    __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q, uint32_t mp, uint32_t j) {
+        const uint32_t d = t_->headDim;
+        LocalTensor<half> kt = cube_->LoadRows(cube_->kL1_, kShiftGm_[KShiftIndex(*t_, k.b, k.kvHead, k.kvBlock0 + j)],
+                                               BLOCK_KV, BLOCK_KV, d, d);
+        LocalTensor<float> c = cube_->Gemm(q, mp, d, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
+        cube_->kL1_.FreeTensor(kt);
+        cube_->template ToGm<half>(slots_.score[j % 2], c, mp, mp, BLOCK_KV, BLOCK_KV);
+    }
+
+    __aicore__ inline void Pv(const Task& k, uint32_t mp, uint32_t j) {
+        const uint32_t d = t_->headDim;
+        const uint32_t jb = k.kvBlock0 + j;
+        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
+        CrossCoreWaitFlag(FLAG_P_READY);
+        LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, slots_.prob[j % 2], k.tileRows, mp, BLOCK_KV, BLOCK_KV);
+        // padded V rows repeat the last key's value; their P columns are exactly 0
+        LocalTensor<half> v = cube_->LoadRows(cube_->vL1_, vGm_[KvOffset(*t_, k.b, k.kvHead, jb * BLOCK_KV)], keys,
+                                              BLOCK_KV, d, t_->kvRowStride);
+        LocalTensor<float> c = cube_->Gemm(p, mp, BLOCK_KV, v, BLayout::ROWS, BLOCK_KV, d, 0, kcPv_);
+        cube_->pL1_.FreeTensor(p);
+        cube_->vL1_.FreeTensor(v);
+        cube_->template ToGm<PvT>(slots_.pv[j % 2], c, mp, mp, d, d);
+        CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_PV_READY);
+    }
+
+    const PasaTilingData* t_;
+    CubeOps* cube_;
+    GlobalTensor<half> qGm_, vGm_, kShiftGm_;
+    SlotTensors<PvT> slots_;
+    uint32_t kcPv_;
+};
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_CUBE_STAGE_H

@@ -1,0 +1,92 @@
+// Decode (Q_S = 1) with the KV sequence split across AI cores: every split wrote its normalised partial
+// output O_s/l_s (FP32) and its true-scale lse_s. The combiner of flash-attention-combiner-notes (the
+// blocked reduction of log-sum-exp): lse = max_s lse_s + ln Σ_s exp(lse_s - max), O = Σ_s exp(lse_s - lse) O_s,
+// in FP32. Splits without a key have lse_s = -inf and weigh 0; a row where every split is empty gets
+// out 0 and lse -inf. PASA's shift needs no special care here: each lse_s is already in the true scale.
+// Runs on the AIVs after an AIV-only barrier (CrossCoreSetFlag mode 0) that orders it after every partial.
+#ifndef PASA_DECODE_COMBINE_H
+#define PASA_DECODE_COMBINE_H
+
+#include "pasa_common.h"
+
+namespace pasa_kernel {
+
+template <class InQ, class OutQ>
+__aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace, GM_ADDR out, GM_ADDR lse,
+                                     uint32_t aiv, InQ& inQue, OutQ& outQue, OutQ& lseQue,
+                                     const LocalTensor<float>& acc, const LocalTensor<float>& vec) {
+    CrossCoreSetFlag<0x0, PIPE_MTE3>(FLAG_AIV_DONE);
+    CrossCoreWaitFlag(FLAG_AIV_DONE);
+    const uint32_t d = t.headDim, splits = t.kvSplits;
+    GlobalTensor<float> partO, partLse, lseGm;
+    GlobalTensor<half> outGm;
+    partO.SetGlobalBuffer((__gm__ float*)(workspace + t.wsPartialOffset));
+    partLse.SetGlobalBuffer((__gm__ float*)(workspace + t.wsPartialLseOffset));
+    lseGm.SetGlobalBuffer((__gm__ float*)lse);
+    outGm.SetGlobalBuffer((__gm__ half*)out);
+    uint64_t first, last;
+    PasaCombineRange(t, aiv, &first, &last);
+    for (uint64_t g = first; g < last; ++g) {
+        const uint32_t s = g % t.seqQ, n = (g / t.seqQ) % t.numHeads, b = g / t.seqQ / t.numHeads;
+        LocalTensor<float> w = inQue.template AllocTensor<float>();
+        DataCopyPad(w, partLse[g * splits], DataCopyExtParams(1, splits * 4, 0, 0, 0),
+                    DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
+        inQue.EnQue(w);
+        w = inQue.template DeQue<float>();
+        WholeReduceMax<float>(vec, w, splits, 1, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        const float mx = vec.GetValue(0);
+        const bool empty = mx == NegInf<float>();
+        float sum = 0.0f;
+        Duplicate(acc, 0.0f, (int32_t)d);
+        if (!empty) {
+            Adds(w, w, -mx, (int32_t)splits);
+            PipeBarrier<PIPE_V>();
+            Exp(w, w, (int32_t)splits);
+            SetFlag<HardEvent::V_S>(EVENT_ID0);
+            WaitFlag<HardEvent::V_S>(EVENT_ID0);
+            for (uint32_t i = 0; i < splits; ++i) {
+                const float wi = w.GetValue(i);
+                sum += wi;
+                if (wi == 0.0f) continue;
+                LocalTensor<float> o = inQue.template AllocTensor<float>();
+                DataCopy(o, partO[(g * splits + i) * d], d);
+                inQue.EnQue(o);
+                o = inQue.template DeQue<float>();
+                Muls(o, o, wi, (int32_t)d);
+                PipeBarrier<PIPE_V>();
+                Add(acc, acc, o, (int32_t)d);
+                PipeBarrier<PIPE_V>();
+                inQue.FreeTensor(o);
+            }
+            Muls(acc, acc, 1.0f / sum, (int32_t)d);
+        }
+        inQue.FreeTensor(w);
+        PipeBarrier<PIPE_V>();
+        LocalTensor<half> o16 = outQue.template AllocTensor<half>();
+        Cast(o16, acc, RoundMode::CAST_RINT, d);
+        outQue.EnQue(o16);
+        LocalTensor<float> l = lseQue.template AllocTensor<float>();
+        if (empty) {
+            Duplicate(l, NegInf<float>(), 8);
+        } else {
+            Duplicate(l, sum, 8);
+            PipeBarrier<PIPE_V>();
+            Ln(l, l, 8);
+            PipeBarrier<PIPE_V>();
+            Adds(l, l, mx, 8);
+        }
+        lseQue.EnQue(l);
+        o16 = outQue.template DeQue<half>();
+        DataCopy(outGm[QOffset(t, b, n, s)], o16, d);
+        outQue.FreeTensor(o16);
+        l = lseQue.template DeQue<float>();
+        DataCopyPad(lseGm[g], l, DataCopyExtParams(1, 4, 0, 0, 0));
+        lseQue.FreeTensor(l);
+    }
+}
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_DECODE_COMBINE_H

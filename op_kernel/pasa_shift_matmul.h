@@ -1,0 +1,87 @@
+// PASA step 1 on the cube: K'_j = M K_j for every (batch, KV head, KV block j), M = (I - beta/n J)*scale
+// with its two entries rounded to FP16 (python/pasa_npu/beta.shift_entries). M is symmetric, so
+// M^T K = M K. A tail block (n_j < n keys) is padded to n rows with copies of its last key before the
+// product (python/pasa_npu/blockwise.py), so every block is shifted by the same M and recovered by the
+// same I = beta/(1 - beta). K' goes to the GM workspace in FP16 (Fixpipe F322F16) and is read by every
+// query block and every query head of the GQA group: computed once, never per query block.
+//
+// M itself is written once per AI core by its two AIVs (ShiftMatrixWriter, rows split between them)
+// into the core's workspace slot, then handed to the AIC with FLAG_M_READY. After its share of K'
+// blocks every AIC meets the others at an AIC-only barrier (CrossCoreSetFlag mode 0), so no task reads
+// a K' block before it is written.
+#ifndef PASA_SHIFT_MATMUL_H
+#define PASA_SHIFT_MATMUL_H
+
+#include "pasa_cube_ops.h"
+
+namespace pasa_kernel {
+
+// AIC side: this core's share of the K' blocks, then the AIC-only barrier.
+__aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_ADDR key, GM_ADDR workspace,
+                                    GlobalTensor<int64_t>& lenKv, uint32_t core) {
+    const uint32_t d = t.headDim;
+    const CoreSlots slots = SlotsOf(t, core);
+    GlobalTensor<half> kGm, mGm, kShiftGm;
+    kGm.SetGlobalBuffer((__gm__ half*)key);
+    mGm.SetGlobalBuffer((__gm__ half*)(workspace + slots.shift));
+    kShiftGm.SetGlobalBuffer((__gm__ half*)(workspace + t.wsKShiftOffset));
+
+    CrossCoreWaitFlag(FLAG_M_READY);
+    const uint32_t first = core * t.prepassPerCore;
+    const uint32_t last = MinU(first + t.prepassPerCore, t.prepassItems);
+    if (first < last) {
+        LocalTensor<half> m = cube.LoadRows(cube.pL1_, mGm, BLOCK_KV, BLOCK_KV, BLOCK_KV, BLOCK_KV);
+        for (uint32_t item = first; item < last; ++item) {
+            const uint32_t j = item % t.numKvBlocks;
+            const uint32_t bh = item / t.numKvBlocks;
+            const uint32_t h = bh % t.numKvHeads, b = bh / t.numKvHeads;
+            const uint32_t seqKv = ValidLen(t.hasActualSeqKv, lenKv, b, t.seqKv);
+            if (j * BLOCK_KV >= seqKv) continue;  // beyond this batch's keys: never read
+            const uint32_t rows = MinU(BLOCK_KV, seqKv - j * BLOCK_KV);
+            LocalTensor<half> kTile =
+                cube.LoadRows(cube.kL1_, kGm[KvOffset(t, b, h, j * BLOCK_KV)], rows, BLOCK_KV, d, t.kvRowStride);
+            for (uint32_t n0 = 0; n0 < d; n0 += BLOCK_KV) {  // L0C holds 128 x 128 FP32 per buffer
+                const uint32_t nLen = MinU(BLOCK_KV, d - n0);
+                LocalTensor<float> c = cube.Gemm(m, BLOCK_KV, BLOCK_KV, kTile, BLayout::ROWS, BLOCK_KV, nLen, n0, BLOCK_KV);
+                cube.ToGm(kShiftGm[KShiftIndex(t, b, h, j) + n0], c, BLOCK_KV, BLOCK_KV, nLen, d);
+            }
+            cube.kL1_.FreeTensor(kTile);
+        }
+        cube.pL1_.FreeTensor(m);
+    }
+    CrossCoreSetFlag<0x0, PIPE_FIX>(FLAG_PREPASS_DONE);
+    CrossCoreWaitFlag(FLAG_PREPASS_DONE);
+}
+
+// AIV side: rows [r0, r0 + rows) of M into the core's slot, through a UB tile of `tileRows` rows.
+template <class Q>
+__aicore__ inline void WriteShiftMatrix(const PasaTilingData& t, Q& outQue, GM_ADDR workspace, uint32_t core,
+                                        uint32_t sub, uint32_t tileRows) {
+    const CoreSlots slots = SlotsOf(t, core);
+    GlobalTensor<half> mGm;
+    mGm.SetGlobalBuffer((__gm__ half*)(workspace + slots.shift));
+    const half diag = (half)t.shiftDiag, off = (half)t.shiftOff;  // exact: the tiling rounded them to FP16
+    const uint32_t half0 = sub * (BLOCK_KV / 2);
+    for (uint32_t r0 = half0; r0 < half0 + BLOCK_KV / 2; r0 += tileRows) {
+        const uint32_t rows = MinU(tileRows, half0 + BLOCK_KV / 2 - r0);
+        LocalTensor<half> tile = outQue.template AllocTensor<half>();
+        Duplicate(tile, off, (int32_t)(rows * BLOCK_KV));
+        PipeBarrier<PIPE_V>();
+        // the diagonal: one element per row, through the lane mask of Duplicate (no scalar stores)
+        for (uint32_t i = 0; i < rows; ++i) {
+            const uint32_t col = r0 + i;
+            uint64_t mask[2] = {0, 0};
+            mask[col / 64] = (uint64_t)1 << (col % 64);
+            Duplicate(tile[i * BLOCK_KV], diag, mask, 1, 1, 8);
+        }
+        outQue.EnQue(tile);
+        tile = outQue.template DeQue<half>();
+        DataCopy(mGm[(uint64_t)r0 * BLOCK_KV], tile, rows * BLOCK_KV);
+        outQue.FreeTensor(tile);
+    }
+    CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_M_READY);
+}
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_SHIFT_MATMUL_H

@@ -1,0 +1,122 @@
+// PasaTilingData: the plain, standard-layout tiling struct shared by the host tiling
+// (op_host/pasa_tiling.cpp) and the kernel (GET_TILING_DATA_WITH_STRUCT in
+// op_kernel/pasa_fused_attention.cpp). Fixed-width fields only, no pointers, no CANN types:
+// the host copies it byte for byte into the kernel's tiling buffer.
+//
+// Index conventions used everywhere (kernel, tiling, tests):
+//   element offset of query/output row s of (batch b, head n):  b*qBatchStride + n*qHeadStride + s*qRowStride
+//   element offset of key/value row s of (batch b, kv head h):   b*kvBatchStride + h*kvHeadStride + s*kvRowStride
+//   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
+// A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
+// AI core c (0 <= c < blockDim) runs tasks [c*tasksPerCore, min((c+1)*tasksPerCore, totalTasks)).
+// The K' pre-pass item id p = (b*numKvHeads + h)*numKvBlocks + j; core c runs items
+// [c*prepassPerCore, min((c+1)*prepassPerCore, prepassItems)).
+// With kvSplits > 1 (decode), the final (b, n, s) rows are combined by AIV w (0 <= w < 2*blockDim) from
+// rows [w*combineRowsPerAiv, min((w+1)*combineRowsPerAiv, B*N*S1)).
+#ifndef PASA_TILING_DATA_H
+#define PASA_TILING_DATA_H
+
+#include <cstdint>
+
+// tiling keys (the kernel dispatches on them with TILING_KEY_IS)
+#define PASA_TILING_KEY_FP16_STATE 0   // allocation "pasa": S', P, m, l, F, O all FP16
+#define PASA_TILING_KEY_FP32_STATE 1   // allocation "pasa_fp32": FP16 S' and P, FP32 m, l, F, O
+
+// input_layout codes
+#define PASA_LAYOUT_BNSD 0
+#define PASA_LAYOUT_BSH 1
+#define PASA_LAYOUT_BSND 2
+
+struct PasaTilingData {
+    // ---- shapes ----
+    uint32_t batch;            // B
+    uint32_t numHeads;         // N (query heads)
+    uint32_t numKvHeads;       // Nkv, divides N
+    uint32_t groupSize;        // N / Nkv
+    uint32_t seqQ;             // S1 (max over batches)
+    uint32_t seqKv;            // S2 (max over batches)
+    uint32_t headDim;          // D, a multiple of 16, <= 256
+    uint32_t layout;           // PASA_LAYOUT_*
+    // ---- strides, in elements ----
+    uint64_t qBatchStride, qHeadStride, qRowStride;     // query and attention_out (same layout)
+    uint64_t kvBatchStride, kvHeadStride, kvRowStride;  // key and value
+    // ---- PASA constants ----
+    float scale;               // softmax scale (folded into M)
+    float beta;                // the shift coefficient actually used
+    float invariance;          // I = beta / (1 - beta), in float; the kernel rounds it to the state type
+    float shiftDiag;           // M's diagonal (1 - beta/n)*scale, already rounded to FP16 (exact in float)
+    float shiftOff;            // M's off-diagonal -beta/n*scale, already rounded to FP16
+    uint32_t precision;        // PASA_TILING_KEY_* (also the tiling key)
+    // ---- blocks ----
+    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128)
+    uint32_t blockKv;          // KV block length n (128)
+    uint32_t numQBlocks;       // ceil(S1 / blockQ)
+    uint32_t numKvBlocks;      // ceil(S2 / blockKv)
+    uint32_t baseK;            // head-dim chunk of one L0A/L0B buffer (<= 128)
+    // ---- masks ----
+    uint32_t sparseMode;       // 0..4 (FIA)
+    uint32_t hasMask;          // 1: attenMask (uint8/bool, 1 = masked out) is read, modes 0 and 1
+    uint32_t bandMode;         // 0 none, 1 band/causal from indices (modes 0 with mask, 2, 3, 4)
+    int64_t preTokens, nextTokens;  // FIA's, used by modes 0 (with mask) and 4
+    uint32_t maskBatch, maskHeads;  // 1 or B, 1 or N (the runner normalises 2-D/3-D masks to 4-D)
+    uint64_t maskBatchStride, maskHeadStride, maskRowStride;  // in bytes (elements of 1 byte)
+    // ---- valid lengths (int64 per batch in GM, B entries) ----
+    uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
+    uint32_t hasActualSeqKv;
+    // ---- work split ----
+    uint32_t blockDim;         // AI cores used (AIC count; 2x AIVs)
+    uint32_t kvSplits;         // 1, or > 1 for decode split-KV
+    uint32_t kvBlocksPerSplit; // KV blocks per split
+    uint32_t totalTasks;
+    uint32_t tasksPerCore;
+    uint32_t prepassItems;
+    uint32_t prepassPerCore;
+    uint32_t combineRowsPerAiv;
+    // ---- GM workspace layout (byte offsets from the user workspace) ----
+    uint64_t wsStatusOffset;   // uint32 status word per AIV (32-byte stride): bit 0 = Inf seen in S'
+    uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][D]
+    uint64_t wsCoreOffset;     // per-AI-core ping-pong slots, wsCoreStride bytes each
+    uint64_t wsCoreStride;
+    uint64_t wsScoreSlot;      // bytes of one S' slot (blockQ x blockKv FP16), 2 slots
+    uint64_t wsProbSlot;       // bytes of one P slot (blockQ x blockKv FP16), 2 slots
+    uint64_t wsPvSlot;         // bytes of one PV slot (blockQ x D, FP16 or FP32), 2 slots
+    uint64_t wsPartialOffset;  // split-KV partials: O/l FP32 [B*N*S1][kvSplits][D], then lse FP32 [B*N*S1][kvSplits]
+    uint64_t wsPartialLseOffset;
+    uint64_t workspaceBytes;   // total user workspace
+    // ---- on-chip plan (bytes actually allocated by the kernel's TPipe per core) ----
+    uint32_t ubBytes, l1Bytes, l0aBytes, l0bBytes, l0cBytes;
+};
+
+// The task decoding, shared by the kernel (pasa_common.h DecodeTask) and the host's coverage helper
+// (pasa::CoreTasks), so that the tests check the split the kernel actually runs. __aicore__ is defined
+// by kernel_operator.h (and by the host model); a host-only translation unit sees a plain function.
+#ifdef __aicore__
+#define PASA_HOST_AICORE __aicore__
+#else
+#define PASA_HOST_AICORE
+#endif
+
+struct PasaTaskCoord {
+    uint32_t b, n, qBlock, split;
+};
+
+PASA_HOST_AICORE inline PasaTaskCoord PasaDecodeTaskId(const PasaTilingData& t, uint32_t id) {
+    PasaTaskCoord c;
+    c.split = id % t.kvSplits;
+    uint32_t rest = id / t.kvSplits;
+    c.qBlock = rest % t.numQBlocks;
+    rest /= t.numQBlocks;
+    c.n = rest % t.numHeads;
+    c.b = rest / t.numHeads;
+    return c;
+}
+
+// Rows (flattened (b*N + n)*S1 + s) that AIV `aiv` combines when kvSplits > 1: [*first, *last).
+PASA_HOST_AICORE inline void PasaCombineRange(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_t* last) {
+    const uint64_t rows = (uint64_t)t.batch * t.numHeads * t.seqQ;
+    const uint64_t f = (uint64_t)aiv * t.combineRowsPerAiv;
+    *first = f < rows ? f : rows;
+    *last = *first + t.combineRowsPerAiv < rows ? *first + t.combineRowsPerAiv : rows;
+}
+
+#endif  // PASA_TILING_DATA_H

@@ -1,0 +1,462 @@
+// The AIV program: PASA's online softmax (Algorithm 1, steps 3-6) on the S' rows of this vector core,
+// the O update with the PV product, the final normalisation O/l and the true-scale lse, in exactly
+// the order and the roundings of python/pasa_npu/blockwise.py:
+//   T = half  ("pasa"):      S', P, m, l, F, I, O, PV all FP16; every vector op rounds to FP16
+//   T = float ("pasa_fp32"): S' and P (into P V) FP16; m, l, F, I, O, PV and the softmax in FP32
+// Rows are independent; the AIV with sub-block index 0 takes the first ceil(rows/2) rows of the
+// query block, the other the rest. Each block: S' in, mean over all n columns (before any mask),
+// masks (user mask, padded tail columns, causal/band from indices), row max, Welford update of F,
+// corrections Δ'prev = I(F_{j-1} - F_j), Δ'cur = I(S̄'_j - F_j), m/l update with the guarded -inf
+// start, P = exp(S' - m') out to the cube; then O = α O + γ (P V) when the cube's PV arrives.
+//
+// Overflow (an Inf in S', the paper's "adaptive mechanism" case): the documented alternative to a
+// recompute path. The values follow the golden model (Inf/NaN propagate as the hardware's would), and
+// every AIV writes a status word (bit 0: some valid row saw an Inf in S') at wsStatusOffset + 32*aiv,
+// which the binding reads to fall back to a wider path. Detection costs nothing per block: a row's
+// running pseudo-average F stays finite iff every block mean S̄' of that row was finite, and S̄' is
+// finite iff no S' of the row is ±Inf (|S'/n| <= 65504/n, so the sum itself cannot overflow).
+#ifndef PASA_VECTOR_SOFTMAX_H
+#define PASA_VECTOR_SOFTMAX_H
+
+#include "pasa_common.h"
+
+namespace pasa_kernel {
+
+enum class RowOp { SUB, MUL, DIV };
+
+template <typename T>
+class VectorSoftmax {
+public:
+    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR mask, GM_ADDR out, GM_ADDR lse,
+                                GM_ADDR workspace, uint32_t core, uint32_t sub) {
+        t_ = t;
+        sub_ = sub;
+        d_ = t->headDim;
+        rm_ = t->blockQ / 2;
+        inva_ = (T)t->invariance;
+        const uint32_t st = sizeof(T);
+        pipe->InitBuffer(sQue_, 2, rm_ * BLOCK_KV * 2);
+        pipe->InitBuffer(pQue_, 2, rm_ * BLOCK_KV * 2);
+        pipe->InitBuffer(pvQue_, 2, rm_ * d_ * st);
+        pipe->InitBuffer(maskQue_, 1, rm_ * BLOCK_KV);
+        pipe->InitBuffer(outQue_, 1, (rm_ * d_ * 2 > d_ * 4) ? rm_ * d_ * 2 : d_ * 4);
+        pipe->InitBuffer(lseQue_, 1, 2 * ROW_VEC * 4);
+        // VECCALC: [sT, pT (FP32 state only)] work, bits, oAcc, 15 state row vectors, 4 FP32 row vectors, brcb
+        const uint32_t tile = rm_ * BLOCK_KV * st;
+        const uint32_t bitsBytes = ((rm_ * BLOCK_KV / 8) + 31) / 32 * 32;
+        const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st + 15 * ROW_VEC * st +
+                              4 * ROW_VEC * 4 + rm_ * 32;
+        pipe->InitBuffer(calc_, calc);
+        uint32_t off = 0;
+        LocalTensor<uint8_t> base = calc_.Get<uint8_t>();
+        if (st == 4) {
+            sT_ = base[off].template ReinterpretCast<T>(); off += tile;
+            pT_ = base[off].template ReinterpretCast<T>(); off += tile;
+        }
+        work_ = base[off].template ReinterpretCast<T>(); off += tile;
+        bits_ = base[off]; off += bitsBytes;
+        oAcc_ = base[off].template ReinterpretCast<T>(); off += rm_ * d_ * st;
+        LocalTensor<T>* vecs[15] = {&m_, &mNew_, &l_, &f_, &mean_, &mBlk_, &lBlk_, &dPrev_, &dCur_, &tmp1_, &tmp2_,
+                                    &alpha_[0], &alpha_[1], &gamma_[0], &gamma_[1]};
+        for (uint32_t i = 0; i < 15; ++i) { *vecs[i] = base[off].template ReinterpretCast<T>(); off += ROW_VEC * st; }
+        LocalTensor<float>* fvecs[4] = {&fa_, &fb_, &fc_, &fd_};
+        for (uint32_t i = 0; i < 4; ++i) { *fvecs[i] = base[off].template ReinterpretCast<float>(); off += ROW_VEC * 4; }
+        bc_ = base[off].template ReinterpretCast<T>();
+
+        if (mask != nullptr) maskGm_.SetGlobalBuffer((__gm__ uint8_t*)mask);
+        outGm_.SetGlobalBuffer((__gm__ half*)out);
+        lseGm_.SetGlobalBuffer((__gm__ float*)lse);
+        statusGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + t->wsStatusOffset));
+        partOGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialOffset));
+        partLseGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialLseOffset));
+        slots_.Init(*t, workspace, core);
+    }
+
+    // Buffers lent to the other AIV stages (M writer, split-KV combine), which run outside the task loop.
+    __aicore__ inline TQue<TPosition::VECOUT, 1>& ProbQueue() { return pQue_; }
+    __aicore__ inline TQue<TPosition::VECIN, 1>& InQueue() { return pvQue_; }
+    __aicore__ inline TQue<TPosition::VECOUT, 1>& OutQueue() { return outQue_; }
+    __aicore__ inline TQue<TPosition::VECOUT, 1>& LseQueue() { return lseQue_; }
+    __aicore__ inline uint32_t RowsPerAiv() const { return rm_; }
+    __aicore__ inline LocalTensor<float> Scratch() { return oAcc_.template ReinterpretCast<float>(); }  // >= D floats
+    __aicore__ inline LocalTensor<float> ScratchVec() { return fd_; }  // ROW_VEC floats
+
+    __aicore__ inline void Run(const Task& k) {
+        const uint32_t first = (k.tileRows + 1) / 2;
+        r0_ = sub_ == 0 ? 0 : first;
+        rows_ = sub_ == 0 ? first : k.tileRows - first;
+        valid_ = k.rowsValid > r0_ ? MinU(k.rowsValid - r0_, rows_) : 0;
+        if (rows_ > 0) {
+            Duplicate(m_, NegInf<T>(), (int32_t)ROW_VEC);
+            Duplicate(l_, (T)0, (int32_t)ROW_VEC);
+            Duplicate(f_, (T)0, (int32_t)ROW_VEC);
+            Duplicate(oAcc_, (T)0, (int32_t)(rows_ * d_));
+            PipeBarrier<PIPE_V>();
+        }
+        for (uint32_t j = 0; j < k.nBlocks; ++j) {
+            Softmax(k, j);
+            if (j >= 1) Update(j - 1);
+        }
+        if (k.nBlocks > 0) Update(k.nBlocks - 1);
+        if (rows_ > 0) Finalize(k);
+    }
+
+    // The status word of this AIV (bit 0: Inf in S' on a valid row); written once, at the end.
+    __aicore__ inline void WriteStatus(uint32_t aiv) {
+        LocalTensor<uint32_t> s = lseQue_.template AllocTensor<uint32_t>();
+        Duplicate(s, overflow_ ? 1u : 0u, 8);
+        lseQue_.EnQue(s);
+        s = lseQue_.template DeQue<uint32_t>();
+        DataCopy(statusGm_[aiv * 8], s, 8);
+        lseQue_.FreeTensor(s);
+    }
+
+private:
+    __aicore__ inline void Bar() { PipeBarrier<PIPE_V>(); }
+
+    // dst[i, c] = src[i, c] op vb[i] for i < rows, c < cols; vb from Brcb (one 32-byte block per row).
+    __aicore__ inline void RowBroadcast(RowOp op, const LocalTensor<T>& dst, const LocalTensor<T>& src,
+                                        const LocalTensor<T>& vb, uint32_t rows, uint32_t cols) {
+        const uint32_t perRepeat = 256 / sizeof(T);
+        const uint8_t rowBlocks = (uint8_t)(cols * sizeof(T) / 32);
+        BinaryRepeatParams rp(1, 1, 0, rowBlocks, rowBlocks, 1);
+        for (uint32_t c0 = 0; c0 < cols; c0 += perRepeat) {
+            const uint64_t mask = MinU(perRepeat, cols - c0);
+            if (op == RowOp::SUB) Sub(dst[c0], src[c0], vb, mask, (uint8_t)rows, rp);
+            else if (op == RowOp::MUL) Mul(dst[c0], src[c0], vb, mask, (uint8_t)rows, rp);
+            else Div(dst[c0], src[c0], vb, mask, (uint8_t)rows, rp);
+        }
+    }
+
+    // One value per row into bc_ (a 32-byte block each), for RowBroadcast.
+    __aicore__ inline void Broadcast(const LocalTensor<T>& v) {
+        Brcb(bc_, v, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));
+        Bar();
+    }
+
+    // Row sums of x (rows_ x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
+    // FP32 rows of 128 span two repeats: the first fold (c + 64) is an Add, the rest one WholeReduceSum.
+    __aicore__ inline void TreeRowSum(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
+        if (sizeof(T) == 2) {
+            WholeReduceSum<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8);
+        } else {
+            Add(x, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
+            Bar();
+            WholeReduceSum<T>(dst, x, 64, rows_, 1, 1, 16);
+        }
+        Bar();
+    }
+
+    __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
+        if (sizeof(T) == 2) {
+            WholeReduceMax<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+        } else {
+            Max(work_, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
+            Bar();
+            WholeReduceMax<T>(dst, work_, 64, rows_, 1, 1, 16, ReduceOrder::ORDER_ONLY_VALUE);
+        }
+        Bar();
+    }
+
+    // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi].
+    __aicore__ inline void MaskColumns(const LocalTensor<T>& s, int32_t row, int64_t keepLo, int64_t keepHi) {
+        uint64_t ex[2] = {~0ull, ~0ull};
+        for (int64_t c = keepLo < 0 ? 0 : keepLo; c <= keepHi && c < (int64_t)BLOCK_KV; ++c)
+            ex[c / 64] &= ~((uint64_t)1 << (c % 64));
+        const uint8_t repeats = row < 0 ? (uint8_t)rows_ : 1;
+        const uint32_t rowOff = row < 0 ? 0 : (uint32_t)row * BLOCK_KV;
+        const uint8_t rowBlocks = (uint8_t)(BLOCK_KV * sizeof(T) / 32);
+        if (sizeof(T) == 2) {
+            if (ex[0] | ex[1]) Duplicate(s[rowOff], NegInf<T>(), ex, repeats, 1, rowBlocks);
+        } else {
+            for (uint32_t h = 0; h < 2; ++h) {
+                uint64_t m[2] = {ex[h], 0};
+                if (m[0]) Duplicate(s[rowOff + 64 * h], NegInf<T>(), m, repeats, 1, rowBlocks);
+            }
+        }
+    }
+
+    __aicore__ inline void ApplyMasks(const Task& k, const LocalTensor<T>& s, uint32_t c0, uint32_t keys) {
+        if (t_->hasMask) {
+            const uint64_t base = k.b * t_->maskBatchStride + k.n * t_->maskHeadStride +
+                                  (uint64_t)(k.row0 + r0_) * t_->maskRowStride + c0;
+            LocalTensor<uint8_t> mt = maskQue_.template AllocTensor<uint8_t>();
+            const uint32_t rowBytes = (keys + 31) / 32 * 32;
+            DataCopyExtParams cp(rows_, keys, (uint32_t)(t_->maskRowStride - keys), (BLOCK_KV - rowBytes) / 32, 0);
+            DataCopyPad(mt, maskGm_[base], cp, DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+            maskQue_.EnQue(mt);
+            mt = maskQue_.template DeQue<uint8_t>();
+            LocalTensor<half> m16 = work_.template ReinterpretCast<half>();
+            Cast(m16, mt, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
+            Bar();
+            CompareScalar(bits_, m16, (half)0.5f, CMPMODE::LT, rows_ * BLOCK_KV);  // 1 = kept
+            Bar();
+            Select(s, bits_, s, NegInf<T>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, rows_ * BLOCK_KV);
+            Bar();
+            maskQue_.FreeTensor(mt);
+        }
+        if (!t_->bandMode) {
+            if (keys < BLOCK_KV) MaskColumns(s, -1, 0, (int64_t)keys - 1);  // padded tail columns
+        } else {
+            const Band bd = BandOf(*t_, k.seqQ, k.seqKv);
+            for (uint32_t i = 0; i < rows_; ++i) {
+                const int64_t qi = (int64_t)(k.row0 + r0_ + i) - (int64_t)c0;
+                int64_t lo = bd.lo + qi, hi = bd.hi + qi;
+                if (hi > (int64_t)keys - 1) hi = (int64_t)keys - 1;
+                if (lo <= 0 && hi >= (int64_t)BLOCK_KV - 1) continue;
+                MaskColumns(s, (int32_t)i, lo, hi);
+            }
+        }
+        Bar();
+    }
+
+    // Guarded exp: dst = exp(x), 0 where the running maximum mNew_ is still -inf.
+    __aicore__ inline void GuardedExp(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
+        Exp(dst, x, (int32_t)ROW_VEC);
+        CompareScalar(bits_, mNew_, NegInf<T>(), CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(dst, bits_, dst, (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+    }
+
+    // dst = src / j rounded to T, computed as FP32 division then one rounding (the golden's r(x / j)).
+    __aicore__ inline void DivideByBlockIndex(const LocalTensor<T>& x, uint32_t j) {
+        Duplicate(fb_, (float)j, (int32_t)ROW_VEC);
+        if (sizeof(T) == 2) {
+            Cast(fa_, x, RoundMode::CAST_NONE, ROW_VEC);
+            Bar();
+            Div(fa_, fa_, fb_, (int32_t)ROW_VEC);
+            Bar();
+            Cast(x, fa_, RoundMode::CAST_RINT, ROW_VEC);
+        } else {
+            Bar();
+            Div(x.template ReinterpretCast<float>(), x.template ReinterpretCast<float>(), fb_, (int32_t)ROW_VEC);
+        }
+        Bar();
+    }
+
+    __aicore__ inline void Softmax(const Task& k, uint32_t j) {
+        const uint32_t slot = j % 2;
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
+        CrossCoreWaitFlag(FLAG_S_READY);
+        if (rows_ == 0) {
+            CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+            return;
+        }
+        LocalTensor<half> s16 = sQue_.template AllocTensor<half>();
+        DataCopy(s16, slots_.score[slot][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
+        sQue_.EnQue(s16);
+        s16 = sQue_.template DeQue<half>();
+        LocalTensor<T> s;
+        if (sizeof(T) == 2) {
+            s = s16.template ReinterpretCast<T>();
+        } else {
+            Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
+            Bar();
+            s = sT_;
+        }
+        const int32_t cnt = (int32_t)(rows_ * BLOCK_KV);
+        // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
+        Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
+        Bar();
+        TreeRowSum(mean_, work_);
+        ApplyMasks(k, s, c0, keys);
+        RowMax(mBlk_, s);
+        // Step 4: Welford mean F_j = F_{j-1} + (S̄'_j - F_{j-1}) / j; F_1 = S̄'_1.
+        // Step 5: Δ'prev = I(F_{j-1} - F_j) (0 for j = 1), Δ'cur = I(S̄'_j - F_j).
+        const int32_t rv = (int32_t)ROW_VEC;
+        if (j == 0) {
+            Muls(tmp2_, mean_, (T)1, rv);  // F_1
+            Duplicate(dPrev_, (T)0, rv);
+        } else {
+            Sub(tmp1_, mean_, f_, rv);
+            Bar();
+            DivideByBlockIndex(tmp1_, j + 1);
+            Add(tmp2_, f_, tmp1_, rv);  // F_j
+            Bar();
+            Sub(tmp1_, f_, tmp2_, rv);
+            Bar();
+            Muls(dPrev_, tmp1_, inva_, rv);
+        }
+        Bar();
+        Sub(tmp1_, mean_, tmp2_, rv);
+        Muls(f_, tmp2_, (T)1, rv);
+        Bar();
+        Muls(dCur_, tmp1_, inva_, rv);
+        Bar();
+        // Step 6: m_j = max(m_{j-1} + Δ'prev, m' + Δ'cur)
+        Add(tmp1_, m_, dPrev_, rv);
+        Add(tmp2_, mBlk_, dCur_, rv);
+        Bar();
+        Max(mNew_, tmp1_, tmp2_, rv);
+        // P' = exp(S' - m') relative to the block's own max (m' -> lowest finite where the row is all -inf)
+        Maxs(tmp1_, mBlk_, Lowest<T>(), rv);
+        Bar();
+        Broadcast(tmp1_);
+        RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
+        Bar();
+        LocalTensor<half> p = pQue_.template AllocTensor<half>();
+        if (sizeof(T) == 2) {
+            Exp(p.template ReinterpretCast<T>(), s, cnt);
+            Bar();
+            TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
+        } else {
+            Exp(pT_, s, cnt);
+            Bar();
+            Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);  // P enters P V in FP16
+            Bar();
+            TreeRowSum(lBlk_, pT_);
+        }
+        pQue_.EnQue(p);
+        sQue_.FreeTensor(s16);
+        // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
+        Sub(tmp1_, m_, mNew_, rv);
+        Sub(tmp2_, mBlk_, mNew_, rv);
+        Bar();
+        Add(tmp1_, tmp1_, dPrev_, rv);
+        Add(tmp2_, tmp2_, dCur_, rv);
+        Bar();
+        GuardedExp(alpha_[slot], tmp1_);
+        GuardedExp(gamma_[slot], tmp2_);
+        Mul(tmp1_, alpha_[slot], l_, rv);
+        Mul(tmp2_, gamma_[slot], lBlk_, rv);
+        Bar();
+        Add(l_, tmp1_, tmp2_, rv);
+        Muls(m_, mNew_, (T)1, rv);
+        Bar();
+        p = pQue_.template DeQue<half>();
+        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
+        pQue_.FreeTensor(p);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+    }
+
+    // O = α O + γ PV (each product and the sum rounded to T).
+    __aicore__ inline void Update(uint32_t j) {
+        const uint32_t slot = j % 2;
+        CrossCoreWaitFlag(FLAG_PV_READY);
+        if (rows_ == 0) return;
+        LocalTensor<T> pv = pvQue_.template AllocTensor<T>();
+        DataCopy(pv, slots_.pv[slot][r0_ * d_], rows_ * d_);
+        pvQue_.EnQue(pv);
+        pv = pvQue_.template DeQue<T>();
+        Broadcast(alpha_[slot]);
+        RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
+        Bar();
+        Broadcast(gamma_[slot]);
+        RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
+        Bar();
+        Add(oAcc_, oAcc_, pv, (int32_t)(rows_ * d_));
+        Bar();
+        pvQue_.FreeTensor(pv);
+    }
+
+    // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l + I F (FP32; -inf for l = 0).
+    __aicore__ inline void Finalize(const Task& k) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        CompareScalar(bits_, l_, (T)0, CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(tmp1_, bits_, l_, (T)1, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+        Broadcast(tmp1_);
+        RowBroadcast(RowOp::DIV, oAcc_, oAcc_, bc_, rows_, d_);
+        // lse in FP32: cast(m) + ln(cast(l)) + cast(I) * cast(F)
+        if (sizeof(T) == 2) {
+            Cast(fa_, m_, RoundMode::CAST_NONE, ROW_VEC);
+            Cast(fb_, l_, RoundMode::CAST_NONE, ROW_VEC);
+            Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
+        } else {
+            Muls(fa_, m_.template ReinterpretCast<float>(), 1.0f, rv);
+            Muls(fb_, l_.template ReinterpretCast<float>(), 1.0f, rv);
+            Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
+        }
+        Bar();
+        Ln(fb_, fb_, rv);
+        Muls(fc_, fc_, (float)inva_, rv);
+        Bar();
+        Add(fa_, fa_, fb_, rv);
+        Bar();
+        Add(fa_, fa_, fc_, rv);
+        Bar();
+        Select(fa_, bits_, fa_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+        CheckOverflow();
+        if (t_->kvSplits == 1) WriteFinal(k);
+        else WritePartial(k);
+    }
+
+    __aicore__ inline void CheckOverflow() {
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        for (uint32_t i = 0; i < valid_; ++i) {
+            const float v = (float)f_.GetValue(i);
+            if (!(v - v == 0.0f)) overflow_ = true;  // Inf or NaN
+        }
+    }
+
+    __aicore__ inline void WriteFinal(const Task& k) {
+        LocalTensor<half> o = outQue_.template AllocTensor<half>();
+        if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
+        else Cast(o, oAcc_, RoundMode::CAST_RINT, rows_ * d_);
+        Bar();
+        if (valid_ < rows_) Duplicate(o[valid_ * d_], (half)0, (int32_t)((rows_ - valid_) * d_));  // padded rows
+        outQue_.EnQue(o);
+        LocalTensor<float> lt = lseQue_.template AllocTensor<float>();
+        Muls(lt, fa_, 1.0f, (int32_t)ROW_VEC);
+        Duplicate(lt[ROW_VEC], PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
+        lseQue_.EnQue(lt);
+        o = outQue_.template DeQue<half>();
+        DataCopyParams cp((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), 0, (uint16_t)((t_->qRowStride - d_) * 2 / 32));
+        DataCopy(outGm_[QOffset(*t_, k.b, k.n, k.row0 + r0_)], o, cp);
+        outQue_.FreeTensor(o);
+        lt = lseQue_.template DeQue<float>();
+        const uint64_t base = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + r0_;
+        if (valid_ > 0) DataCopyPad(lseGm_[base], lt, DataCopyExtParams(1, valid_ * 4, 0, 0, 0));
+        if (valid_ < rows_)
+            DataCopyPad(lseGm_[base + valid_], lt[ROW_VEC], DataCopyExtParams(1, (rows_ - valid_) * 4, 0, 0, 0));
+        lseQue_.FreeTensor(lt);
+    }
+
+    // Split-KV: this split's normalised O (FP32) and its lse, per row, for the combine. Splits exist
+    // only for decode (S1 = 1), so a task has one row and rows_ <= 1.
+    __aicore__ inline void WritePartial(const Task& k) {
+        LocalTensor<float> lt = lseQue_.template AllocTensor<float>();
+        Muls(lt, fa_, 1.0f, (int32_t)ROW_VEC);
+        lseQue_.EnQue(lt);
+        for (uint32_t i = 0; i < rows_; ++i) {
+            LocalTensor<float> o = outQue_.template AllocTensor<float>();
+            if (sizeof(T) == 2) Cast(o, oAcc_[i * d_], RoundMode::CAST_NONE, d_);
+            else Muls(o, oAcc_[i * d_].template ReinterpretCast<float>(), 1.0f, (int32_t)d_);
+            outQue_.EnQue(o);
+            o = outQue_.template DeQue<float>();
+            const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + r0_ + i;
+            DataCopy(partOGm_[(g * t_->kvSplits + k.split) * d_], o, d_);
+            outQue_.FreeTensor(o);
+        }
+        lt = lseQue_.template DeQue<float>();
+        const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + r0_;
+        DataCopyPad(partLseGm_[g * t_->kvSplits + k.split], lt, DataCopyExtParams(1, rows_ * 4, 0, 0, 0));
+        lseQue_.FreeTensor(lt);
+    }
+
+    const PasaTilingData* t_;
+    uint32_t sub_, d_, rm_, r0_ = 0, rows_ = 0, valid_ = 0;
+    T inva_;
+    bool overflow_ = false;
+    TQue<TPosition::VECIN, 1> sQue_, pvQue_, maskQue_;
+    TQue<TPosition::VECOUT, 1> pQue_, outQue_, lseQue_;
+    TBuf<TPosition::VECCALC> calc_;
+    LocalTensor<T> sT_, pT_, work_, oAcc_, bc_;
+    LocalTensor<uint8_t> bits_;
+    LocalTensor<T> m_, mNew_, l_, f_, mean_, mBlk_, lBlk_, dPrev_, dCur_, tmp1_, tmp2_, alpha_[2], gamma_[2];
+    LocalTensor<float> fa_, fb_, fc_, fd_;
+    GlobalTensor<uint8_t> maskGm_;
+    GlobalTensor<half> outGm_;
+    SlotTensors<T> slots_;
+    GlobalTensor<float> lseGm_, partOGm_, partLseGm_;
+    GlobalTensor<uint32_t> statusGm_;
+};
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_VECTOR_SOFTMAX_H
