@@ -1,0 +1,457 @@
+// Grid tests of the host tiling (op_host/pasa_tiling.h): every plan fits every on-chip capacity and the
+// GM workspace, and the split of the work over the AI cores covers every output row exactly once.
+//
+//   test_tiling            run every section
+//   test_tiling SECTION    one of: grid, decode, platforms, layouts, beta, errors
+//
+// Each section prints "SECTION: <n> checks passed"; any failure prints "FAIL ..." and the exit code is 1.
+// The checks are written from the contract in op_kernel/pasa_tiling_data.h (task ids, strides, workspace
+// regions) and recompute every quantity independently instead of trusting the tiling's own fields.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pasa_tiling.h"
+
+namespace {
+
+int g_failures = 0;
+long g_checks = 0;
+std::string g_case;  // description of the input being checked, printed with a failure
+
+#define CHECK(cond)                                                                                  \
+    do {                                                                                             \
+        ++g_checks;                                                                                  \
+        if (!(cond)) {                                                                               \
+            if (++g_failures <= 50)                                                                  \
+                std::printf("FAIL %s:%d: %s  [%s]\n", __FILE__, __LINE__, #cond, g_case.c_str());    \
+        }                                                                                            \
+    } while (0)
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+struct Dims {
+    int64_t B, N, NKV, S1, S2, D;
+};
+
+// Shapes of query and key for a layout, from (B, N, NKV, S1, S2, D).
+void Shapes(const Dims& d, const std::string& layout, pasa::TilingInput* in) {
+    if (layout == "BNSD") {
+        in->queryShape = {d.B, d.N, d.S1, d.D};
+        in->keyShape = {d.B, d.NKV, d.S2, d.D};
+    } else if (layout == "BSND") {
+        in->queryShape = {d.B, d.S1, d.N, d.D};
+        in->keyShape = {d.B, d.S2, d.NKV, d.D};
+    } else {  // BSH
+        in->queryShape = {d.B, d.S1, d.N * d.D};
+        in->keyShape = {d.B, d.S2, d.NKV * d.D};
+    }
+    in->valueShape = in->keyShape;
+}
+
+pasa::TilingInput MakeInput(const Dims& d, const std::string& layout = "BNSD",
+                            const std::string& precision = "pasa_fp32") {
+    pasa::TilingInput in;
+    Shapes(d, layout, &in);
+    in.inputLayout = layout;
+    in.numHeads = d.N;
+    in.numKeyValueHeads = d.NKV == d.N ? 0 : d.NKV;
+    in.scale = 1.0 / std::sqrt((double)d.D);
+    in.precision = precision;
+    return in;
+}
+
+std::string Describe(const pasa::TilingInput& in) {
+    std::ostringstream os;
+    os << in.inputLayout << " q=(";
+    for (size_t i = 0; i < in.queryShape.size(); ++i) os << (i ? "," : "") << in.queryShape[i];
+    os << ") k=(";
+    for (size_t i = 0; i < in.keyShape.size(); ++i) os << (i ? "," : "") << in.keyShape[i];
+    os << ") N=" << in.numHeads << " Nkv=" << in.numKeyValueHeads << " " << in.precision
+       << " aic=" << in.platform.aicNum << " ub=" << in.platform.ubSize;
+    return os.str();
+}
+
+// Half-open [lo, hi) intervals tile [0, n) exactly once.
+bool TilesExactly(std::vector<std::pair<uint64_t, uint64_t>> iv, uint64_t n) {
+    std::sort(iv.begin(), iv.end());
+    uint64_t at = 0;
+    for (const auto& r : iv) {
+        if (r.first != at || r.second <= r.first) return false;
+        at = r.second;
+    }
+    return at == n;
+}
+
+bool IsFp16Exact(double x) { return (double)(_Float16)x == x; }
+
+// Every property of one plan. `d` holds the true dims, independent of how the tiling reads the shapes.
+void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
+    g_case = Describe(in);
+    pasa::TilingResult r;
+    try {
+        r = pasa::ComputeTiling(in);
+    } catch (const std::exception& e) {
+        g_case += std::string(" threw: ") + e.what();
+        CHECK(!"ComputeTiling threw on a valid input");
+        return;
+    }
+    const PasaTilingData& t = r.data;
+    const pasa::PlatformInfo& pl = in.platform;
+    const bool fp32 = in.precision == "pasa_fp32";
+
+    // ---- shapes, key, launch ------------------------------------------------------------------
+    CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
+    CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
+    CHECK(r.tilingKey == (fp32 ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
+    CHECK(t.precision == r.tilingKey);
+    CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);
+    CHECK(r.workspaceBytes == t.workspaceBytes);
+
+    // ---- blocks -------------------------------------------------------------------------------
+    CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
+    CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= 128);
+    CHECK(t.numQBlocks == CeilDiv(d.S1, t.blockQ));
+    CHECK(t.numKvBlocks == CeilDiv(d.S2, t.blockKv));
+    CHECK(t.baseK >= 16 && t.baseK % 16 == 0 && t.baseK <= d.D);
+
+    // ---- on-chip capacities -------------------------------------------------------------------
+    CHECK(t.ubBytes <= pl.ubSize);
+    CHECK(t.l1Bytes <= pl.l1Size);
+    CHECK(t.l0aBytes <= pl.l0aSize);
+    CHECK(t.l0bBytes <= pl.l0bSize);
+    CHECK(t.l0cBytes <= pl.l0cSize);
+    // What the plan must at least hold (a plan that under-counts would "fit" trivially): L1 keeps a
+    // Q block and double-buffered K and V blocks in FP16; one L0A/L0B ping-pong half holds a
+    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile.
+    const uint64_t l1Min = (uint64_t)t.blockQ * d.D * 2 + 2ull * t.blockKv * d.D * 2 * 2;
+    CHECK(t.l1Bytes >= l1Min);
+    const uint64_t rowsMax = std::max(t.blockQ, t.blockKv);
+    CHECK(2ull * rowsMax * t.baseK * 2 <= t.l0aBytes && 2ull * rowsMax * t.baseK * 2 <= t.l0bBytes);
+    CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
+    // UB per AIV: at least the double-buffered S' tile (FP16) of its half of the rows and its O rows
+    // in the state type.
+    const uint64_t aivRows = t.blockQ / 2, st = fp32 ? 4 : 2;
+    CHECK(t.ubBytes >= 2 * aivRows * t.blockKv * 2 + aivRows * d.D * st);
+
+    // ---- strides: the element offset formula of pasa_tiling_data.h is the layout's ----------------
+    // Corners of (b, head, row) for a tensor of `heads` heads and `rows` rows with the given strides.
+    auto checkStrides = [&](int64_t heads, int64_t rows, uint64_t bStride, uint64_t hStride, uint64_t sStride) {
+        for (int64_t b : {int64_t(0), d.B - 1})
+            for (int64_t h : {int64_t(0), heads - 1})
+                for (int64_t s : {int64_t(0), rows - 1}) {
+                    uint64_t want = in.inputLayout == "BNSD" ? ((b * heads + h) * rows + s) * d.D
+                                                              : ((b * rows + s) * heads + h) * d.D;
+                    CHECK(b * bStride + h * hStride + s * sStride == want);
+                }
+    };
+    checkStrides(d.N, d.S1, t.qBatchStride, t.qHeadStride, t.qRowStride);
+    checkStrides(d.NKV, d.S2, t.kvBatchStride, t.kvHeadStride, t.kvRowStride);
+
+    // ---- work split: every (b, n, row) exactly once per KV split, KV splits partition the blocks ----
+    const uint64_t baseTasks = (uint64_t)d.B * d.N * t.numQBlocks;
+    CHECK(t.kvSplits >= 1 && t.totalTasks == baseTasks * t.kvSplits);
+    CHECK(t.kvSplits == 1 || d.S1 == 1);  // split-KV only for decode
+    CHECK(t.kvSplits <= 64);               // the combine reduces a row's split lse values in one 64-lane repeat
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> rows;
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::pair<uint32_t, uint32_t>> kvRange;
+    uint64_t tasksSeen = 0;
+    for (uint32_t c = 0; c < t.blockDim; ++c) {
+        auto tasks = pasa::CoreTasks(t, c);
+        CHECK(!tasks.empty());  // blockDim counts only cores with work
+        for (const auto& ti : tasks) {
+            ++tasksSeen;
+            CHECK(ti.b < d.B && ti.n < d.N && ti.split < t.kvSplits && ti.rows >= 1);
+            CHECK(ti.row0 % t.blockQ == 0 && ti.rows <= t.blockQ && ti.row0 + ti.rows <= d.S1);
+            CHECK(ti.kvBlock0 < ti.kvBlockEnd && ti.kvBlockEnd <= t.numKvBlocks);
+            rows[{ti.b, ti.n, ti.split}].push_back({ti.row0, (uint64_t)ti.row0 + ti.rows});
+            auto key = std::make_tuple(ti.b, ti.n, ti.split);
+            auto it = kvRange.find(key);
+            if (it == kvRange.end()) kvRange[key] = {ti.kvBlock0, ti.kvBlockEnd};
+            else CHECK(it->second == std::make_pair(ti.kvBlock0, ti.kvBlockEnd));
+        }
+    }
+    CHECK(pasa::CoreTasks(t, t.blockDim).empty());  // no work beyond blockDim
+    CHECK(tasksSeen == t.totalTasks);
+    CHECK(rows.size() == (uint64_t)d.B * d.N * t.kvSplits);
+    for (auto& kv : rows) CHECK(TilesExactly(kv.second, d.S1));
+    for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t n = 0; n < d.N; ++n) {
+            std::vector<std::pair<uint64_t, uint64_t>> kvb;
+            for (uint32_t s = 0; s < t.kvSplits; ++s) {
+                auto it = kvRange.find({(uint32_t)b, (uint32_t)n, s});
+                if (it != kvRange.end()) kvb.push_back(it->second);
+            }
+            CHECK(kvb.size() == t.kvSplits && TilesExactly(kvb, t.numKvBlocks));
+        }
+
+    // Decode: the combine step of the split-KV partials covers every row exactly once.
+    const uint64_t rowsAll = (uint64_t)d.B * d.N * d.S1;
+    if (t.kvSplits > 1) {
+        std::vector<std::pair<uint64_t, uint64_t>> comb;
+        for (uint32_t w = 0; w < 2 * t.blockDim; ++w) {
+            uint64_t f, l;
+            pasa::CombineRows(t, w, &f, &l);
+            CHECK(f <= l && l <= rowsAll);
+            if (l > f) comb.push_back({f, l});
+        }
+        CHECK(TilesExactly(comb, rowsAll));
+        uint64_t f, l;
+        pasa::CombineRows(t, 2 * t.blockDim, &f, &l);
+        CHECK(f == l);
+    }
+
+    // K' pre-pass: items (b, h, j) split over the cores.
+    CHECK(t.prepassItems == (uint64_t)d.B * d.NKV * t.numKvBlocks);
+    CHECK((uint64_t)t.prepassPerCore * t.blockDim >= t.prepassItems);
+
+    // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
+    const uint64_t kshift = (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * d.D * 2;
+    const uint64_t slotMin = 2 * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
+    CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
+    CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
+    CHECK(t.wsPvSlot >= (uint64_t)t.blockQ * d.D * st);
+    for (uint64_t off : {t.wsStatusOffset, t.wsKShiftOffset, t.wsCoreOffset, t.wsCoreStride,
+                         t.wsPartialOffset, t.wsPartialLseOffset, t.workspaceBytes})
+        CHECK(off % 32 == 0);
+    CHECK(t.wsStatusOffset + 2ull * t.blockDim * 32 <= t.wsKShiftOffset);
+    CHECK(t.wsKShiftOffset + kshift <= t.wsCoreOffset);
+    CHECK(t.wsCoreStride >= slotMin);
+    CHECK(t.wsCoreOffset + (uint64_t)t.blockDim * t.wsCoreStride <= t.wsPartialOffset);
+    if (t.kvSplits > 1) {
+        CHECK(t.wsPartialOffset + rowsAll * t.kvSplits * d.D * 4 <= t.wsPartialLseOffset);
+        CHECK(t.wsPartialLseOffset + rowsAll * t.kvSplits * 4 <= t.workspaceBytes);
+    } else {
+        CHECK(t.wsPartialLseOffset <= t.workspaceBytes);
+    }
+
+    // ---- PASA constants -----------------------------------------------------------------------
+    CHECK(t.beta >= 0.0f && t.beta < 1.0f);
+    CHECK(std::fabs(t.invariance - t.beta / (1.0 - t.beta)) <= 1e-5 * t.invariance + 1e-7);
+    CHECK(t.scale == (float)in.scale);
+    // M's entries: rounded to FP16 once, from the beta actually used (round through _Float16 here).
+    const double n = t.blockKv;
+    CHECK(IsFp16Exact(t.shiftDiag) && IsFp16Exact(t.shiftOff));
+    CHECK((double)t.shiftDiag == (double)(_Float16)((1.0 - (double)t.beta / n) * in.scale) ||
+          std::fabs(t.shiftDiag - (1.0 - t.beta / n) * in.scale) <= std::ldexp(std::fabs(t.shiftDiag), -10));
+    CHECK(t.shiftOff <= 0.0f &&
+          std::fabs(t.shiftOff + t.beta / n * in.scale) <= std::ldexp(std::fabs(t.shiftOff), -10));
+}
+
+// ---- sections -------------------------------------------------------------------------------------
+
+// D x S1 x S2 x GQA ratio x precision, prefill and decode, lengths up to 128k.
+void SectionGrid() {
+    const int64_t Ds[] = {64, 80, 96, 128, 256};
+    const int64_t S1s[] = {1, 17, 128, 129, 1000, 8192, 131072};
+    const int64_t S2s[] = {1, 127, 128, 129, 4096, 131072};
+    const int64_t ratios[] = {1, 2, 4, 8, 16};
+    for (int64_t D : Ds)
+        for (int64_t S1 : S1s)
+            for (int64_t S2 : S2s)
+                for (int64_t g : ratios)
+                    for (const char* prec : {"pasa", "pasa_fp32"}) {
+                        // Long queries with few heads keep the task list small enough to enumerate.
+                        const int64_t nkv = S1 >= 8192 ? 1 : 2, B = S1 >= 8192 ? 1 : 2;
+                        Dims d{B, nkv * g, nkv, S1, S2, D};
+                        CheckPlan(MakeInput(d, "BNSD", prec), d);
+                    }
+}
+
+// Decode (S1 = 1): few (b, n) rows and a long KV split over the cores, and many rows with no split.
+void SectionDecode() {
+    for (int64_t D : {64, 128, 256})
+        for (int64_t B : {1, 3, 32})
+            for (int64_t g : {1, 4, 16})
+                for (int64_t S2 : {1, 128, 129, 1000, 32768, 131072}) {
+                    Dims d{B, g, 1, 1, S2, D};
+                    pasa::TilingInput in = MakeInput(d, "BSH");
+                    CheckPlan(in, d);
+                    g_case = Describe(in);
+                    auto r = pasa::ComputeTiling(in);
+                    const uint64_t base = B * g;  // one task per (b, n)
+                    // Shortening the critical path is the point of split-KV: with a long KV and fewer
+                    // rows than cores, the busiest core must walk fewer KV blocks than one row's whole KV.
+                    if (base < in.platform.aicNum && r.data.numKvBlocks >= in.platform.aicNum)
+                        CHECK(r.data.kvSplits > 1 &&
+                              (uint64_t)r.data.tasksPerCore * r.data.kvBlocksPerSplit < r.data.numKvBlocks);
+                }
+}
+
+// Other platform capacities (fewer cores, smaller memories): plans still fit, or the tiling says why.
+void SectionPlatforms() {
+    struct P { uint32_t aic; uint64_t ub, l1; };
+    const P plats[] = {{24, 192 * 1024, 512 * 1024}, {20, 192 * 1024, 512 * 1024}, {1, 192 * 1024, 512 * 1024},
+                       {8, 128 * 1024, 256 * 1024}};
+    for (const P& p : plats)
+        for (int64_t D : {64, 80, 96, 128, 256})
+            for (int64_t S1 : {1, 300, 4096})
+                for (int64_t g : {1, 8}) {
+                    Dims d{2, 2 * g, 2, S1, 1000, D};
+                    pasa::TilingInput in = MakeInput(d, "BSND");
+                    in.platform.aicNum = p.aic;
+                    in.platform.aivNum = 2 * p.aic;
+                    in.platform.ubSize = p.ub;
+                    in.platform.l1Size = p.l1;
+                    g_case = Describe(in);
+                    bool threw = false;
+                    try {
+                        pasa::ComputeTiling(in);
+                    } catch (const std::invalid_argument& e) {
+                        threw = true;
+                        CHECK(std::string(e.what()).find("platform") != std::string::npos);
+                    }
+                    if (!threw) CheckPlan(in, d);
+                    // The A2 capacities must always have a plan.
+                    if (p.ub == 192 * 1024 && p.l1 == 512 * 1024) CHECK(!threw);
+                }
+}
+
+// All three layouts with masks, lengths, sparse modes: the same plan properties.
+void SectionLayouts() {
+    for (const char* layout : {"BNSD", "BSH", "BSND"})
+        for (int64_t sm : {0, 1, 2, 3, 4})
+            for (bool lens : {false, true}) {
+                Dims d{3, 8, 2, 300, 515, 80};
+                pasa::TilingInput in = MakeInput(d, layout, "pasa");
+                in.sparseMode = sm;
+                if (sm <= 1) in.maskShape = {3, 1, 320, 528};  // FIA's padded mask, top-left corner read
+                if (sm == 4) { in.preTokens = 100; in.nextTokens = 0; }
+                if (lens) {
+                    in.actualSeqLengths = {300, 1, 150};
+                    in.actualSeqLengthsKv = {0, 515, 128};
+                }
+                CheckPlan(in, d);
+                auto t = pasa::ComputeTiling(in).data;
+                CHECK(t.hasMask == (sm <= 1 ? 1u : 0u));
+                CHECK(t.hasActualSeqQ == (lens ? 1u : 0u) && t.hasActualSeqKv == (lens ? 1u : 0u));
+                if (sm <= 1) {
+                    // Byte strides of a (B, 1, 320, 528) uint8 mask: broadcast over heads.
+                    CHECK(t.maskHeads == 1 && t.maskHeadStride == 0 && t.maskRowStride == 528 &&
+                          t.maskBatchStride == 320ull * 528);
+                }
+            }
+    // Decode ignores actual_seq_lengths (FIA), and reads actual_seq_lengths_kv.
+    Dims d{2, 4, 4, 1, 1000, 128};
+    pasa::TilingInput in = MakeInput(d, "BNSD");
+    in.actualSeqLengths = {1, 0};
+    in.actualSeqLengthsKv = {1000, 3};
+    CheckPlan(in, d);
+    auto t = pasa::ComputeTiling(in).data;
+    CHECK(t.hasActualSeqQ == 0 && t.hasActualSeqKv == 1);
+}
+
+// beta: the default is the solver's fixed point (in range, stable under scale), an explicit one is kept.
+void SectionBeta() {
+    Dims d{1, 2, 2, 256, 256, 128};
+    pasa::TilingInput in = MakeInput(d);
+    g_case = "default beta";
+    auto t = pasa::ComputeTiling(in).data;
+    // DESIGN.md: the fixed point for n = 128 from 1 - 2^-6 lies near 0.9845 (0.984711 with the scale folded).
+    CHECK(t.beta > 0.98f && t.beta < 0.99f);
+    CHECK(std::fabs(t.beta - pasa::DefaultBeta(128, in.scale)) < 1e-7);
+    for (double beta : {0.0, 0.5, 0.9375, 0.968994}) {
+        in.beta = beta;
+        g_case = "beta " + std::to_string(beta);
+        CheckPlan(in, d);
+        auto t2 = pasa::ComputeTiling(in).data;
+        CHECK(t2.beta == (float)beta);
+        if (beta == 0.0) CHECK(t2.shiftOff == 0.0f && t2.shiftDiag == (float)(_Float16)in.scale);
+    }
+    double diag, off;
+    pasa::ShiftEntries(0.9375, 128, -1.0, &diag, &off);  // scale <= 0: "no scale"
+    g_case = "ShiftEntries without scale";
+    CHECK(diag == (double)(_Float16)(1.0 - 0.9375 / 128) && off == (double)(_Float16)(-0.9375 / 128));
+}
+
+// Bad inputs raise std::invalid_argument whose message names the argument.
+void SectionErrors() {
+    const Dims d{2, 8, 2, 256, 300, 128};
+    auto expect = [](const char* what, const std::function<void(pasa::TilingInput&)>& edit, const char* name) {
+        pasa::TilingInput in = MakeInput(Dims{2, 8, 2, 256, 300, 128});
+        edit(in);
+        g_case = std::string(what) + " -> expected an error naming '" + name + "'";
+        try {
+            pasa::ComputeTiling(in);
+            CHECK(!"no error raised");
+        } catch (const std::invalid_argument& e) {
+            g_case += std::string(", got: ") + e.what();
+            CHECK(std::string(e.what()).find(name) != std::string::npos);
+        }
+    };
+    (void)d;
+    expect("layout TND", [](auto& in) { in.inputLayout = "TND"; }, "input_layout");
+    expect("3-D query for BNSD", [](auto& in) { in.queryShape = {2, 256, 1024}; }, "query");
+    expect("5-D key", [](auto& in) { in.keyShape = {2, 2, 300, 128, 1}; }, "key");
+    expect("value shape", [](auto& in) { in.valueShape = {2, 2, 299, 128}; }, "value");
+    expect("negative dim", [](auto& in) { in.queryShape = {2, 8, -1, 128}; }, "query");
+    expect("num_heads 0", [](auto& in) { in.numHeads = 0; }, "num_heads");
+    expect("num_heads != query N", [](auto& in) { in.numHeads = 4; in.numKeyValueHeads = 2; }, "num_heads");
+    expect("Nkv negative", [](auto& in) { in.numKeyValueHeads = -1; }, "num_key_value_heads");
+    expect("N % Nkv", [](auto& in) { in.numKeyValueHeads = 3; in.keyShape = in.valueShape = {2, 3, 300, 128}; },
+           "num_key_value_heads");
+    expect("key N", [](auto& in) { in.keyShape = in.valueShape = {2, 4, 300, 128}; }, "num_key_value_heads");
+    expect("key batch", [](auto& in) { in.keyShape = in.valueShape = {3, 2, 300, 128}; }, "batch");
+    expect("key head dim", [](auto& in) { in.keyShape = in.valueShape = {2, 2, 300, 64}; }, "head dim");
+    expect("D = 72", [](auto& in) { in.queryShape = {2, 8, 256, 72}; in.keyShape = in.valueShape = {2, 2, 300, 72}; },
+           "head dim");
+    expect("D = 512", [](auto& in) { in.queryShape = {2, 8, 256, 512}; in.keyShape = in.valueShape = {2, 2, 300, 512}; },
+           "head dim");
+    expect("S1 = 0", [](auto& in) { in.queryShape = {2, 8, 0, 128}; }, "S1");
+    expect("S2 = 0", [](auto& in) { in.keyShape = in.valueShape = {2, 2, 0, 128}; }, "S2");
+    expect("scale 0", [](auto& in) { in.scale = 0.0; }, "scale");
+    expect("scale NaN", [](auto& in) { in.scale = std::nan(""); }, "scale");
+    expect("beta 1", [](auto& in) { in.beta = 1.0; }, "beta");
+    expect("beta NaN", [](auto& in) { in.beta = std::nan(""); }, "beta");
+    expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");
+    expect("sparse_mode 5", [](auto& in) { in.sparseMode = 5; }, "sparse_mode");
+    expect("sparse_mode -1", [](auto& in) { in.sparseMode = -1; }, "sparse_mode");
+    expect("mode 1 without mask", [](auto& in) { in.sparseMode = 1; }, "atten_mask");
+    expect("mask with mode 2", [](auto& in) { in.sparseMode = 2; in.maskShape = {1, 1, 256, 300}; }, "atten_mask");
+    expect("mask 3-D", [](auto& in) { in.maskShape = {2, 256, 300}; }, "atten_mask");
+    expect("mask too short", [](auto& in) { in.maskShape = {1, 1, 255, 300}; }, "atten_mask");
+    expect("mask batch 3", [](auto& in) { in.maskShape = {3, 1, 256, 300}; }, "atten_mask");
+    expect("band empty", [](auto& in) { in.sparseMode = 4; in.preTokens = -10; in.nextTokens = 5; }, "pre_tokens");
+    expect("lengths count", [](auto& in) { in.actualSeqLengths = {256}; }, "actual_seq_lengths");
+    expect("lengths range", [](auto& in) { in.actualSeqLengths = {256, 257}; }, "actual_seq_lengths");
+    expect("kv lengths range", [](auto& in) { in.actualSeqLengthsKv = {-1, 3}; }, "actual_seq_lengths_kv");
+    expect("platform aiv", [](auto& in) { in.platform.aivNum = 24; }, "platform");
+    expect("platform tiny UB", [](auto& in) { in.platform.ubSize = 16 * 1024; }, "platform");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::vector<std::pair<std::string, void (*)()>> sections = {
+        {"grid", SectionGrid},     {"decode", SectionDecode}, {"platforms", SectionPlatforms},
+        {"layouts", SectionLayouts}, {"beta", SectionBeta},   {"errors", SectionErrors}};
+    bool ran = false;
+    for (const auto& s : sections) {
+        if (argc > 1 && s.first != argv[1]) continue;
+        ran = true;
+        const long before = g_checks;
+        const int failuresBefore = g_failures;
+        try {
+            s.second();
+        } catch (const std::exception& e) {
+            std::printf("FAIL %s: uncaught exception: %s [%s]\n", s.first.c_str(), e.what(), g_case.c_str());
+            ++g_failures;
+        }
+        std::printf("%s: %ld checks, %d failed\n", s.first.c_str(), g_checks - before, g_failures - failuresBefore);
+    }
+    if (!ran) {
+        std::printf("unknown section '%s'; one of: grid decode platforms layouts beta errors\n", argv[1]);
+        return 2;
+    }
+    return g_failures ? 1 : 0;
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Build the PasaFusedAttention custom op with CANN, install its .run package, build and install the
+# torch_npu extension, and check the op on the NPU against the golden model.
+#
+# Never run in this repository's CI on real CANN (there is none); tests/test_build_and_deploy.py runs
+# every path short of the NPU with fake CANN trees and fake commands.
+set -euo pipefail
+
+# Exit codes (distinct, so that callers and tests can tell the failures apart).
+readonly E_USAGE=2 E_NO_CANN=10 E_CANN_VERSION=11 E_NO_TORCH_NPU=12 E_NO_NPU=13
+readonly E_BUILD=20 E_INSTALL=21 E_EXTENSION=22 E_CHECK=23
+# CANN versions whose toolkit ships the ASC CMake package with the npu_op_* functions cann/CMakeLists.txt uses.
+readonly MIN_CANN_MAJOR=8 MIN_CANN_MINOR=5
+readonly VENDOR=pasa  # vendor_name in cann/CMakeLists.txt
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="$ROOT/build/npu"
+INSTALL_PATH=""
+PYTHON="${PYTHON:-python3}"
+DRY_RUN=0
+BUILD_ONLY=0
+
+usage() {
+    cat <<EOF
+Usage: scripts/build_and_deploy.sh [options]
+
+Builds the AscendC PASA op package with CANN (cann/CMakeLists.txt), installs it, builds and installs the
+torch_npu extension pasa_npu._npu_ext, and runs scripts/npu_check.py (the op on the NPU against the golden
+model).
+
+Options:
+  --install-path DIR  install the op package under DIR/vendors/$VENDOR (default: CANN's
+                      \$ASCEND_OPP_PATH/vendors/$VENDOR); then source DIR/vendors/$VENDOR/bin/set_env.bash
+                      before using the op
+  --build-dir DIR     CMake build directory (default: build/npu)
+  --python PY         the Python with torch and torch_npu (default: \$PYTHON or python3)
+  --build-only        build and install without an NPU (no device check; npu-smi not required)
+  --dry-run           check the prerequisites, then print the commands instead of running them
+  -h, --help          this help
+
+Prerequisites (exit code when missing): CANN toolkit >= $MIN_CANN_MAJOR.$MIN_CANN_MINOR, found through
+ASCEND_CANN_PACKAGE_PATH or ASCEND_HOME_PATH (source <cann>/set_env.sh) ($E_NO_CANN; an older or
+unreadable version: $E_CANN_VERSION), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
+npu-smi ($E_NO_NPU, unless --build-only).
+Failures later: build $E_BUILD, package install $E_INSTALL, extension $E_EXTENSION, on-device check $E_CHECK;
+bad options $E_USAGE.
+EOF
+}
+
+die() {  # die CODE MESSAGE...
+    local code=$1
+    shift
+    echo "build_and_deploy: error: $*" >&2
+    exit "$code"
+}
+
+say() { echo "build_and_deploy: $*"; }
+
+run() {  # run CODE CMD...: run (or print, with --dry-run) a step; exit CODE if it fails
+    local code=$1
+    shift
+    echo "+ $*"
+    [[ $DRY_RUN -eq 1 ]] && return 0
+    "$@" || die "$code" "command failed: $*"
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --install-path) [[ $# -ge 2 ]] || die $E_USAGE "--install-path needs a directory"; INSTALL_PATH=$2; shift 2 ;;
+        --install-path=*) INSTALL_PATH=${1#*=}; shift ;;
+        --build-dir) [[ $# -ge 2 ]] || die $E_USAGE "--build-dir needs a directory"; BUILD_DIR=$2; shift 2 ;;
+        --build-dir=*) BUILD_DIR=${1#*=}; shift ;;
+        --python) [[ $# -ge 2 ]] || die $E_USAGE "--python needs an interpreter"; PYTHON=$2; shift 2 ;;
+        --python=*) PYTHON=${1#*=}; shift ;;
+        --build-only) BUILD_ONLY=1; shift ;;
+        --dry-run) DRY_RUN=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) usage >&2; die $E_USAGE "unknown option: $1" ;;
+    esac
+done
+[[ -z "$INSTALL_PATH" || "$INSTALL_PATH" == /* ]] || INSTALL_PATH="$PWD/$INSTALL_PATH"
+
+# ---- prerequisites ----------------------------------------------------------------------------------------
+CANN="${ASCEND_CANN_PACKAGE_PATH:-${ASCEND_HOME_PATH:-}}"
+[[ -n "$CANN" ]] || die $E_NO_CANN "CANN not found: ASCEND_CANN_PACKAGE_PATH and ASCEND_HOME_PATH are unset" \
+    "(install the CANN toolkit and run: source <cann install dir>/set_env.sh)"
+[[ -d "$CANN" ]] || die $E_NO_CANN "CANN not found: $CANN (from ASCEND_CANN_PACKAGE_PATH/ASCEND_HOME_PATH) is not a directory"
+
+# The toolkit's version info file: <cann>/<arch>-linux/ascend_toolkit_install.info, line version=X.Y[.Z|.RCn]
+INFO="$CANN/$(uname -m)-linux/ascend_toolkit_install.info"
+if [[ ! -f "$INFO" ]]; then
+    INFO=$(ls "$CANN"/*-linux/ascend_toolkit_install.info 2>/dev/null | head -n 1 || true)
+fi
+[[ -n "$INFO" && -f "$INFO" ]] || die $E_CANN_VERSION "cannot read the CANN version: no" \
+    "<arch>-linux/ascend_toolkit_install.info under $CANN (is it a CANN toolkit install?)"
+VERSION=$(sed -n 's/^version=//p' "$INFO" | head -n 1 | tr -d '[:space:]')
+if [[ ! "$VERSION" =~ ^([0-9]+)\.([0-9]+) ]]; then
+    die $E_CANN_VERSION "cannot parse the CANN version '${VERSION}' in $INFO (expected version=X.Y...)"
+fi
+MAJOR=${BASH_REMATCH[1]} MINOR=${BASH_REMATCH[2]}
+if (( MAJOR < MIN_CANN_MAJOR || (MAJOR == MIN_CANN_MAJOR && MINOR < MIN_CANN_MINOR) )); then
+    die $E_CANN_VERSION "unsupported CANN version $VERSION ($INFO): need >= $MIN_CANN_MAJOR.$MIN_CANN_MINOR" \
+        "(the op package is built with the ASC CMake functions npu_op_package & co., see cann/CMakeLists.txt)"
+fi
+say "CANN $VERSION at $CANN"
+
+command -v "$PYTHON" >/dev/null 2>&1 || die $E_NO_TORCH_NPU "Python '$PYTHON' not found (use --python)"
+"$PYTHON" -c "import torch_npu" >/dev/null 2>&1 || die $E_NO_TORCH_NPU "torch_npu is not importable by $PYTHON" \
+    "(pip install torch_npu matching your torch and CANN, or pass --python)"
+say "torch_npu found by $PYTHON"
+
+HAVE_NPU=0
+if command -v npu-smi >/dev/null 2>&1 && npu-smi info >/dev/null 2>&1; then
+    HAVE_NPU=1
+    say "NPU present (npu-smi info)"
+elif [[ $BUILD_ONLY -eq 1 ]]; then
+    say "no NPU (npu-smi missing or failing): building and installing only (--build-only)"
+else
+    die $E_NO_NPU "no NPU: npu-smi is missing or 'npu-smi info' fails (check the driver; use --build-only" \
+        "to build and install without a device)"
+fi
+
+# ---- build the op package -----------------------------------------------------------------------------------
+run $E_BUILD cmake -S "$ROOT/cann" -B "$BUILD_DIR" -DASCEND_CANN_PACKAGE_PATH="$CANN" -DCMAKE_BUILD_TYPE=Release
+run $E_BUILD cmake --build "$BUILD_DIR" --target binary package --parallel "$(nproc 2>/dev/null || echo 2)"
+
+# ---- install it -----------------------------------------------------------------------------------------------
+if [[ $DRY_RUN -eq 1 ]]; then
+    RUN_PKG="$BUILD_DIR/custom_opp_<os>_<arch>.run"
+else
+    RUN_PKG=$(ls "$BUILD_DIR"/custom_opp_*.run 2>/dev/null | head -n 1 || true)
+    [[ -n "$RUN_PKG" ]] || die $E_BUILD "the build produced no custom_opp_*.run in $BUILD_DIR"
+fi
+if [[ -n "$INSTALL_PATH" ]]; then
+    run $E_INSTALL mkdir -p "$INSTALL_PATH"
+    run $E_INSTALL bash "$RUN_PKG" --install-path="$INSTALL_PATH"
+    ENV_SCRIPT="$INSTALL_PATH/vendors/$VENDOR/bin/set_env.bash"
+    if [[ $DRY_RUN -eq 0 ]]; then
+        [[ -f "$ENV_SCRIPT" ]] || die $E_INSTALL "the package did not install $ENV_SCRIPT"
+        # shellcheck disable=SC1090
+        source "$ENV_SCRIPT"  # appends the vendor directory to ASCEND_CUSTOM_OPP_PATH
+    fi
+    say "installed to $INSTALL_PATH/vendors/$VENDOR; before using the op: source $ENV_SCRIPT"
+else
+    run $E_INSTALL bash "$RUN_PKG"
+    say "installed to \$ASCEND_OPP_PATH/vendors/$VENDOR"
+fi
+
+# ---- the torch_npu extension ------------------------------------------------------------------------------------
+# --no-build-isolation: the extension compiles against the torch and torch_npu installed in this Python.
+run $E_EXTENSION env PASA_BUILD_NPU_EXT=1 ASCEND_CANN_PACKAGE_PATH="$CANN" \
+    "$PYTHON" -m pip install --no-build-isolation "$ROOT"
+
+# ---- on-device check ---------------------------------------------------------------------------------------------
+if [[ $HAVE_NPU -eq 1 ]]; then
+    run $E_CHECK "$PYTHON" "$ROOT/scripts/npu_check.py"
+    say "done: the op matches the golden model on the NPU"
+else
+    say "done (built and installed; the on-device check needs an NPU: run $PYTHON scripts/npu_check.py there)"
+fi
