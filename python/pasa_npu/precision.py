@@ -20,6 +20,8 @@ class Allocation:
     state: type of the softmax and of the running row state m, l (and PASA's F).
     output: type of P·V out of the matrix unit and of the running output O.
     shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
+    kernel_key: the AscendC kernel's tiling key for this allocation (op_kernel/pasa_tiling_data.h's
+        PASA_TILING_KEY_*), None where the kernel does not implement it.
     """
 
     name: str
@@ -28,6 +30,7 @@ class Allocation:
     output: str
     shifted: bool
     description: str
+    kernel_key: int | None = None
 
 
 ALLOCATIONS: dict[str, Allocation] = {
@@ -40,9 +43,11 @@ ALLOCATIONS: dict[str, Allocation] = {
         Allocation("fp16", "float16", "float16", "float16", False,
                    "everything FP16 (Fig. 3, FIA's high-performance path)"),
         Allocation("pasa", "float16", "float16", "float16", True,
-                   "PASA Algorithm 1: shifted S' in FP16, FP16 softmax, FP16 running state and output"),
+                   "PASA Algorithm 1: shifted S' in FP16, FP16 softmax, FP16 running state and output",
+                   kernel_key=0),
         Allocation("pasa_fp32", "float16", "float32", "float32", True,
-                   "PASA with FP16 S' and P, FP32 row state (m, l, F) and FP32 output accumulation"),
+                   "PASA with FP16 S' and P, FP32 row state (m, l, F) and FP32 output accumulation",
+                   kernel_key=1),
     )
 }
 

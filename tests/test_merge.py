@@ -1,0 +1,81 @@
+"""merge_partials: attention over split key sets, merged through lse, equals attention over all keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pasa_npu import golden
+from pasa_npu.merge import merge_partials
+
+LSE_NO_KEY = float(torch.finfo(torch.float32).min)
+
+
+def _parts(q, k, v, cuts, mask=None):
+    outs, lses = [], []
+    for c0, c1 in zip(cuts[:-1], cuts[1:]):
+        m = None if mask is None else mask[..., c0:c1]
+        o, l = golden.reference(q, k[:, :, c0:c1], v[:, :, c0:c1], scale=0.125, mask=m)
+        outs.append(torch.from_numpy(o))
+        lses.append(torch.from_numpy(l))
+    return outs, lses
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merge_of_key_shards_equals_attention_over_all_keys(seed):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(3.0, 1.0, (2, 3, 5, 64))
+    k = rng.normal(3.0, 1.0, (2, 3, 37, 64))
+    v = rng.normal(0.0, 1.0, (2, 3, 37, 64))
+    cuts = sorted({0, 37, *rng.integers(1, 37, 3).tolist()})
+    outs, lses = _parts(q, k, v, cuts)
+    out, lse = merge_partials(outs, lses)
+    want_o, want_l = golden.reference(q, k, v, scale=0.125)
+    # The merge runs in FP32: each weight exp(lse_p − lse) carries the FP32 rounding of lse_p (a few
+    # ulps of |lse|, ~72 here), and the output a few ulps of its own scale.
+    eps = np.finfo(np.float32).eps
+    bound = (4 * eps * np.abs(want_l).max() + 8 * eps) * np.abs(want_o).max()
+    np.testing.assert_allclose(out.numpy(), want_o, rtol=0, atol=bound)
+    np.testing.assert_allclose(lse.numpy(), want_l, rtol=4 * eps)
+    # One stacked tensor is the same as a list of partials.
+    out2, lse2 = merge_partials(torch.stack(outs), torch.stack(lses))
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
+def test_rows_without_keys_in_a_part_get_no_weight_and_fully_masked_rows_stay_empty():
+    rng = np.random.default_rng(7)
+    q = rng.normal(size=(1, 1, 3, 16))
+    k = rng.normal(size=(1, 1, 8, 16))
+    v = rng.normal(size=(1, 1, 8, 16))
+    mask = np.zeros((1, 1, 3, 8), bool)
+    mask[0, 0, 0, :4] = True   # row 0: nothing in the first part
+    mask[0, 0, 2, :] = True    # row 2: nothing anywhere
+    outs, lses = _parts(q, k, v, [0, 4, 8], mask)
+    assert np.isneginf(lses[0][0, 0, 0].item())
+    out, lse = merge_partials(outs, lses, out_dtype=torch.float32)
+    want_o, want_l = golden.reference(q, k, v, scale=0.125, mask=mask)
+    np.testing.assert_allclose(out[0, 0, :2].numpy(), want_o[0, 0, :2], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(lse[0, 0, :2].numpy(), want_l[0, 0, :2], rtol=1e-6)
+    assert torch.all(out[0, 0, 2] == 0) and torch.isneginf(lse[0, 0, 2])
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+
+
+def test_fia_sentinels_no_key_and_padded_rows():
+    o = torch.ones(2, 3, 4)
+    lse = torch.tensor([[LSE_NO_KEY, 0.0, float("inf")], [LSE_NO_KEY, 1.0, float("inf")]])
+    out, merged = merge_partials(o, lse)
+    assert merged[0].item() == LSE_NO_KEY and torch.all(out[0] == 1)  # both parts report no key: equal weights, lse stays the sentinel
+    assert merged[1].item() == pytest.approx(np.log(np.exp(0.0) + np.exp(1.0)))
+    assert torch.isposinf(merged[2]) and torch.all(out[2] == 0)
+
+
+@pytest.mark.parametrize("outs, lses, match", [
+    ([], [], "at least one partial"),
+    ([torch.zeros(2, 4)], [torch.zeros(2), torch.zeros(2)], "as many partials"),
+    ([torch.zeros(2, 4)], [torch.zeros(3)], "shape without the last dim"),
+    ([torch.zeros(2, 4), torch.zeros(3, 4)], [torch.zeros(2), torch.zeros(3)], "one shape"),
+])
+def test_bad_partials_are_refused(outs, lses, match):
+    with pytest.raises(ValueError, match=match):
+        merge_partials(outs, lses)
