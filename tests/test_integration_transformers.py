@@ -98,11 +98,11 @@ def test_settings_reach_fused_attention(monkeypatch):
         return torch.zeros(q.shape[0], q.shape[2], q.shape[1], q.shape[3]), None
 
     monkeypatch.setattr(integ, "fused_attention", fake)
-    fn = make_attention_function(PasaSettings(precision="pasa", beta=0.9, block_size=64))
+    fn = make_attention_function(PasaSettings(precision="pasa", beta=0.9, block_kv=64))
     q = torch.randn(1, 2, 3, 8)
     out, weights = fn(torch.nn.Module(), q, q, q, None, scaling=0.5)
     assert out.shape == (1, 3, 2, 8) and weights is None
-    assert (got["precision"], got["beta"], got["block_size"], got["scale"]) == ("pasa", 0.9, 64, 0.5)
+    assert (got["precision"], got["beta"], got["block_kv"], got["scale"]) == ("pasa", 0.9, 64, 0.5)
     assert got["input_layout"] == "BNSD_BSND"
 
 

@@ -10,6 +10,7 @@ or left of the diagonal through the bottom-right corner.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -376,7 +377,7 @@ def test_random_shapes_lengths_and_modes(b, g, nkv, s1, s2, mode, pre, nxt, data
     lq = data.draw(st.lists(st.integers(0, s1), min_size=b, max_size=b))
     lk = data.draw(st.lists(st.integers(0, s2), min_size=b, max_size=b))
     q, k, v = qkv(b=b, n=n, nkv=nkv, s1=s1, s2=s2, d=8, seed=s1 * 1000 + s2)
-    kw = dict(sparse_mode=mode, pre_tokens=pre, next_tokens=nxt, block_size=(16, 64), softmax_lse_flag=True)
+    kw = dict(sparse_mode=mode, pre_tokens=pre, next_tokens=nxt, block_q=16, block_kv=64, softmax_lse_flag=True)
     if mode:
         kw["atten_mask"] = COMPRESSED
     if mode == 0:
@@ -439,25 +440,45 @@ def test_bf16_and_fp32_are_converted_and_the_dtype_is_kept(dtype):
     assert torch.equal(out, out16.to(dtype)) and torch.equal(lse, lse16)
 
 
-def test_out_of_fp16_range_and_non_finite_inputs_are_refused():
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_out_of_fp16_range_and_non_finite_inputs_are_refused_when_checked(how, monkeypatch):
+    if how == "argument":
+        call = functools.partial(bnsd_call, check_inputs=True)
+    else:
+        monkeypatch.setenv("PASA_NPU_CHECK_INPUTS", "1")
+        call = bnsd_call
     q, k, v = qkv(s1=4, s2=4, d=8, dtype=torch.bfloat16)
     big = k.clone()
     big[0, 0, 0, 0] = 70000.0
     with pytest.raises(ValueError, match=r"key.*exceeds FP16's range"):
-        bnsd_call(q, big, v)
+        call(q, big, v)
     qf = q.float()
     qf[1, 1, 1, 1] = -65600.0
     with pytest.raises(ValueError, match=r"query.*exceeds FP16's range"):
-        bnsd_call(qf, k.float(), v.float())
+        call(qf, k.float(), v.float())
     edge = q.float()
     edge[0, 0, 0, 0] = FP16_MAX  # exactly representable: accepted
-    bnsd_call(edge, k.float(), v.float())
+    call(edge, k.float(), v.float())
     q16, k16, v16 = qkv(s1=4, s2=4, d=8)
     for name, bad in (("query", float("nan")), ("key", float("inf")), ("value", float("-inf"))):
         args = {"query": q16.clone(), "key": k16.clone(), "value": v16.clone()}
         args[name][0, 0, 0, 0] = bad
         with pytest.raises(ValueError, match=rf"{name} contains NaN or Inf"):
-            bnsd_call(args["query"], args["key"], args["value"])
+            call(args["query"], args["key"], args["value"])
+
+
+def test_unchecked_non_finite_inputs_reach_only_the_rows_they_touch(monkeypatch):
+    """Without the value checks (the default, no host-device synchronisation) a NaN key poisons the
+    rows that attend to it and no other, as in any attention (docs/fia.md)."""
+    monkeypatch.delenv("PASA_NPU_CHECK_INPUTS", raising=False)
+    q, k, v = qkv(b=1, n=2, s1=4, s2=6, d=8)
+    k[0, 0, 2, 0] = float("nan")
+    out, _ = bnsd_call(q, k, v)
+    assert torch.isnan(out[0, 0]).all(dim=-1).all() and torch.isfinite(out[0, 1]).all()
+    big = v.float()
+    big[0, 1, 0, 0] = 1e6  # becomes Inf in FP16
+    out, _ = bnsd_call(q.float(), k.float().nan_to_num(0.0), big)
+    assert torch.isfinite(out[0, 0]).all() and not torch.isfinite(out[0, 1]).all()
 
 
 def test_precision_none_follows_inner_precise():
@@ -477,17 +498,34 @@ def test_pasa_survives_scores_that_overflow_fp16():
     k = rnd(1, 1, 128, 64, seed=25, mean=40.0)
     v = rnd(1, 1, 128, 64, seed=26)
     ref, _ = ref_attention(q, k, v, torch.ones(1, dtype=torch.bool), 1 / 8)
-    out16, _ = bnsd_call(q, k, v, scale=1 / 8, precision="fp16")
+    out16, _ = bnsd_call(q, k, v, scale=1 / 8, precision="fp16", safety_net=False)
     assert not torch.isfinite(out16.float()).all()
-    out, _ = bnsd_call(q, k, v, scale=1 / 8, precision="pasa")
+    out, _ = bnsd_call(q, k, v, scale=1 / 8, precision="pasa", safety_net=False)
     assert torch.isfinite(out.float()).all() and rel_rmse(out, ref) < 2e-2
+
+
+def test_safety_net_recomputes_overflowed_rows_on_the_fp32_path():
+    # Head 0 overflows in FP16 (scores ~1e5), head 1 does not: only head 0's rows are recomputed.
+    q = torch.cat([rnd(1, 1, 16, 64, seed=24, mean=40.0), rnd(1, 1, 16, 64, seed=30)], dim=1)
+    k = torch.cat([rnd(1, 1, 128, 64, seed=25, mean=40.0), rnd(1, 1, 128, 64, seed=31)], dim=1)
+    v = rnd(1, 2, 128, 64, seed=26)
+    raw, raw_lse = bnsd_call(q, k, v, scale=1 / 8, precision="fp16", safety_net=False, softmax_lse_flag=True)
+    out, lse = bnsd_call(q, k, v, scale=1 / 8, precision="fp16", softmax_lse_flag=True)
+    wide, wide_lse = bnsd_call(q, k, v, scale=1 / 8, precision="fp32", softmax_lse_flag=True)
+    assert not torch.isfinite(raw[:, 0]).any() and torch.isfinite(raw[:, 1]).all()
+    assert torch.equal(out[:, 0], wide[:, 0]) and torch.equal(lse[:, 0], wide_lse[:, 0])
+    assert torch.equal(out[:, 1], raw[:, 1]) and torch.equal(lse[:, 1], raw_lse[:, 1])
+    # Padded rows keep their +inf lse and are not "overflowed": varlen costs no recompute of them.
+    out, lse = bnsd_call(q, k, v, scale=1 / 8, precision="fp16", softmax_lse_flag=True, actual_seq_lengths=[9])
+    assert torch.all(lse[:, :, 9:] == math.inf) and torch.all(out[:, :, 9:] == 0)
+    assert torch.equal(out[:, 0, :9], wide[:, 0, :9])
 
 
 def test_block_size_and_beta():
     q, k, v = qkv(s1=40, s2=200, d=32, seed=27)
     ref, _ = ref_attention(q, k, v, torch.ones(1, dtype=torch.bool), 1 / math.sqrt(32))
-    for bs in (16, (8, 32), (128, 64)):
-        out, _ = bnsd_call(q, k, v, block_size=bs)
+    for bq, bkv in ((16, 16), (8, 32), (128, 64)):
+        out, _ = bnsd_call(q, k, v, block_q=bq, block_kv=bkv)
         assert_matches(out, ref)
     a, _ = bnsd_call(q, k, v, precision="pasa", beta=0.9)
     b, _ = bnsd_call(q, k, v, precision="pasa", beta=0.99)
@@ -508,7 +546,7 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
 
     monkeypatch.setattr(tb, "_INTERPRET", False)  # tests/conftest.py turns the interpreter on without a GPU
     q, k, v, kw = _ok()
-    with pytest.raises(RuntimeError, match="backend='triton' needs the triton package .* and CUDA tensors"):
+    with pytest.raises(RuntimeError, match="backend='triton': needs CUDA tensors"):
         fused_attention(q, k, v, **kw, backend="triton")
 
 
@@ -541,11 +579,16 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(precision="bf16"), ValueError, "precision must be one of"),
     (dict(precision=3), TypeError, "precision must be None or one of"),
     (dict(backend="cuda"), ValueError, "backend must be None or one of"),
-    (dict(backend="npu"), RuntimeError, "scripts/build_and_deploy.sh.*backend='reference'"),
-    (dict(block_size=0), ValueError, "block_size must be positive"),
-    (dict(block_size=(16, -1)), ValueError, "block_size must be positive"),
-    (dict(block_size=(16, 16, 16)), ValueError, "block_size"),
-    (dict(block_size=16.0), TypeError, "block_size"),
+    (dict(backend="npu", precision="fp16"), ValueError, r"backend='npu': the AscendC kernel implements precision"),
+    (dict(backend="npu", precision="pasa", block_kv=64), ValueError, r"KV block is 128.*block_kv=64"),
+    (dict(block_q=0), ValueError, "block_q must be None or a positive int"),
+    (dict(block_kv=-1), ValueError, "block_kv must be None or a positive int"),
+    (dict(block_kv=16.0), TypeError, "block_kv must be None or a positive int"),
+    (dict(block_size=128), ValueError, "PageAttention.*block_q and block_kv"),
+    (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), ValueError, "PageAttention"),
+    (dict(block_size=(16, 64)), TypeError, "block_size must be an int .FIA's PageAttention"),
+    (dict(check_inputs=1), TypeError, "check_inputs must be None or a bool"),
+    (dict(safety_net=None), TypeError, "safety_net must be a bool"),
     (dict(beta=1.0), ValueError, r"beta must be None or in \[0, 1\)"),
     (dict(beta=-0.1), ValueError, r"beta must be None or in \[0, 1\)"),
     (dict(beta="0.9"), TypeError, "beta"),
@@ -561,7 +604,7 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(actual_seq_lengths_kv=[9]), ValueError, r"actual_seq_lengths_kv\[0\] = 9 must be in \[0, 8\]"),
     (dict(actual_seq_lengths_kv=torch.tensor([1.0, 2.0])), TypeError, "actual_seq_lengths_kv must be"),
     (dict(atten_mask="float"), ValueError, "atten_mask must be a bool, int8 or uint8"),
-    (dict(atten_mask="int2"), ValueError, "atten_mask of dtype int8/uint8 must hold only 0"),
+    (dict(atten_mask="int2", check_inputs=True), ValueError, "atten_mask of dtype int8/uint8 must hold only 0"),
     (dict(atten_mask="small"), ValueError, "atten_mask shape"),
     (dict(atten_mask="5d"), ValueError, "atten_mask must be 2-, 3- or 4-D"),
     (dict(atten_mask="batch3"), ValueError, "atten_mask shape"),
@@ -569,7 +612,7 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(sparse_mode=1), ValueError, "atten_mask is required for sparse_mode=1"),
     (dict(sparse_mode=3), ValueError, "atten_mask is required for sparse_mode=3"),
     (dict(sparse_mode=2, atten_mask="small"), ValueError, "compressed causal mask of shape"),
-    (dict(sparse_mode=4, atten_mask="lower"), ValueError, "must be the compressed causal mask"),
+    (dict(sparse_mode=4, atten_mask="lower", check_inputs=True), ValueError, "must be the compressed causal mask"),
     (dict(sparse_mode=4, atten_mask="compressed", pre_tokens=-3, next_tokens=2), ValueError,
      r"pre_tokens \(-3\) \+ next_tokens \(2\) must be >= 0"),
     (dict(atten_mask="zeros", pre_tokens=1, next_tokens=-2), ValueError, "pre_tokens .1. . next_tokens .-2."),

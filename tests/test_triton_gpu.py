@@ -78,6 +78,6 @@ def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
     assert rel_rmse(out, ref) < 3e-3
     torch.testing.assert_close(lse, ref_lse, rtol=1e-4, atol=2e-3)
     # fp16 is not a Triton allocation, nor is PASA with a 48-key block: the reference backend computes them.
-    for kw in (dict(precision="fp16"), dict(precision="pasa_fp32", block_size=48)):
+    for kw in (dict(precision="fp16"), dict(precision="pasa_fp32", block_kv=48)):
         interface.fused_attention(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD", **kw)
     assert len(calls) == 1

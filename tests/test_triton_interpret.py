@@ -143,7 +143,7 @@ def test_fused_attention_routes_layouts_varlen_and_causal_to_the_kernel():
     compressed = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
     kw = dict(num_heads=4, num_key_value_heads=2, scale=0.25, input_layout="BSH", sparse_mode=3,
               atten_mask=compressed, actual_seq_lengths_kv=[40, 29], softmax_lse_flag=True,
-              precision="pasa_fp32", block_size=16)
+              precision="pasa_fp32", block_kv=16)
     out, lse = interface.fused_attention(*bsh, backend="triton", **kw)
     ref, ref_lse = interface.fused_attention(*bsh, backend="reference", **kw)
     assert rel_rmse(out, ref) < 3e-3
@@ -158,7 +158,7 @@ def test_user_mask_with_band_padding_and_varlen():
     mask = torch.rand(2, 1, 32, 48, generator=torch.Generator().manual_seed(4)) < 0.3
     kw = dict(num_heads=4, num_key_value_heads=2, input_layout="BNSD", atten_mask=mask, sparse_mode=0,
               pre_tokens=5, next_tokens=3, actual_seq_lengths=[20, 13], softmax_lse_flag=True,
-              block_size=16, scale=0.25, precision="pasa_fp32")
+              block_kv=16, scale=0.25, precision="pasa_fp32")
     out, lse = interface.fused_attention(q, k, v, backend="triton", **kw)
     ref, ref_lse = interface.fused_attention(q, k, v, backend="reference", **kw)
     assert rel_rmse(out, ref) < 3e-3

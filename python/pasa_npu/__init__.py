@@ -1,16 +1,18 @@
 """pasa-npu: PASA (online pseudo-average shifting attention), overflow-safe FP16 attention with the
 interface of ``torch_npu.npu_fused_infer_attention_score``.
 
-* :func:`fused_attention`: the entry point (CPU, CUDA and NPU tensors).
+* :func:`fused_attention`: the entry point (CPU, CUDA and NPU tensors), also the PyTorch operator
+  ``torch.ops.pasa_npu.fused_attention``.
+* :func:`merge_partials`: merges partial results over disjoint key sets through their lse.
 * :mod:`pasa_npu.golden`: the NumPy golden model of every precision allocation (NumPy only).
 * :mod:`pasa_npu.beta`: the optimal-accuracy condition for β.
 * :mod:`pasa_npu.metrics`: the paper's relative RMSE and overflow statistics.
 """
 
-from .precision import ALLOCATIONS, PRECISIONS
+from .precision import ALLOCATIONS, DEFAULT_PRECISION, PRECISIONS
 
 __version__ = "0.1.0"
-__all__ = ["fused_attention", "PRECISIONS", "ALLOCATIONS", "__version__"]
+__all__ = ["fused_attention", "merge_partials", "PRECISIONS", "ALLOCATIONS", "DEFAULT_PRECISION", "__version__"]
 
 
 def __getattr__(name):
@@ -20,4 +22,8 @@ def __getattr__(name):
         from .interface import fused_attention
 
         return fused_attention
+    if name == "merge_partials":
+        from .merge import merge_partials
+
+        return merge_partials
     raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")

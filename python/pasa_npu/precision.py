@@ -20,6 +20,8 @@ class Allocation:
     state: type of the softmax and of the running row state m, l (and PASA's F).
     output: type of P·V out of the matrix unit and of the running output O.
     shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
+    overflow_free: finite results for every finite FP16 input (FP32 scores and state, or an overflow
+        recompute inside the loop): fused_attention's safety net has nothing to check.
     kernel_key: the AscendC kernel's tiling key for this allocation (op_kernel/pasa_tiling_data.h's
         PASA_TILING_KEY_*), None where the kernel does not implement it.
     """
@@ -30,6 +32,7 @@ class Allocation:
     output: str
     shifted: bool
     description: str
+    overflow_free: bool = False
     kernel_key: int | None = None
 
 
@@ -37,7 +40,8 @@ ALLOCATIONS: dict[str, Allocation] = {
     a.name: a
     for a in (
         Allocation("fp32", "float32", "float32", "float32", False,
-                   "FlashAttention-2, all FP32 after the FP16 inputs (paper Fig. 1; FIA inner_precise=0)"),
+                   "FlashAttention-2, all FP32 after the FP16 inputs (paper Fig. 1; FIA inner_precise=0)",
+                   overflow_free=True),
         Allocation("fp16_fp32", "float16", "float32", "float32", False,
                    "S in FP16 out of the matrix unit, softmax and O in FP32 (Fig. 2, 'partially low precision')"),
         Allocation("fp16", "float16", "float16", "float16", False,
@@ -52,6 +56,9 @@ ALLOCATIONS: dict[str, Allocation] = {
 }
 
 PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
+#: The allocation used wherever none is named: fused_attention, the integrations, the scanner's
+#: verification (README, "Accuracy", says why).
+DEFAULT_PRECISION = "pasa_fp32"
 # The blockwise loop relies on it: scores enter the softmax without a second rounding.
 assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())
 

@@ -1,10 +1,106 @@
-"""Backends of :func:`pasa_npu.fused_attention`.
+"""Backends of :func:`pasa_npu.fused_attention`: the protocol and the registry.
 
-* ``reference``: the blockwise loop of :mod:`pasa_npu.blockwise` in PyTorch ops; runs wherever
-  PyTorch runs (CPU, CUDA, NPU eager through torch_npu).
-* ``triton``: the Triton kernel (``pasa``, ``pasa_fp32``, ``fp32``) for CUDA tensors; the default on
-  CUDA when triton is installed (docs/benchmarks/gpu.md).
-* ``npu``: the AscendC kernel through the torch_npu extension, once built and deployed with CANN by
-  scripts/build_and_deploy.sh (docs/npu.md). In CI the same kernel sources run on our host model
-  (:mod:`pasa_npu.npu_host_model`); they have not run on an NPU.
+A backend is an object with
+
+* ``name``: what ``fused_attention(backend=...)`` calls it;
+* ``unavailable_reason(device)``: None when it can run on tensors of ``device`` here, else why not and
+  what to do;
+* ``supports(problem)``: None when it computes this :class:`pasa_npu.problem.Problem` (its allocation,
+  as a predicate over :class:`pasa_npu.precision.Allocation`, its tile sizes, its layout), else why not;
+* ``run(problem)``: ``(out, lse)`` — out FP16 (B, N, S1, D) (TND: (T, N, D)), lse FP32 (B, N, S1)
+  (TND: (T, N)) in the true scale, −∞ for a row with no key, +∞ for a padded row.
+
+Registered backends, in the order :func:`select` tries them for a device:
+
+* ``npu``: the AscendC kernel. On NPU tensors through the torch_npu extension built and deployed by
+  scripts/build_and_deploy.sh (never run on an NPU here: none is reachable); on CPU tensors the same
+  kernel sources on our host functional model of the AscendC API (a slow emulator, for verification:
+  CI runs FIA's test matrix through it). Default for NPU tensors.
+* ``triton``: the Triton kernel for CUDA tensors (CPU tensors under ``TRITON_INTERPRET=1``). Default on
+  CUDA when triton is installed and it computes the allocation.
+* ``reference``: the golden model's blockwise loop in PyTorch ops, every allocation, any device. An
+  emulator that rounds like the hardware would, not a fast path (a 1×16×8192² prefill takes over a
+  minute on a CPU core where PyTorch's SDPA takes a second). Default on the CPU.
 """
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ..problem import Problem
+
+__all__ = ["Backend", "BACKENDS", "get", "select", "run_jobs"]
+
+
+class Backend(Protocol):
+    name: str
+
+    def unavailable_reason(self, device: torch.device) -> str | None: ...
+
+    def supports(self, problem: Problem) -> str | None: ...
+
+    def run(self, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+#: Names, in the order the docs list them.
+BACKENDS: tuple[str, ...] = ("reference", "npu", "triton")
+#: Which backends :func:`select` tries, in order, for tensors of a device type.
+_ORDER = {"npu": ("npu", "reference"), "privateuseone": ("npu", "reference"), "cuda": ("triton", "reference")}
+_DEFAULT_ORDER = ("reference",)
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name`` (imported on first use: triton and the NPU extension are optional)."""
+    if name == "reference":
+        from .reference import BACKEND
+    elif name == "triton":
+        from .triton import BACKEND
+    elif name == "npu":
+        from .npu import BACKEND
+    else:
+        if not isinstance(name, str):
+            raise TypeError(f"backend must be None or one of {BACKENDS}, got {type(name).__name__}")
+        raise ValueError(f"backend must be None or one of {BACKENDS}, got {name!r}")
+    return BACKEND
+
+
+def select(problem: Problem, name: str | None = None) -> Backend:
+    """The backend that runs ``problem``: ``name``'s (RuntimeError when it cannot run here, ValueError
+    when it does not compute this problem, each saying why), or for None the first of the device's
+    order that is available and supports it."""
+    if name is not None:
+        backend = get(name)
+        why = backend.unavailable_reason(problem.device)
+        if why is not None:
+            raise RuntimeError(f"backend={name!r}: {why}")
+        why = backend.supports(problem)
+        if why is not None:
+            raise ValueError(f"backend={name!r}: {why}")
+        return backend
+    for candidate in _ORDER.get(problem.device.type, _DEFAULT_ORDER):
+        backend = get(candidate)
+        if backend.unavailable_reason(problem.device) is None and backend.supports(problem) is None:
+            return backend
+    return get("reference")
+
+
+def run_jobs(problem: Problem, attend, takes_band: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``run`` for a backend that computes dense attentions: ``attend(job, problem)`` on each of
+    :meth:`Problem.jobs` returns out (b, N, s1, D) FP16 and lse (b, N, s1) FP32, and the results are
+    placed into the problem's (padded) output."""
+    jobs = problem.jobs(takes_band)
+    if not problem.tnd and problem.q_lens is None and problem.kv_lens is None and problem.s2 > 0 \
+            and problem.query.numel() > 0:
+        return attend(next(jobs), problem)  # one job covering everything: no padded copy
+    out, lse = problem.padded_results()
+    for job in jobs:
+        o, l = attend(job, problem)
+        if problem.tnd:
+            out[job.rows[0]] = o[0].transpose(0, 1)
+            lse[job.rows[0]] = l[0].transpose(0, 1)
+        else:
+            out[job.rows[0], :, job.rows[1]] = o
+            lse[job.rows[0], :, job.rows[1]] = l
+    return out, lse

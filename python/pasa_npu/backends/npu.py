@@ -1,30 +1,164 @@
-"""The ``npu`` backend: the AscendC PASA kernel, deployed as the CANN custom op ``PasaFusedAttention``.
+"""The ``npu`` backend: the AscendC kernel (``op_kernel/``, the CANN custom op ``PasaFusedAttention``).
 
-It needs an Ascend NPU, torch_npu, the op package installed by ``scripts/build_and_deploy.sh`` and the
-extension ``pasa_npu._npu_ext`` that script builds (python/csrc/npu_ext/). None of these exists in this
-repository's CI: there, :func:`is_available` is False and :func:`unavailable_reason` says which piece is
-missing. The same kernel sources run on the CPU through the host functional model
-(:mod:`pasa_npu.npu_host_model`); nothing of this module has been run on an NPU.
+The problem goes to the kernel natively: its layout (BNSD, BSH, BSND; BNSD_BSND as BNSD), the
+per-batch lengths, the sparse mode with pre/next tokens, and the user's mask — the kernel's own
+paths for each, not a normalised stand-in. Two executors run the same call:
 
-The backend protocol is that of :mod:`pasa_npu.backends.reference` (see :mod:`pasa_npu.interface`):
-(B, N, S1, D) / (B, Nkv, S2, D) FP16 tensors, a dense bool mask (True = masked out) or None, and
-(out (B, N, S1, D) FP16, lse (B, N, S1) FP32, −∞ for a row with no key) back.
+* NPU tensors: the torch_npu extension ``pasa_npu._npu_ext`` (python/csrc/npu_ext/) calls the op
+  deployed by ``scripts/build_and_deploy.sh`` through aclnn. It needs an Ascend NPU, CANN and
+  torch_npu; none exists where this package is developed, so **this path has never run**.
+* CPU tensors: the unmodified kernel sources compiled against our host functional model of the
+  AscendC API (``pasa_npu._npu_host_model``, built by ``pip install``), cube and vector cores as
+  threads. An emulator for verification, not a fast path: CI runs FIA's test matrix through it.
+
+The kernel writes the true-scale lse, −∞ for a row with no kept key and +∞ for a padded row (the
+backend protocol's convention), and lets an overflow in S' propagate as Inf/NaN exactly as the golden
+model does: :func:`pasa_npu.fused_attention`'s safety net recomputes such rows.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-#: The allocations the kernel implements (its tiling key).
-PRECISIONS: tuple[str, ...] = ("pasa", "pasa_fp32")
+from ..problem import Problem
+
+__all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "tiling",
+           "unavailable_reason"]
+
 #: The kernel's KV block length n (M = (I − β/n·J)·scale and the default β are built for it).
-BLOCK_KV = 128
-# FIA's int32 "no limit" for pre_tokens / next_tokens: with sparse_mode 0 the band is then a no-op.
-_NO_BAND = 2147483647
-# softmax_lse the kernel writes for a row with no kept key (FIA's value, pasa_npu.interface.LSE_NO_KEY).
-_LSE_NO_KEY = float(torch.finfo(torch.float32).min)
+KV_BLOCK = 128
+#: The layouts the kernel reads and writes.
+LAYOUTS: tuple[str, ...] = ("BNSD", "BSH", "BSND")
+_NPU_DEVICE_TYPES = ("npu", "privateuseone")
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """The op's FIA-level arguments for one problem: contiguous FP16 tensors in ``input_layout``, the
+    user's mask as (1|B, 1|N, S1, S2) bool or None, per-batch lengths or None, and the attributes."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    atten_mask: torch.Tensor | None
+    actual_seq_lengths: tuple[int, ...] | None
+    actual_seq_lengths_kv: tuple[int, ...] | None
+    attrs: dict
+
+
+def kernel_call(problem: Problem) -> KernelCall:
+    """The op's arguments for ``problem`` (which :meth:`NpuBackend.supports`)."""
+    layout = "BNSD" if problem.input_layout == "BNSD_BSND" else problem.input_layout
+    attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=problem.pre_tokens,
+                 next_tokens=problem.next_tokens, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
+                 sparse_mode=problem.sparse_mode, beta=-1.0 if problem.beta is None else problem.beta,
+                 precision=problem.alloc.name)
+    mask = None if problem.user_mask is None else problem.user_mask.contiguous()
+    return KernelCall(problem.query.contiguous(), problem.key.contiguous(), problem.value.contiguous(), mask,
+                      problem.q_lens, problem.kv_lens, attrs)
+
+
+class NpuBackend:
+    name = "npu"
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        if device.type in _NPU_DEVICE_TYPES:
+            return unavailable_reason()
+        if device.type == "cpu":
+            return None if _host_model() is not None else (
+                "the AscendC kernel on the host model (pasa_npu._npu_host_model) is not built: reinstall the "
+                "package with `pip install -e .` (needs CMake, g++ and pybind11)")
+        return (f"runs on NPU tensors (the AscendC kernel, built and deployed with scripts/build_and_deploy.sh) or "
+                f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
+
+    def supports(self, problem: Problem) -> str | None:
+        if problem.alloc.kernel_key is None:
+            from ..precision import ALLOCATIONS
+
+            names = tuple(n for n, a in ALLOCATIONS.items() if a.kernel_key is not None)
+            return f"the AscendC kernel implements precision {names}, not {problem.alloc.name!r}"
+        if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
+            return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
+                    f"got {problem.input_layout!r}")
+        if problem.block_kv != KV_BLOCK:
+            return (f"the AscendC kernel's KV block is {KV_BLOCK} (its shift matrix and default beta are built "
+                    f"for it), got block_kv={problem.block_kv}")
+        return None
+
+    def run(self, problem: Problem):
+        return self.run_with_status(problem)[:2]
+
+    def run_with_status(self, problem: Problem):
+        """:meth:`run` and the kernel's overflow report: True when the status words the vector cores
+        write say that a valid row saw an Inf in S' (read on the host model; None from the extension,
+        which cannot reach the words behind CANN's system workspace)."""
+        if problem.query.numel() == 0 or problem.s2 == 0:
+            # The tiling takes B, S1, S2 >= 1 and leaves these to the caller, as FIA does.
+            return (*problem.padded_results(), False)
+        call = kernel_call(problem)
+        launch = launch_host_model if problem.device.type == "cpu" else launch_extension
+        out, lse, overflow = launch(call)
+        lse = lse.reshape(problem.batch, problem.num_heads, problem.s1)
+        return _to_bnsd(out, call.attrs["input_layout"], problem), lse, overflow
+
+
+def _to_bnsd(out: torch.Tensor, layout: str, problem: Problem) -> torch.Tensor:
+    b, n, s1, d = problem.batch, problem.num_heads, problem.s1, problem.head_dim
+    if layout == "BNSD":
+        return out
+    return out.reshape(b, s1, n, d).transpose(1, 2)
+
+
+def launch_extension(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, None]:
+    """The deployed op through the torch_npu extension: (out in the call's layout, lse, None)."""
+    out, lse = _ext().fused_attention(
+        call.query, call.key, call.value, call.atten_mask,
+        None if call.actual_seq_lengths is None else list(call.actual_seq_lengths),
+        None if call.actual_seq_lengths_kv is None else list(call.actual_seq_lengths_kv),
+        inner_precise=0, **call.attrs)
+    return out, lse, None
+
+
+def launch_host_model(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The kernel on the host model: (out in the call's layout, lse (B, N, S1), overflow), overflow True
+    when the status words the vector cores write say that a valid row saw an Inf in S'."""
+    arrays, attrs = _host_model_arguments(call)
+    out, lse, overflow = _host_model_or_raise().run(*arrays, **attrs)
+    return torch.from_numpy(out), torch.from_numpy(lse), bool(overflow)
+
+
+def tiling(call: KernelCall) -> dict:
+    """The tiling ``pasa::ComputeTiling`` chooses for the call: ``tiling_key``, ``block_dim``,
+    ``workspace_bytes`` and the fields of the tiling data the kernel reads."""
+    arrays, attrs = _host_model_arguments(call)
+    return _host_model_or_raise().tiling(*arrays, **attrs)
+
+
+def _host_model_arguments(call: KernelCall):
+    lens = [None if x is None else np.asarray(x, np.int64) for x in (call.actual_seq_lengths,
+                                                                      call.actual_seq_lengths_kv)]
+    mask = None if call.atten_mask is None else call.atten_mask.to(torch.uint8).numpy()
+    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens), call.attrs
+
+
+@functools.lru_cache(maxsize=None)
+def _host_model():
+    try:
+        from .. import _npu_host_model  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _npu_host_model
+
+
+def _host_model_or_raise():
+    mod = _host_model()
+    if mod is None:
+        raise RuntimeError(BACKEND.unavailable_reason(torch.device("cpu")))
+    return mod
 
 
 def _ext():
@@ -36,11 +170,12 @@ def _ext():
 
 @functools.lru_cache(maxsize=None)
 def unavailable_reason() -> str | None:
-    """Why the backend cannot run here (None when it can): the first missing piece, with what to do."""
+    """Why the kernel cannot run on NPU tensors here (None when it can): the first missing piece."""
     try:
         import torch_npu  # noqa: F401  (registers the npu device with torch)
     except ImportError as e:
-        return f"torch_npu is not importable ({e}); install torch_npu matching torch and CANN"
+        return (f"torch_npu is not importable ({e}); install torch_npu matching torch and CANN, then build and "
+                "deploy the kernel with scripts/build_and_deploy.sh")
     npu = getattr(torch, "npu", None)
     if npu is None or not npu.is_available() or npu.device_count() == 0:
         return "no Ascend NPU is visible to torch_npu (torch.npu.is_available() is False; check npu-smi info)"
@@ -56,69 +191,4 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def is_available() -> bool:
-    """True when torch_npu imports, an NPU is present, the extension is built and the op is deployed."""
-    return unavailable_reason() is None
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, precision: str, beta: float | None,
-              block_q: int, block_kv: int, scale: float, mask: torch.Tensor | None):
-    """PASA attention by the AscendC kernel.
-
-    q: (B, N, S1, D) float16; k, v: (B, Nkv, S2, D) float16 with N % Nkv == 0, on an NPU; mask None or
-    bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked out. ``precision`` is
-    one of :data:`PRECISIONS`; ``block_kv`` must be :data:`BLOCK_KV` (the kernel's M and default β are
-    built for it); ``block_q`` does not change the result (rows are independent), the tiling picks the
-    kernel's. ``beta`` None takes the kernel's default for the block length and ``scale``.
-
-    Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true scale; rows with every key
-    masked give out 0 and lse −∞.
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS} for backend 'npu' (the allocations the "
-                         f"AscendC kernel implements), got {precision!r}")
-    if block_kv != BLOCK_KV:
-        raise ValueError(f"block_size: the AscendC kernel's KV block is {BLOCK_KV} (its shift matrix and default "
-                         f"beta are built for it), got block_kv={block_kv}")
-    b, n, s1, _ = q.shape
-    nkv, s2 = k.shape[1], k.shape[2]
-    atten_mask = None
-    if mask is not None:
-        atten_mask = _mask_4d(mask, b, n, s1, s2)
-    out, lse = _ext().fused_attention(
-        q.contiguous(), k.contiguous(), v.contiguous(), atten_mask, None, None, num_heads=n, scale=float(scale),
-        pre_tokens=_NO_BAND, next_tokens=_NO_BAND, input_layout="BNSD", num_key_value_heads=nkv,
-        sparse_mode=0, inner_precise=0, beta=-1.0 if beta is None else float(beta), precision=precision)
-    lse = lse.reshape(b, n, s1)
-    lse = torch.where(lse == _LSE_NO_KEY, float("-inf"), lse)
-    return _recompute_overflowed_rows(out, lse, q, k, v, scale=scale, mask=mask)
-
-
-def _recompute_overflowed_rows(out, lse, q, k, v, *, scale, mask):
-    """The paper's adaptive mechanism, on the host side: PASA removes the bias of the scores, not their
-    amplitude, so a row whose centred scores exceed 65504 still overflows in S' and its output is not
-    finite (the kernel lets Inf/NaN propagate as the golden model does, and the inputs are finite, so
-    a non-finite output row means exactly that). Those rows are recomputed on the wider ``fp32`` path
-    of the reference backend (torch ops on the same device); the others keep the kernel's values."""
-    bad = ~torch.isfinite(out).all(dim=-1) | torch.isnan(lse) | torch.isposinf(lse)
-    if not bool(bad.any()):
-        return out, lse
-    from .reference import attention as reference_attention
-
-    wide_out, wide_lse = reference_attention(q, k, v, precision="fp32", beta=None, block_q=BLOCK_KV,
-                                             block_kv=BLOCK_KV, scale=scale, mask=mask)
-    return torch.where(bad[..., None], wide_out, out), torch.where(bad, wide_lse, lse)
-
-
-def _mask_4d(mask: torch.Tensor, b: int, n: int, s1: int, s2: int) -> torch.Tensor:
-    """The mask as the op reads it: contiguous bool (1|B, 1|N, S1, S2) (broadcast dims stay 1, never copied)."""
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
-    if mask.dim() > 4 or tuple(mask.shape[-2:]) != (s1, s2):
-        raise ValueError(f"mask must have trailing dims (S1, S2) = ({s1}, {s2}) and at most 4 dims, "
-                         f"got {tuple(mask.shape)}")
-    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    if m.shape[0] not in (1, b) or m.shape[1] not in (1, n):
-        raise ValueError(f"mask must be broadcastable to (B, N, S1, S2) = ({b}, {n}, {s1}, {s2}), "
-                         f"got {tuple(mask.shape)}")
-    return m.contiguous()
+BACKEND = NpuBackend()

@@ -11,6 +11,8 @@ import torch
 
 from .. import blockwise
 from ..precision import get_allocation
+from ..problem import Job, Problem
+from . import run_jobs
 
 _FLOAT64_DEVICES = ("cpu", "cuda")
 
@@ -100,3 +102,26 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     finally:
         torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
     return out.to(torch.float16), lse
+
+
+class ReferenceBackend:
+    """Every allocation, every device PyTorch runs on; masks are dense (the band merged in)."""
+
+    name = "reference"
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        return None
+
+    def supports(self, problem: Problem) -> str | None:
+        return None
+
+    def run(self, problem: Problem):
+        return run_jobs(problem, _attend, takes_band=False)
+
+
+def _attend(job: Job, problem: Problem):
+    return attention(job.q, job.k, job.v, precision=problem.alloc.name, beta=problem.beta, block_q=problem.block_q,
+                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask)
+
+
+BACKEND = ReferenceBackend()

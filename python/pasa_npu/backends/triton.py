@@ -27,15 +27,13 @@ import os
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..precision import get_allocation
+from ..precision import Allocation, get_allocation
+from ..problem import Job, Problem
+from . import run_jobs
 
-#: The allocations this backend computes.
-PRECISIONS: tuple[str, ...] = ("fp32", "pasa", "pasa_fp32")
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
-#: Set in this backend's protocol: fused_attention passes causal/band masks as ``band``.
-ACCEPTS_BAND = True
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
@@ -45,6 +43,12 @@ try:
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
+
+
+def computes(alloc: Allocation) -> bool:
+    """The kernel computes FP32 scores (FlashAttention-2) or PASA's shifted FP16 scores; the unshifted
+    FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference backend runs."""
+    return alloc.score == "float32" or alloc.shifted
 
 
 def is_available(device: torch.device | None = None) -> bool:
@@ -102,17 +106,16 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     if not is_available(q.device):
         raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
                            f"for CPU tensors), got a tensor on {q.device}")
-    if precision not in PRECISIONS:
-        get_allocation(precision)  # ValueError for an unknown name
-        raise ValueError(f"precision must be one of {PRECISIONS} with backend='triton', got {precision!r} "
-                         "(the other allocations run on backend='reference')")
+    alloc = get_allocation(precision)
+    if not computes(alloc):
+        raise ValueError(f"precision {precision!r} is not computed by backend='triton' (it computes "
+                         f"{_computed()}); the other allocations run on backend='reference'")
     if shift is not None and shift not in SHIFT_MODES:
         raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype != torch.float16 or t.ndim != 4 or t.device != q.device:
             raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton', got "
                              f"{t.dtype} of shape {tuple(t.shape)} on {t.device}")
-    alloc = get_allocation(precision)
     if alloc.shifted and block_kv not in BLOCK_KV:
         raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                          f"backend='triton', got {block_kv}")
@@ -184,3 +187,41 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
             o_dst, l_dst, out, lse, rows, splits, D=d, D_PAD=d_pad, BLOCK_R=64,
             SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
     return out, lse
+
+
+def _computed() -> tuple[str, ...]:
+    from ..precision import ALLOCATIONS
+
+    return tuple(name for name, a in ALLOCATIONS.items() if computes(a))
+
+
+class TritonBackend:
+    """Dense jobs; causal and band sparse modes reach the kernel as a band (never materialised)."""
+
+    name = "triton"
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        if triton is None:
+            return "needs the triton package (pip install triton)"
+        if not is_available(device):
+            return (f"needs CUDA tensors (or TRITON_INTERPRET=1 set before import for CPU tensors), got tensors "
+                    f"on {device}; backend='reference' (or None) runs on any device")
+        return None
+
+    def supports(self, problem: Problem) -> str | None:
+        if not computes(problem.alloc):
+            return f"precision {problem.alloc.name!r} is not one it computes ({', '.join(_computed())})"
+        if problem.alloc.shifted and problem.block_kv not in BLOCK_KV:
+            return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
+        return None
+
+    def run(self, problem: Problem):
+        return run_jobs(problem, _attend, takes_band=True)
+
+
+def _attend(job: Job, problem: Problem):
+    return attention(job.q, job.k, job.v, precision=problem.alloc.name, beta=problem.beta, block_q=problem.block_q,
+                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band)
+
+
+BACKEND = TritonBackend()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..interface import BACKENDS, fused_attention
-from ..precision import get_allocation
+from ..precision import DEFAULT_PRECISION, get_allocation
 
 __all__ = ["PasaSettings", "fia_mask", "attend", "MASKED_BIAS"]
 
@@ -28,15 +28,15 @@ MASKED_BIAS = -1.0e4
 class PasaSettings:
     """pasa-npu's own arguments of :func:`pasa_npu.fused_attention` for a model's attention layers.
 
-    precision: the allocation ("pasa_fp32" default, "pasa", "fp16", "fp16_fp32", "fp32").
+    precision: the allocation, one of pasa_npu.PRECISIONS (default pasa_npu.DEFAULT_PRECISION).
     beta: PASA's shift coefficient in [0, 1), None = the backend's optimal default.
-    block_size: the KV block length (None = 128).
+    block_kv: the KV block length (None = 128).
     backend: None (by device), "reference", "npu" or "triton".
     """
 
-    precision: str = "pasa_fp32"
+    precision: str = DEFAULT_PRECISION
     beta: float | None = None
-    block_size: int | None = None
+    block_kv: int | None = None
     backend: str | None = None
 
     def __post_init__(self):
@@ -92,5 +92,5 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_ma
     out, _ = fused_attention(
         query, key, value, atten_mask=atten_mask, num_heads=query.shape[1], num_key_value_heads=key.shape[1],
         input_layout="BNSD_BSND", scale=float(scale), precision=settings.precision, beta=settings.beta,
-        block_size=settings.block_size, backend=settings.backend)
+        block_kv=settings.block_kv, backend=settings.backend)
     return out

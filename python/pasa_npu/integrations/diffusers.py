@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..precision import DEFAULT_PRECISION
 from . import PasaSettings, attend, fia_mask
 
 __all__ = ["PasaAttnProcessor", "install"]
@@ -25,12 +26,12 @@ __all__ = ["PasaAttnProcessor", "install"]
 class PasaAttnProcessor:
     """An attention processor for ``diffusers.models.attention_processor.Attention`` that runs
     :func:`pasa_npu.fused_attention`. The arguments mean what they mean there (precision default
-    "pasa_fp32"). Masks: diffusers' additive masks (0 kept, −10000 or −inf masked out) and boolean
+    pasa_npu.DEFAULT_PRECISION). Masks: diffusers' additive masks (0 kept, −10000 or −inf masked out) and boolean
     masks (True = attend); any other additive bias raises ValueError."""
 
-    def __init__(self, precision: str = "pasa_fp32", beta: float | None = None, block_size: int | None = None,
+    def __init__(self, precision: str = DEFAULT_PRECISION, beta: float | None = None, block_kv: int | None = None,
                  backend: str | None = None):
-        self.settings = PasaSettings(precision=precision, beta=beta, block_size=block_size, backend=backend)
+        self.settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend)
 
     def __repr__(self) -> str:
         return f"PasaAttnProcessor({self.settings})"

@@ -1,7 +1,7 @@
 """pasa-npu as a Hugging Face transformers attention implementation.
 
     from pasa_npu.integrations.transformers import register
-    register()                                   # "pasa", precision "pasa_fp32"
+    register()                                   # "pasa", precision pasa_npu.DEFAULT_PRECISION
     model = AutoModel.from_pretrained(path, attn_implementation="pasa")
     register("pasa_fp16", precision="fp16")      # another name, another allocation
     model.set_attn_implementation("pasa_fp16")
@@ -21,6 +21,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ..precision import DEFAULT_PRECISION
 from . import PasaSettings, attend, fia_mask
 
 __all__ = ["register", "make_attention_function", "pasa_mask"]
@@ -65,19 +66,19 @@ def make_attention_function(settings: PasaSettings):
     return pasa_attention_forward
 
 
-def register(name: str = "pasa", *, precision: str = "pasa_fp32", beta: float | None = None,
-             block_size: int | None = None, backend: str | None = None) -> str:
+def register(name: str = "pasa", *, precision: str = DEFAULT_PRECISION, beta: float | None = None,
+             block_kv: int | None = None, backend: str | None = None) -> str:
     """Register ``name`` as a transformers attention implementation that runs
     :func:`pasa_npu.fused_attention` with the given allocation; returns ``name``.
 
     Registering a name again replaces its settings for every model that uses it (transformers looks
-    the function up at each forward). ``precision``, ``beta``, ``block_size`` and ``backend`` mean
+    the function up at each forward). ``precision``, ``beta``, ``block_kv`` and ``backend`` mean
     what they mean for :func:`pasa_npu.fused_attention`.
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name:
         raise ValueError(f"name must be a non-empty str without '|' or '/' (transformers gives those a meaning), "
                          f"got {name!r}")
-    settings = PasaSettings(precision=precision, beta=beta, block_size=block_size, backend=backend)
+    settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend)
     AttentionInterface.register(name, make_attention_function(settings))
     AttentionMaskInterface.register(name, pasa_mask)
     return name

@@ -1,0 +1,631 @@
+"""FIA's arguments, validated once, as a frozen problem description every backend consumes.
+
+:func:`make_problem` is the only place that validates the arguments of
+``torch_npu.npu_fused_infer_attention_score`` (FIA) as :func:`pasa_npu.fused_attention` takes them.
+Its semantics (layouts, GQA, masks and sparse modes, per-batch valid lengths, softmax_lse) are taken
+from FIA's documentation and, where that is silent, from the public CANN operator source;
+``docs/fia.md`` states what is implemented and every deliberate difference.
+
+A :class:`Problem` holds FP16 views of the inputs in their own layout and in (B, N, S, D), the
+per-batch lengths, the user's mask and the sparse mode's band rule, the precision allocation, β and
+the tile sizes. Backends that run the kernel on dense per-batch jobs (``reference``, ``triton``)
+iterate :meth:`Problem.jobs`; the ``npu`` backend passes the problem to the kernel natively.
+
+Checks that need the tensors' *values* (NaN/Inf, the FP16 range of bfloat16/float32 inputs, the
+contents of int8/uint8 and compressed masks) synchronise the host with the device, so they run only
+when asked for (``check_inputs=True`` or the environment variable ``PASA_NPU_CHECK_INPUTS=1``); every
+other check reads shapes, dtypes and Python scalars alone, so a call is free of host-device
+synchronisation and can be captured in a CUDA graph or traced by ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from .precision import DEFAULT_PRECISION, PRECISIONS, Allocation, get_allocation
+
+__all__ = ["Problem", "Job", "make_problem", "LAYOUTS", "SPARSE_MODES", "INNER_PRECISE", "FP16_MAX",
+           "LSE_NO_KEY", "LSE_PADDED_ROW", "DEFAULT_PRECISION", "DEFAULT_BLOCK", "NO_BAND", "CHECK_INPUTS_ENV"]
+
+LAYOUTS: tuple[str, ...] = ("BSH", "BSND", "BNSD", "BNSD_BSND", "TND")
+SPARSE_MODES: tuple[int, ...] = (0, 1, 2, 3, 4)
+INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
+#: The query and KV tile length when none is named.
+DEFAULT_BLOCK = 128
+#: FIA's int32 "no limit" for pre_tokens / next_tokens.
+NO_BAND = 2147483647
+CHECK_INPUTS_ENV = "PASA_NPU_CHECK_INPUTS"
+
+FP16_MAX = 65504.0
+#: softmax_lse of a valid query row that attends to no key (every key masked, or no valid key):
+#: the most negative float32, the value FIA's kernels write for such rows (-3.40E+38 in its
+#: decode kernel, and the row-invalid correction's max of -FLT_MAX with a FLT_MAX sum).
+LSE_NO_KEY = float(torch.finfo(torch.float32).min)
+#: softmax_lse of a padded query row (beyond actual_seq_lengths): FIA's prefill kernel initialises
+#: the lse of rows it does not compute to 3e+99, i.e. +inf in float32.
+LSE_PADDED_ROW = math.inf
+
+_MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
+_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_COMPRESSED = 2048  # side of the compressed causal mask FIA takes for sparse_mode 2, 3, 4
+_COMPRESSED_CACHE: dict[torch.device, torch.Tensor] = {}
+_SHAPE_TXT = {"BSH": "(B, S, H)", "BSND": "(B, S, N, D)", "BNSD": "(B, N, S, D)", "BNSD_BSND": "(B, N, S, D)",
+              "TND": "(T, N, D)"}
+
+Band = tuple[int | None, int]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One dense attention a backend computes: (b, N, s1, D) / (b, Nkv, s2, D) FP16 tensors with
+    s1 >= 1 and s2 >= 1, a bool mask broadcastable to (b, N, s1, s2) (True = masked out) or None,
+    and the band rule (lo, hi) of the sparse mode (keep key j for query i only where
+    lo <= j − i <= hi; lo None = open) or None. ``rows`` says where its results go (see
+    :meth:`Problem.jobs`)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor | None
+    band: Band | None
+    rows: tuple
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated FIA call. Tensors are FP16; ``query``/``key``/``value`` keep the input layout,
+    ``q``/``k``/``v`` are (B, N, S, D) views of them (None for TND, whose batches are row ranges)."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    q: torch.Tensor | None
+    k: torch.Tensor | None
+    v: torch.Tensor | None
+    input_layout: str
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    s1: int
+    s2: int
+    scale: float
+    alloc: Allocation
+    beta: float | None
+    block_q: int
+    block_kv: int
+    sparse_mode: int
+    pre_tokens: int
+    next_tokens: int
+    #: The user's mask of sparse_mode 0/1 as bool (1|B, 1|N, S1, S2), True = masked out; None for
+    #: no mask and for modes 2-4 (whose rule is the band).
+    user_mask: torch.Tensor | None
+    #: Per-batch valid query / key lengths (None = all S1 / S2); for TND the cumulative lengths.
+    q_lens: tuple[int, ...] | None
+    kv_lens: tuple[int, ...] | None
+    softmax_lse_flag: bool
+    out_dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def decode(self) -> bool:
+        """FIA's Q_S == 1 branch, where actual_seq_lengths, sparse_mode and the tokens have no effect."""
+        return self.s1 == 1 and self.input_layout != "TND"
+
+    @property
+    def tnd(self) -> bool:
+        return self.input_layout == "TND"
+
+    def out_shape(self) -> tuple[int, ...]:
+        """attention_out's shape: the query's, except BNSD_BSND, whose output is BSND."""
+        if self.input_layout == "BNSD_BSND":
+            return (self.batch, self.s1, self.num_heads, self.head_dim)
+        return tuple(self.query.shape)
+
+    def with_allocation(self, precision: str) -> "Problem":
+        """The same call computed in another allocation (the safety net's wider path)."""
+        return replace(self, alloc=get_allocation(precision))
+
+    def lse_shape(self) -> tuple[int, ...]:
+        if not self.softmax_lse_flag:
+            return (1,)
+        if self.tnd:
+            return (self.query.shape[0], self.num_heads, 1)
+        return (self.batch, self.num_heads, self.s1, 1)
+
+    def band(self, s1: int, s2: int) -> Band | None:
+        """The sparse mode's rule for a batch of s1 valid queries and s2 valid keys as (lo, hi):
+        key j is kept for query i only where lo <= j − i <= hi (top-left origin; lo None = open);
+        None where the mode adds nothing."""
+        mode, pre, nxt = self.sparse_mode, self.pre_tokens, self.next_tokens
+        if self.decode or mode == 1 or (mode == 0 and self.user_mask is None):
+            return None
+        if mode == 0:
+            return -pre, nxt
+        if mode == 2:
+            return None, 0
+        if mode == 3:
+            return None, s2 - s1
+        return -pre + (s2 - s1), nxt + (s2 - s1)  # 4: band, bottom-right origin
+
+    def jobs(self, takes_band: bool) -> Iterator[Job]:
+        """The dense attentions that make up this problem, each on exactly its valid rows and keys
+        (so the last KV block of a short sequence is a real tail, not a masked pad). A backend that
+        ``takes_band`` gets the band separately; for the others it is merged into the mask.
+
+        ``Job.rows`` is (batch slice, row slice) into (B, N, S1) results, or for TND the row slice
+        into (T, N) results. Batches with no valid query row yield no job (their rows stay padded);
+        a job with no key is not yielded either, its rows get out 0 and lse −∞."""
+        if self.tnd:
+            q0 = k0 = 0
+            for q1, k1 in zip(self.q_lens, self.kv_lens):
+                r, c = q1 - q0, k1 - k0
+                if r > 0 and c > 0:
+                    mask, band = self._mask_band(None, r, c, takes_band)
+                    yield Job(*(t.transpose(0, 1)[None] for t in (self.query[q0:q1], self.key[k0:k1],
+                                                                  self.value[k0:k1])),
+                              mask, band, (slice(q0, q1),))
+                q0, k0 = q1, k1
+            return
+        if self.query.numel() == 0:
+            return
+        if self.q_lens is None and self.kv_lens is None:
+            if self.s2 > 0:
+                mask, band = self._mask_band(self.user_mask, self.s1, self.s2, takes_band)
+                yield Job(self.q, self.k, self.v, mask, band, (slice(None), slice(None)))
+            return
+        for i in range(self.batch):
+            r = self.s1 if self.q_lens is None else self.q_lens[i]
+            c = self.s2 if self.kv_lens is None else self.kv_lens[i]
+            if r == 0 or c == 0:
+                continue
+            um = None
+            if self.user_mask is not None:
+                um = self.user_mask[i:i + 1] if self.user_mask.shape[0] > 1 else self.user_mask
+                um = um[:, :, :r, :c]
+            mask, band = self._mask_band(um, r, c, takes_band)
+            yield Job(self.q[i:i + 1, :, :r], self.k[i:i + 1, :, :c], self.v[i:i + 1, :, :c], mask, band,
+                      (slice(i, i + 1), slice(0, r)))
+
+    def _mask_band(self, um, s1, s2, takes_band):
+        band = self.band(s1, s2)
+        if band is None or takes_band:
+            return um, band
+        banded = band_mask(band, s1, s2, self.device)[None, None]
+        return (banded if um is None else (um | banded)), None
+
+    def padded_results(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Results before any job ran: output 0 everywhere; lse +inf (a padded row) for rows past a
+        batch's valid length and −∞ (no key) for valid rows, which the jobs then overwrite."""
+        if self.tnd:
+            t = self.query.shape[0]
+            out = torch.zeros(t, self.num_heads, self.head_dim, dtype=torch.float16, device=self.device)
+            lse = torch.full((t, self.num_heads), LSE_PADDED_ROW, dtype=torch.float32, device=self.device)
+            q0 = 0
+            for q1 in self.q_lens:
+                lse[q0:q1] = -math.inf
+                q0 = q1
+            return out, lse
+        out = torch.zeros(self.batch, self.num_heads, self.s1, self.head_dim, dtype=torch.float16,
+                          device=self.device)
+        if self.q_lens is None or self.decode:
+            return out, torch.full((self.batch, self.num_heads, self.s1), -math.inf, dtype=torch.float32,
+                                   device=self.device)
+        lse = torch.full((self.batch, self.num_heads, self.s1), LSE_PADDED_ROW, dtype=torch.float32,
+                         device=self.device)
+        for i, r in enumerate(self.q_lens):
+            lse[i, :, :r] = -math.inf
+        return out, lse
+
+
+def band_mask(band: Band, s1: int, s2: int, device) -> torch.Tensor:
+    """The (s1, s2) bool mask (True = masked out) of a band (lo, hi)."""
+    lo, hi = band
+    rel = torch.arange(s2, device=device)[None, :] - torch.arange(s1, device=device)[:, None]
+    masked = rel > hi
+    if lo is not None:
+        masked |= rel < lo
+    return masked
+
+
+# ============================================================================================
+# make_problem
+# ============================================================================================
+
+def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
+                 num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
+                 num_key_value_heads=0, sparse_mode=0, inner_precise=0, softmax_lse_flag=False,
+                 precision=DEFAULT_PRECISION, beta=None, block_q=None, block_kv=None, block_table=None,
+                 block_size=0, check_inputs=None) -> Problem:
+    """Validate :func:`pasa_npu.fused_attention`'s arguments (its docstring states them) and
+    describe the call. Raises TypeError/ValueError naming the argument and what it accepts, before
+    any work is done."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, t)
+    if not isinstance(input_layout, str):
+        raise TypeError(f"input_layout must be a str, one of {LAYOUTS}, got {type(input_layout).__name__}")
+    if input_layout not in LAYOUTS:
+        raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
+    num_heads = _int("num_heads", num_heads, lo=1)
+    num_key_value_heads = _int("num_key_value_heads", num_key_value_heads, lo=0)
+    pre_tokens = _int("pre_tokens", pre_tokens)
+    next_tokens = _int("next_tokens", next_tokens)
+    sparse_mode = _int("sparse_mode", sparse_mode, choices=SPARSE_MODES)
+    inner_precise = _int("inner_precise", inner_precise, choices=INNER_PRECISE)
+    if not isinstance(softmax_lse_flag, bool):
+        raise TypeError(f"softmax_lse_flag must be a bool, got {type(softmax_lse_flag).__name__}")
+    scale = check_scale(scale)
+    alloc = _resolve_precision(precision, inner_precise)
+    beta = check_beta(beta)
+    block_q = _block("block_q", block_q)
+    block_kv = _block("block_kv", block_kv)
+    _check_page_attention(block_table, block_size)
+    if check_inputs is None:
+        check_inputs = os.environ.get(CHECK_INPUTS_ENV, "") not in ("", "0")
+    elif not isinstance(check_inputs, bool):
+        raise TypeError(f"check_inputs must be None or a bool, got {type(check_inputs).__name__}")
+
+    if query.dtype not in _INPUT_DTYPES:
+        raise ValueError(f"query must be float16, bfloat16 or float32, got {query.dtype}")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise ValueError(f"{name} must have query's dtype {query.dtype}, got {t.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name} is on {t.device} but query is on {query.device}; all tensors "
+                             "must be on one device")
+    if atten_mask is not None:
+        _check_tensor("atten_mask", atten_mask)
+        if atten_mask.device != query.device:
+            raise ValueError(f"atten_mask is on {atten_mask.device} but query is on {query.device}; "
+                             "all tensors must be on one device")
+        if atten_mask.dtype not in _MASK_DTYPES:
+            raise ValueError(f"atten_mask must be a bool, int8 or uint8 tensor (True/1 = masked out), "
+                             f"got {atten_mask.dtype}")
+    for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask)):
+        if t is not None and t.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"{name} requires grad: fused_attention is inference-only (it has no backward); "
+                             "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+
+    nkv = num_key_value_heads or num_heads
+    if num_heads % nkv != 0:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_key_value_heads ({nkv})")
+    kv_name = "num_key_value_heads" if num_key_value_heads else "num_heads (num_key_value_heads=0)"
+    q16, k16, v16 = (_to_fp16(name, t, check_inputs) for name, t in
+                     (("query", query), ("key", key), ("value", value)))
+
+    if input_layout == "TND":
+        _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name)
+        b = s1 = s2 = 0
+        q4 = k4 = v4 = None
+        d = query.shape[2]
+    else:
+        q4, k4, v4 = _to_bnsd(q16, k16, v16, input_layout, num_heads, nkv, kv_name)
+        b, _, s1, d = q4.shape
+        s2 = k4.shape[2]
+    if d == 0:
+        raise ValueError("the head dim D of query/key/value must be >= 1, got 0")
+
+    user_mask = None
+    if input_layout == "TND":
+        q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, query.shape[0])
+        kv_lens = _cumulative_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, key.shape[0])
+        if len(q_lens) != len(kv_lens):
+            raise ValueError(f"actual_seq_lengths ({len(q_lens)} entries) and actual_seq_lengths_kv "
+                             f"({len(kv_lens)} entries) must have one entry per batch each with input_layout='TND'")
+        if sparse_mode == 1 or (sparse_mode == 0 and atten_mask is not None):
+            raise ValueError("input_layout='TND' supports sparse_mode 0 without atten_mask and sparse_mode 2, 3, 4 "
+                             f"with the compressed mask; a full atten_mask (sparse_mode={sparse_mode}) is not supported")
+        _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode=False, check_values=check_inputs)
+        b = len(q_lens)
+    else:
+        decode = s1 == 1
+        if _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode, check_inputs):
+            user_mask = _user_mask(atten_mask, b, num_heads, s1, s2, check_inputs)
+        if decode:
+            # FIA's decode branch (Q_S == 1) ignores actual_seq_lengths; its entries are still checked.
+            for i, x in enumerate(int_list("actual_seq_lengths", actual_seq_lengths)
+                                  if actual_seq_lengths is not None else ()):
+                if x < 0:
+                    raise ValueError(f"actual_seq_lengths[{i}] = {x} must be non-negative")
+            q_lens = None
+        else:
+            q_lens = _per_batch_lengths("actual_seq_lengths", actual_seq_lengths, b, s1)
+        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2)
+        if q_lens is not None and all(x == s1 for x in q_lens):
+            q_lens = None
+        if kv_lens is not None and all(x == s2 for x in kv_lens):
+            kv_lens = None
+
+    return Problem(query=q16, key=k16, value=v16, q=q4, k=k4, v=v4, input_layout=input_layout, batch=b,
+                   num_heads=num_heads, num_kv_heads=nkv, head_dim=d, s1=s1, s2=s2, scale=scale, alloc=alloc,
+                   beta=beta, block_q=block_q, block_kv=block_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
+                   next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
+                   softmax_lse_flag=softmax_lse_flag, out_dtype=query.dtype, device=query.device)
+
+
+# ============================================================================================
+# scalar arguments
+# ============================================================================================
+
+def _check_tensor(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
+def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    x = int(x)
+    if choices is not None and x not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {x}")
+    if lo is not None and x < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {x}")
+    return x
+
+
+def check_scale(scale) -> float:
+    """``scale`` as a float: a positive finite real number."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0.0:
+        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    return scale
+
+
+def check_beta(beta) -> float | None:
+    """``beta`` as None or a float in [0, 1)."""
+    if beta is None:
+        return None
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
+        raise TypeError(f"beta must be None or a real number in [0, 1), got {type(beta).__name__}")
+    beta = float(beta)
+    if not (0.0 <= beta < 1.0):  # also rejects NaN
+        raise ValueError(f"beta must be None or in [0, 1), got {beta}")
+    return beta
+
+
+def _block(name: str, value) -> int:
+    if value is None:
+        return DEFAULT_BLOCK
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be None or a positive int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be None or a positive int, got {value}")
+    return int(value)
+
+
+def _check_page_attention(block_table, block_size) -> None:
+    """FIA's PageAttention arguments: not implemented yet, refused rather than ignored."""
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+        raise TypeError(f"block_size must be an int (FIA's PageAttention page length), got {type(block_size).__name__}")
+    if block_table is not None or block_size != 0:
+        raise ValueError("block_table / block_size are FIA's PageAttention arguments (a paged KV cache), which "
+                         "pasa-npu does not implement yet: pass key/value as dense tensors; the tile sizes of the "
+                         "attention loop are block_q and block_kv")
+
+
+def _resolve_precision(precision, inner_precise: int) -> Allocation:
+    if precision is None:
+        # FIA's bit 0: 0 = high precision (FP32 softmax), 1 = high performance.
+        return get_allocation("fp32" if inner_precise & 1 == 0 else "fp16_fp32")
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be None or one of {PRECISIONS}, got {type(precision).__name__}")
+    return get_allocation(precision)  # ValueError naming precision and PRECISIONS
+
+
+# ============================================================================================
+# tensors: values, layouts
+# ============================================================================================
+
+def _to_fp16(name: str, x: torch.Tensor, check_values: bool) -> torch.Tensor:
+    """``x`` as FP16. With ``check_values``: refuses NaN/Inf and, for bfloat16/float32, values past
+    FP16's range (which the conversion would turn into Inf)."""
+    if check_values and x.numel():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or Inf; fused_attention refuses non-finite inputs")
+        if x.dtype != torch.float16:
+            amax = float(x.abs().max())
+            if amax > FP16_MAX:
+                raise ValueError(f"{name} has a value of magnitude {amax:g}, which exceeds FP16's range "
+                                 f"(|x| <= {FP16_MAX:g}); {name} is converted to float16 for the computation")
+    return x if x.dtype == torch.float16 else x.to(torch.float16)
+
+
+def _to_bnsd(query, key, value, layout, num_heads, nkv, kv_name):
+    """(B, N, S, D) views of query, key, value; checks ndim, heads, batch and head-dim agreement."""
+    ndim = 3 if layout == "BSH" else 4
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim != ndim:
+            raise ValueError(f"{name} must be {ndim}-D {_SHAPE_TXT[layout]} for input_layout={layout!r}, "
+                             f"got shape {tuple(t.shape)}")
+    if key.shape != value.shape:
+        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    if layout == "BSH":
+        b, s1, h = query.shape
+        if h % num_heads != 0:
+            raise ValueError(f"num_heads ({num_heads}) must divide query's hidden size H = {h} "
+                             "(input_layout='BSH', D = H / num_heads)")
+        d = h // num_heads
+        if key.shape[2] != nkv * d:
+            raise ValueError(f"key's hidden size {key.shape[2]} must be {kv_name} * D = {nkv} * {d} = {nkv * d} "
+                             "(input_layout='BSH')")
+        if key.shape[0] != b:
+            raise ValueError(f"key's batch {key.shape[0]} must equal query's batch {b}")
+        return (query.reshape(b, s1, num_heads, d).transpose(1, 2),
+                key.reshape(b, key.shape[1], nkv, d).transpose(1, 2),
+                value.reshape(b, value.shape[1], nkv, d).transpose(1, 2))
+    if layout == "BSND":
+        q4, k4, v4 = (t.transpose(1, 2) for t in (query, key, value))
+    else:  # BNSD, BNSD_BSND
+        q4, k4, v4 = query, key, value
+    if q4.shape[1] != num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {q4.shape[1]} "
+                         f"(input_layout={layout!r})")
+    if k4.shape[1] != nkv:
+        raise ValueError(f"{kv_name} ({nkv}) must equal key's N dim {k4.shape[1]} (input_layout={layout!r})")
+    if k4.shape[0] != q4.shape[0]:
+        raise ValueError(f"key's batch {k4.shape[0]} must equal query's batch {q4.shape[0]}")
+    if k4.shape[3] != q4.shape[3]:
+        raise ValueError(f"key's head dim {k4.shape[3]} must equal query's head dim {q4.shape[3]}")
+    return q4, k4, v4
+
+
+def from_bnsd(out: torch.Tensor, layout: str) -> torch.Tensor:
+    """A (B, N, S, D) result in ``layout``'s output form (BNSD_BSND gives BSND)."""
+    b, n, s, d = out.shape
+    if layout == "BNSD":
+        return out
+    bsnd = out.transpose(1, 2).contiguous()
+    if layout == "BSH":
+        return bsnd.reshape(b, s, n * d)
+    return bsnd  # BSND, BNSD_BSND
+
+
+def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim != 3:
+            raise ValueError(f"{name} must be 3-D (T, N, D) for input_layout='TND', got shape {tuple(t.shape)}")
+    if key.shape != value.shape:
+        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    if query.shape[1] != num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {query.shape[1]} (input_layout='TND')")
+    if key.shape[1] != nkv:
+        raise ValueError(f"{kv_name} ({nkv}) must equal key's N dim {key.shape[1]} (input_layout='TND')")
+    if key.shape[2] != query.shape[2]:
+        raise ValueError(f"key's head dim {key.shape[2]} must equal query's head dim {query.shape[2]}")
+
+
+# ============================================================================================
+# valid lengths
+# ============================================================================================
+
+def int_list(name: str, x) -> list[int]:
+    """A length argument as a list of ints (a tensor is read on the host)."""
+    if isinstance(x, torch.Tensor):
+        if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
+                            f"{x.dtype} tensor of shape {tuple(x.shape)}")
+        return [int(v) for v in x.tolist()]
+    if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
+        raise TypeError(f"{name} must be None, a sequence of ints or a 1-D integer tensor, got {type(x).__name__}")
+    out = []
+    for v in x:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must hold ints, got an element of type {type(v).__name__}")
+        out.append(int(v))
+    return out
+
+
+def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
+    """FIA's rule: one value for every batch, or at least B values of which the first B are used."""
+    if x is None:
+        return None
+    vals = int_list(name, x)
+    if len(vals) == 1:
+        vals = vals * b
+    elif len(vals) < b:
+        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {len(vals)}")
+    vals = vals[:b]
+    for i, v in enumerate(vals):
+        if v < 0 or v > s:
+            dim = "query's S1" if name == "actual_seq_lengths" else "key/value's S2"
+            raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
+    return tuple(vals)
+
+
+def _cumulative_lengths(name: str, x, total: int) -> tuple[int, ...]:
+    """TND: the cumulative lengths, required, non-negative, non-decreasing, last <= total."""
+    if x is None:
+        raise ValueError(f"{name} is required with input_layout='TND' (cumulative lengths, one per batch)")
+    vals = int_list(name, x)
+    if not vals:
+        raise ValueError(f"{name} must have at least one entry with input_layout='TND'")
+    prev = 0
+    for i, v in enumerate(vals):
+        if v < 0:
+            raise ValueError(f"{name}[{i}] = {v} must be non-negative")
+        if v < prev:
+            raise ValueError(f"{name} must be cumulative (non-decreasing) with input_layout='TND', "
+                             f"got {name}[{i}] = {v} < {prev}")
+        prev = v
+    if vals[-1] > total:
+        raise ValueError(f"{name}[-1] = {vals[-1]} exceeds the {total} rows of the tensor (input_layout='TND')")
+    return tuple(vals)
+
+
+# ============================================================================================
+# masks
+# ============================================================================================
+
+def _as_bool_mask(m: torch.Tensor, check_values: bool) -> torch.Tensor:
+    if m.dtype == torch.bool:
+        return m
+    if check_values and m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("atten_mask of dtype int8/uint8 must hold only 0 (kept) and 1 (masked out)")
+    return m != 0
+
+
+def _check_compressed_mask(m: torch.Tensor, sparse_mode: int, check_values: bool) -> None:
+    ok_shapes = ((_COMPRESSED, _COMPRESSED), (1, _COMPRESSED, _COMPRESSED), (1, 1, _COMPRESSED, _COMPRESSED))
+    if tuple(m.shape) not in ok_shapes:
+        raise ValueError(f"atten_mask must be FIA's compressed causal mask of shape (2048, 2048), (1, 2048, 2048) "
+                         f"or (1, 1, 2048, 2048) for sparse_mode={sparse_mode}, got {tuple(m.shape)}")
+    if not check_values:
+        return
+    m = _as_bool_mask(m, True).reshape(_COMPRESSED, _COMPRESSED)
+    expected = _COMPRESSED_CACHE.get(m.device)
+    if expected is None:
+        expected = torch.ones(_COMPRESSED, _COMPRESSED, dtype=torch.bool, device=m.device).triu_(1)
+        _COMPRESSED_CACHE[m.device] = expected
+    if not torch.equal(m, expected):
+        raise ValueError(f"atten_mask for sparse_mode={sparse_mode} must be the compressed causal mask "
+                         "torch.triu(torch.ones(2048, 2048), diagonal=1) (1 = masked out, above the diagonal)")
+
+
+def _check_mask_args(atten_mask, sparse_mode, pre, nxt, decode, check_values) -> bool:
+    """Checks the mask arguments; True when ``atten_mask`` is a full user mask (modes 0 and 1).
+    ``decode``: FIA's Q_S == 1 branch, where the band (pre/next tokens) has no effect."""
+    if sparse_mode in (2, 3, 4):
+        if atten_mask is None:
+            raise ValueError(f"atten_mask is required for sparse_mode={sparse_mode}: pass FIA's compressed "
+                             "causal mask torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)")
+        _check_compressed_mask(atten_mask, sparse_mode, check_values)
+        if sparse_mode == 4 and pre + nxt < 0 and not decode:
+            raise ValueError(f"pre_tokens ({pre}) + next_tokens ({nxt}) must be >= 0 for sparse_mode=4 "
+                             "(the band would be empty)")
+        return False
+    if sparse_mode == 1 and atten_mask is None:
+        raise ValueError("atten_mask is required for sparse_mode=1 (allMask): pass the full (S1, S2) mask")
+    if atten_mask is None:
+        return False
+    if sparse_mode == 0 and pre + nxt < 0 and not decode:
+        raise ValueError(f"pre_tokens ({pre}) + next_tokens ({nxt}) must be >= 0 for sparse_mode=0 with an "
+                         "atten_mask (the band would be empty)")
+    return True
+
+
+def _user_mask(m: torch.Tensor, b: int, n: int, s1: int, s2: int, check_values: bool) -> torch.Tensor:
+    """The full mask of sparse_mode 0/1 as a (1|B, 1|N, S1, S2) bool tensor (top-left corner)."""
+    shape = tuple(m.shape)
+    accepted = ("(S1, S2), (1 or B, S1, S2) or (1 or B, 1 or N, S1, S2) with S1, S2 at least the "
+                "query's and key's sequence lengths" + (", or (1 or B, S2) when S1 == 1" if s1 == 1 else ""))
+    if m.ndim == 2 and s1 == 1:
+        m = m[:, None, None, :]  # (B, KV_S): FIA's decode mask
+    elif m.ndim == 2:
+        m = m[None, None]
+    elif m.ndim == 3:
+        m = m[:, None]
+    elif m.ndim != 4:
+        raise ValueError(f"atten_mask must be 2-, 3- or 4-D: {accepted}; got shape {shape}")
+    mb, mn, ms1, ms2 = m.shape
+    if mb not in (1, b) or mn not in (1, n) or ms1 < s1 or ms2 < s2:
+        raise ValueError(f"atten_mask shape {shape} does not fit (B, N, S1, S2) = ({b}, {n}, {s1}, {s2}); "
+                         f"accepted: {accepted}")
+    return _as_bool_mask(m[:, :, :s1, :s2], check_values)

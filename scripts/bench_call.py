@@ -1,0 +1,133 @@
+"""Per-call time of the public call, ``pasa_npu.fused_attention``, against PyTorch's SDPA (CUDA).
+
+What a user pays per call in eager mode: argument handling, backend dispatch and the kernels, timed
+as the wall time of many back-to-back calls with one synchronisation at the end (so host overhead
+that the GPU cannot hide shows), after warm-up. Shapes: decode (B × 32 query / 8 KV heads, one query,
+4096 keys, D = 128) at batch 1 and 8, and a 512 × 512 prefill. Also: the same calls replayed from a
+captured CUDA graph, and under ``torch.compile``.
+
+    PYTHONPATH=python python3 scripts/bench_call.py --out docs/benchmarks/call
+
+writes ``call.json`` and ``call.md`` (device, versions, date, this command) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import pasa_npu
+
+SHAPES = {  # name: (B, N, Nkv, S1, S2, D)
+    "decode_b1": (1, 32, 8, 1, 4096, 128),
+    "decode_b8": (8, 32, 8, 1, 4096, 128),
+    "prefill_512": (1, 32, 8, 512, 512, 128),
+}
+
+
+def _wall_per_call(fn, calls: int, repeats: int) -> float:
+    """Median over ``repeats`` of (wall time of ``calls`` back-to-back calls + one sync) / calls, µs."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def _graph_per_call(fn, calls: int, repeats: int) -> float:
+    """The same call captured once in a CUDA graph and replayed: device time per call, µs."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _wall_per_call(graph.replay, calls, repeats)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder for call.json and call.md")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--precisions", nargs="+", default=[pasa_npu.DEFAULT_PRECISION, "fp32"])
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_call.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = []
+    for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16, generator=g)
+        k = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16, generator=g)
+        v = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16, generator=g)
+        scale = d ** -0.5
+
+        def sdpa():
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+
+        row = dict(shape=name, B=b, N=n, Nkv=nkv, S1=s1, S2=s2, D=d,
+                   sdpa_us=_wall_per_call(sdpa, args.calls, args.repeats),
+                   sdpa_graph_us=_graph_per_call(sdpa, args.calls, args.repeats))
+        for precision in args.precisions:
+            def call(precision=precision):
+                return pasa_npu.fused_attention(q, k, v, num_heads=n, num_key_value_heads=nkv, input_layout="BNSD",
+                                                scale=scale, precision=precision)
+
+            row[f"{precision}_us"] = _wall_per_call(call, args.calls, args.repeats)
+            try:
+                row[f"{precision}_graph_us"] = _graph_per_call(call, args.calls, args.repeats)
+            except RuntimeError as e:  # an allocation whose safety net needs a sync cannot be captured
+                row[f"{precision}_graph_us"] = None
+                row[f"{precision}_graph_error"] = str(e).splitlines()[0]
+            torch._dynamo.reset()
+            compiled = torch.compile(call, fullgraph=True)
+            row[f"{precision}_compiled_us"] = _wall_per_call(compiled, args.calls, args.repeats)
+            row[f"{precision}_vs_sdpa"] = row[f"{precision}_us"] / row["sdpa_us"]
+        rows.append(row)
+        print(json.dumps(row))
+
+    import triton
+
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                python=platform.python_version(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                command="PYTHONPATH=python python3 scripts/bench_call.py " + " ".join(argv or sys.argv[1:]),
+                calls=args.calls, repeats=args.repeats)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "call.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+    lines = [f"# fused_attention per-call time vs SDPA ({meta['device']})", "",
+             f"{meta['date']}, torch {meta['torch']}, triton {meta['triton']}; `{meta['command']}`.",
+             "Eager: median wall time per call over back-to-back calls (one sync at the end). Graph: "
+             "replays of a captured CUDA graph. Compiled: torch.compile(fullgraph=True). µs.", "",
+             "| shape | SDPA | SDPA graph | " + " | ".join(f"{p} | {p} graph | {p} compiled | {p}/SDPA"
+                                                    for p in args.precisions) + " |",
+             "|---" * (3 + 4 * len(args.precisions)) + "|"]
+    for r in rows:
+        cells = [r["shape"], f"{r['sdpa_us']:.1f}", f"{r['sdpa_graph_us']:.1f}"]
+        for p in args.precisions:
+            graph = r[f"{p}_graph_us"]
+            cells += [f"{r[f'{p}_us']:.1f}", "refused" if graph is None else f"{graph:.1f}",
+                      f"{r[f'{p}_compiled_us']:.1f}", f"{r[f'{p}_vs_sdpa']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    (out / "call.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
