@@ -111,7 +111,7 @@ def head_scan(model, tok, layer: int = LAYER, head: int = HEAD) -> dict:
 def study(tok, model) -> dict:
     enc = dict(tok(SENTENCES, padding=True, return_tensors="pt"))
     for p in PRECISIONS:
-        register(f"pasa_{p}", precision=p)
+        register(f"pasa_{p}", precision=p, safety_net=False)  # each allocation's own result
     impls = {p: f"pasa_{p}" for p in PRECISIONS}
 
     ref = embed(model, enc, "eager")

@@ -45,7 +45,7 @@ def test_readme_api_example_runs_and_says_true():
     ref, ref_lse = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=q.shape[-1] ** -0.5)
     assert torch.isfinite(out).all() and metrics.rmse(out, ref) < 1e-2
     fa, _ = pasa_npu.fused_attention(q, k, v, num_heads=q.shape[1], input_layout="BNSD",
-                                     scale=q.shape[-1] ** -0.5, precision="fp16")
+                                     scale=q.shape[-1] ** -0.5, precision="fp16", safety_net=False)
     assert torch.isnan(fa).any()
 
 

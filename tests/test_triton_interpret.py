@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("triton")
 
 from pasa_npu import interface  # noqa: E402
+from pasa_npu.problem import band_mask  # noqa: E402
 from pasa_npu.backends import reference  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -54,7 +55,7 @@ def dense(mask, band, s1, s2, device):
     """The dense mask a band stands for (the interface's own construction), or'ed with ``mask``."""
     if band is None:
         return mask
-    bm = interface._band_mask(band, s1, s2, device)[None, None]
+    bm = band_mask(band, s1, s2, device)[None, None]
     return bm if mask is None else mask | bm
 
 
@@ -185,7 +186,7 @@ def test_band_reaches_the_kernel_undensified(monkeypatch):
 
 @interpreted
 @pytest.mark.parametrize("kw, exc, match", [
-    (dict(precision="fp16"), ValueError, r"precision must be one of \('fp32', 'pasa', 'pasa_fp32'\)"),
+    (dict(precision="fp16"), ValueError, r"precision 'fp16' is not computed by backend='triton' \(it computes \('fp32', 'pasa', 'pasa_fp32'\)\)"),
     (dict(precision="bf16"), ValueError, "precision must be one of"),
     (dict(block_kv=48), ValueError, r"block_kv must be one of \(16, 32, 64, 128, 256\)"),
     (dict(shift="inline"), ValueError, r"shift must be one of \('prepass', 'fused'\)"),

@@ -24,7 +24,7 @@ import math
 import numbers
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -61,8 +61,7 @@ _SHAPE_TXT = {"BSH": "(B, S, H)", "BSND": "(B, S, N, D)", "BNSD": "(B, N, S, D)"
 Band = tuple[int | None, int]
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     """One dense attention a backend computes: (b, N, s1, D) / (b, Nkv, s2, D) FP16 tensors with
     s1 >= 1 and s2 >= 1, a bool mask broadcastable to (b, N, s1, s2) (True = masked out) or None,
     and the band rule (lo, hi) of the sparse mode (keep key j for query i only where
@@ -77,9 +76,9 @@ class Job:
     rows: tuple
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A validated FIA call. Tensors are FP16; ``query``/``key``/``value`` keep the input layout,
+class Problem(NamedTuple):
+    """A validated FIA call (immutable: a NamedTuple, which costs a call far less than a frozen
+    dataclass). Tensors are FP16; ``query``/``key``/``value`` keep the input layout,
     ``q``/``k``/``v`` are (B, N, S, D) views of them (None for TND, whose batches are row ranges)."""
 
     query: torch.Tensor
@@ -130,7 +129,7 @@ class Problem:
 
     def with_allocation(self, precision: str) -> "Problem":
         """The same call computed in another allocation (the safety net's wider path)."""
-        return replace(self, alloc=get_allocation(precision))
+        return self._replace(alloc=get_allocation(precision))
 
     def lse_shape(self) -> tuple[int, ...]:
         if not self.softmax_lse_flag:
@@ -359,7 +358,7 @@ def _check_tensor(name: str, x) -> None:
 
 
 def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+    if type(x) is not int and (isinstance(x, bool) or not isinstance(x, numbers.Integral)):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = int(x)
     if choices is not None and x not in choices:
@@ -371,7 +370,7 @@ def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None
 
 def check_scale(scale) -> float:
     """``scale`` as a float: a positive finite real number."""
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if type(scale) is not float and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     scale = float(scale)
     if not math.isfinite(scale) or scale <= 0.0:
@@ -403,7 +402,7 @@ def _block(name: str, value) -> int:
 
 def _check_page_attention(block_table, block_size) -> None:
     """FIA's PageAttention arguments: not implemented yet, refused rather than ignored."""
-    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+    if type(block_size) is not int and (isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral)):
         raise TypeError(f"block_size must be an int (FIA's PageAttention page length), got {type(block_size).__name__}")
     if block_table is not None or block_size != 0:
         raise ValueError("block_table / block_size are FIA's PageAttention arguments (a paged KV cache), which "

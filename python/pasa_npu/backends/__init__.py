@@ -53,6 +53,16 @@ _DEFAULT_ORDER = ("reference",)
 
 def get(name: str) -> Backend:
     """The backend called ``name`` (imported on first use: triton and the NPU extension are optional)."""
+    backend = _LOADED.get(name)
+    if backend is None:
+        backend = _LOADED[name] = _load(name)
+    return backend
+
+
+_LOADED: dict[str, Backend] = {}
+
+
+def _load(name) -> Backend:
     if name == "reference":
         from .reference import BACKEND
     elif name == "triton":

@@ -32,12 +32,15 @@ class PasaSettings:
     beta: PASA's shift coefficient in [0, 1), None = the backend's optimal default.
     block_kv: the KV block length (None = 128).
     backend: None (by device), "reference", "npu" or "triton".
+    safety_net: fused_attention's recompute of overflowed rows on the FP32 path (False only to study
+        what an allocation itself does).
     """
 
     precision: str = DEFAULT_PRECISION
     beta: float | None = None
     block_kv: int | None = None
     backend: str | None = None
+    safety_net: bool = True
 
     def __post_init__(self):
         # Checked here so that a bad setting fails at registration, not in the first forward.
@@ -92,5 +95,5 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_ma
     out, _ = fused_attention(
         query, key, value, atten_mask=atten_mask, num_heads=query.shape[1], num_key_value_heads=key.shape[1],
         input_layout="BNSD_BSND", scale=float(scale), precision=settings.precision, beta=settings.beta,
-        block_kv=settings.block_kv, backend=settings.backend)
+        block_kv=settings.block_kv, backend=settings.backend, safety_net=settings.safety_net)
     return out

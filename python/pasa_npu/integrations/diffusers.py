@@ -30,8 +30,9 @@ class PasaAttnProcessor:
     masks (True = attend); any other additive bias raises ValueError."""
 
     def __init__(self, precision: str = DEFAULT_PRECISION, beta: float | None = None, block_kv: int | None = None,
-                 backend: str | None = None):
-        self.settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend)
+                 backend: str | None = None, safety_net: bool = True):
+        self.settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend,
+                                     safety_net=safety_net)
 
     def __repr__(self) -> str:
         return f"PasaAttnProcessor({self.settings})"

@@ -67,18 +67,19 @@ def make_attention_function(settings: PasaSettings):
 
 
 def register(name: str = "pasa", *, precision: str = DEFAULT_PRECISION, beta: float | None = None,
-             block_kv: int | None = None, backend: str | None = None) -> str:
+             block_kv: int | None = None, backend: str | None = None, safety_net: bool = True) -> str:
     """Register ``name`` as a transformers attention implementation that runs
     :func:`pasa_npu.fused_attention` with the given allocation; returns ``name``.
 
     Registering a name again replaces its settings for every model that uses it (transformers looks
-    the function up at each forward). ``precision``, ``beta``, ``block_kv`` and ``backend`` mean
-    what they mean for :func:`pasa_npu.fused_attention`.
+    the function up at each forward). ``precision``, ``beta``, ``block_kv``, ``backend`` and
+    ``safety_net`` mean what they mean for :func:`pasa_npu.fused_attention`.
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name:
         raise ValueError(f"name must be a non-empty str without '|' or '/' (transformers gives those a meaning), "
                          f"got {name!r}")
-    settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend)
+    settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend,
+                            safety_net=safety_net)
     AttentionInterface.register(name, make_attention_function(settings))
     AttentionMaskInterface.register(name, pasa_mask)
     return name
