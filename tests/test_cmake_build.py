@@ -1,5 +1,5 @@
-"""The top-level CMakeLists.txt: configured and built once in a temporary directory (tests/cmake_tree.py),
-then every C++ test registered with ctest runs and must pass.
+"""The top-level CMakeLists.txt: its libraries and ctest executables built in the CMake tree all C++
+tests share (tests/cmake_tree.py), then every C++ test registered with ctest runs and must pass.
 
 Also the configure-time decisions that need no compiler run: the CANN parts are refused or planned
 according to ASCEND_CANN_PACKAGE_PATH. Nothing here compiles CANN code (no CANN exists in CI).
@@ -16,13 +16,18 @@ import pytest
 
 import cmake_tree
 
-pytestmark = pytest.mark.skipif(cmake_tree.tools_missing() is not None,
-                                reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")
+# Slow on first use: it compiles the kernel and the host model (a minute or more on 2 cores, unless a
+# pip install built them in the same tree); `-m "not slow"` leaves it out.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(cmake_tree.tools_missing() is not None,
+                                 reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")]
 
 
 @pytest.fixture(scope="session")
 def tree():
-    return cmake_tree.build("all")
+    # Not the target "all": in a tree pip configured that would also relink the Python module that
+    # this test process may have loaded.
+    return cmake_tree.build("pasa_tiling", "pasa_kernel_model", *cmake_tree.CTEST_TARGETS)
 
 
 def test_always_built_libraries_exist(tree):
@@ -66,3 +71,13 @@ def test_cann_path_plans_the_op_package_and_its_absence_does_not(tmp_path):
     assert f"CANN at {tmp_path}: building the custom op package" in with_cann.stdout
     without = _configure()
     assert without.returncode == 0 and "custom op package" not in without.stdout
+
+
+def test_host_model_configures_standalone(tmp_path):
+    # host_model/ is also a CMake project of its own (docs/host_model.md); configuring it is enough to
+    # check that, its sources are compiled in the shared tree above.
+    res = subprocess.run(["cmake", "-S", str(cmake_tree.ROOT / "host_model"), "-B", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert res.returncode == 0, res.stdout[-3000:]
+    listed = cmake_tree.run(["ctest", "-N"], cwd=tmp_path)
+    assert re.search(r"Test\s+#1: host_model_tests$", listed.stdout, flags=re.M), listed.stdout
