@@ -7,6 +7,10 @@ did not (the C++ test executables), pip and the tests never compile the librarie
 test run compiles nothing that has not changed. Without a pip build the tests configure the tree
 themselves, and a later pip install reuses it.
 
+Sharing needs the same CMake as pip: another version orders the compiler flags differently, so ninja
+would recompile everything. pip builds with the PyPI cmake package (a build requirement), which the
+test extra installs too; the tests use that one when it is installed, else the cmake on PATH.
+
 Each target is built at most once per pytest process; a file lock keeps pytest processes that run at
 the same time (pytest-xdist workers, two runs) from building in the tree at once.
 """
@@ -26,10 +30,26 @@ TREE = ROOT / "build" / "cmake"
 CTEST_TARGETS = ("test_tiling", "host_model_tests")
 
 
+def _tool(name: str) -> str | None:
+    try:
+        import cmake
+
+        path = Path(cmake.CMAKE_BIN_DIR) / name
+        if path.is_file():
+            return str(path)
+    except ImportError:
+        pass
+    return shutil.which(name)
+
+
+#: cmake and ctest: the PyPI cmake package's when installed (pip builds with it), else PATH's.
+CMAKE, CTEST = _tool("cmake"), _tool("ctest")
+
+
 def tools_missing() -> str | None:
-    """Why the C++ tests cannot run here (None when cmake and a C++ compiler are on PATH)."""
-    if shutil.which("cmake") is None:
-        return "cmake is not on PATH"
+    """Why the C++ tests cannot run here (None when cmake and a C++ compiler are there)."""
+    if CMAKE is None or CTEST is None:
+        return "cmake/ctest not found (pip install cmake, or put them on PATH)"
     if shutil.which("c++") is None and shutil.which("g++") is None:
         return "no C++ compiler (c++/g++) on PATH"
     return None
@@ -59,7 +79,7 @@ def build_dir() -> Path:
     left out here (``PASA_BUILD_PYTHON=OFF``): pip builds it, against the pybind11 of its own build
     environment, which no longer exists once pip has finished; pip turns it back on when it runs.
     """
-    cmd = ["cmake", "-S", str(ROOT), "-B", str(TREE), "-DCMAKE_BUILD_TYPE=Release", "-DPASA_BUILD_TESTS=ON",
+    cmd = [CMAKE, "-S", str(ROOT), "-B", str(TREE), "-DCMAKE_BUILD_TYPE=Release", "-DPASA_BUILD_TESTS=ON",
            "-DPASA_BUILD_PYTHON=OFF", "-DPASA_ENABLE_CANN=OFF", "-DPASA_BUILD_NPU_EXT=OFF"]
     with _Lock():
         if shutil.which("ninja") and not (TREE / "CMakeCache.txt").exists():
@@ -76,7 +96,7 @@ def build(*targets: str) -> Path:
     tree = build_dir()
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
     with _Lock():
-        res = run(["cmake", "--build", str(tree), "--parallel", jobs, "--target", *targets])
+        res = run([CMAKE, "--build", str(tree), "--parallel", jobs, "--target", *targets])
     if res.returncode != 0:
         raise RuntimeError(f"cmake --build --target {' '.join(targets)} failed:\n{res.stdout[-8000:]}")
     return tree
