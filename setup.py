@@ -10,7 +10,10 @@ builds (setuptools' own compiler driver knows nothing of the host model, the ker
   torch_npu binding that calls the deployed custom op through aclnn.
 
 Only the needed targets are built, at -O2, with as many jobs as CPUs (``CMAKE_BUILD_PARALLEL_LEVEL``
-overrides), so that ``pip install -e .`` stays near a minute on 2 cores.
+overrides), so that ``pip install -e .`` stays near a minute on 2 cores. The CMake tree is build/cmake
+in the source tree, not setuptools' build_temp (a temporary folder for editable installs): a reinstall
+then recompiles only what changed, and the tests build their C++ executables in the same tree
+(tests/cmake_tree.py) instead of compiling the kernel and the host model again.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext: CMakeExtension):
         out_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
-        build_dir = Path(self.build_temp).resolve() / "cmake"
+        build_dir = ROOT / "build" / "cmake"
         build_dir.mkdir(parents=True, exist_ok=True)
         if not self._configured:
             self._configure(build_dir, out_dir)
@@ -70,7 +73,10 @@ class CMakeBuild(build_ext):
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             f"-DPASA_PYTHON_OUTPUT_DIR={out_dir}",
-            "-DPASA_BUILD_TESTS=OFF",
+            # The test targets are only declared (pip builds none of them), so that the tests, which
+            # configure this tree with them, and pip do not undo each other's configuration.
+            "-DPASA_BUILD_TESTS=ON",
+            "-DPASA_BUILD_PYTHON=ON",
             # The op package is built by scripts/build_and_deploy.sh, not by pip.
             f"-DPASA_ENABLE_CANN={'ON' if npu_ext else 'OFF'}",
             f"-DPASA_BUILD_NPU_EXT={'ON' if npu_ext else 'OFF'}",

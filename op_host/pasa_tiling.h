@@ -89,15 +89,3 @@ void CombineRows(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_
 }  // namespace pasa
 
 #endif  // PASA_TILING_H
-
-/* REQUESTS FROM build (op_host/tests/test_tiling.cpp, section "decode"):
- * 1. 2026-11-22: decode split-KV gains nothing when B*N rows do not divide the core count well. E.g.
- *    B=1, N=16, S2=32768 (256 KV blocks), 24 AIC: want = ceil(24/16) = 2 splits of 128 blocks, 32 tasks,
- *    tasksPerCore = 2, blockDim = 16, so the busiest core still walks 2*128 = 256 blocks, as without a
- *    split. The grid test asserts tasksPerCore * kvBlocksPerSplit < numKvBlocks whenever B*N < aicNum
- *    and numKvBlocks >= aicNum (6 decode cases fail now). Suggestion: choose kvSplits so that
- *    B*N*kvSplits is close to a multiple of aicNum (e.g. kvSplits = aicNum / gcd-ish, or the smallest
- *    s with ceil(B*N*s / aicNum) * ceil(numKvBlocks / s) minimal).
- *    -> done by the kernel helper the same day (cost-minimising kvSplits); the decode section passes.
- *       This block can be deleted.
- */

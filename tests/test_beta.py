@@ -8,6 +8,7 @@ float16 conversion; an exact float64 round-to-nearest-even for bfloat16 written 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -145,7 +146,7 @@ def test_power_of_two_scale_does_not_change_beta():
 
 
 def test_non_power_of_two_scale_changes_beta():
-    # D = 128: scale 1/√128 is not a power of two; DESIGN/docs quote 0.984711 for it
+    # D = 128: scale 1/√128 is not a power of two; README.md and docs/golden.md quote 0.984711 for it
     b = B.optimal_beta(1 - 2**-6, 128, "float16", 1 / math.sqrt(128))
     assert f"{b:.6f}" == "0.984711"
     assert b != B.optimal_beta(1 - 2**-6, 128, "float16")
@@ -302,6 +303,50 @@ def test_bad_scale_raises(bad_scale):
         B.shift_entries(0.9, 128, "float16", bad_scale)
     with pytest.raises(ValueError):
         B.optimal_beta(0.9, 128, "float16", bad_scale)
+
+
+def test_scale_range():
+    # float16: the diagonal overflows above 65504; the off-diagonal is subnormal below n·2⁻¹⁴
+    assert B.scale_range(128) == (2.0**-7, 65504.0)
+    assert B.scale_range(16) == (2.0**-10, 65504.0)
+    lo, hi = B.scale_range(128, "bfloat16")
+    assert lo == 128 * 2.0**-126 and hi == (2 - 2.0**-7) * 2.0**127  # bfloat16's largest finite value
+
+
+@pytest.mark.parametrize("n", [16, 64, 128, 256])
+def test_default_beta_at_the_ends_of_the_scale_range(n):
+    # both ends give a converged optimum near the paper's β, with finite, nonzero entries of M
+    for scale in B.scale_range(n):
+        b = B.default_beta(n, scale)
+        assert 0.9 < b < 1.0
+        diag, off = B.shift_entries(b, n, "float16", scale)
+        assert np.isfinite(diag) and off < 0.0
+        assert B.practical_invariance(b, n, "float16", scale) == pytest.approx(B.ideal_invariance(b), rel=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e6, 65505.0, 1e-3, 1e-6])
+def test_scale_outside_the_range_names_scale(scale):
+    # 1e6 once failed inside the fixed-point iteration with "beta must be in [0, 1), got nan"
+    # (M's diagonal rounded to Inf), tiny scales with a negative beta or a singular M
+    match = r"^scale must be in \[0\.0078125, 65504\] .* got " + re.escape(repr(scale))
+    for call in (lambda: B.default_beta(128, scale), lambda: B.optimal_beta(0.9, 128, "float16", scale),
+                 lambda: B.shift_entries(0.9, 128, "float16", scale),
+                 lambda: B.practical_invariance(0.9, 128, "float16", scale),
+                 lambda: B.invariance_table(128, "float16", scale)):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_scale_none_is_one_and_checked_for_the_block_length():
+    assert B.default_beta(128, None) == B.default_beta(128, 1.0)
+    with pytest.raises(ValueError, match=r"got None \(None means 1\)"):
+        B.default_beta(2**15)  # n·2⁻¹⁴ = 2 > 1
+
+
+@pytest.mark.parametrize("bad", ["0.1", True, [0.1]])
+def test_scale_of_the_wrong_type_raises_type_error(bad):
+    with pytest.raises(TypeError, match="scale must be None or a real number"):
+        B.shift_entries(0.9, 128, "float16", bad)
 
 
 def test_beta_zero_is_allowed_and_trivial():

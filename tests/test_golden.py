@@ -410,7 +410,7 @@ def test_pasa_removes_key_bias_single_block(qmean, c0, pasa_bound):
 def test_pasa_fp32_removes_key_bias_multi_block():
     """Several full KV blocks and a key bias c = 64: PASA with FP32 row state stays near its
     unbiased accuracy, FP16-S FA's error grows ~30×. (All-FP16 PASA does not: its FP16 block means
-    carry the bias' rounding, amplified by I ≈ 64 — DESIGN.md's known weakness.)"""
+    carry the bias' rounding, amplified by the invariance β/(1−β) ≈ 64 when the mean is recovered.)"""
     rng = np.random.default_rng(23)
     d, s2 = 128, 384
     q = f16(rng.standard_normal((1, 2, 64, d)))

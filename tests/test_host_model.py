@@ -1,6 +1,6 @@
 """Host functional model of the AscendC API subset (host_model/).
 
-Builds host_model_tests with CMake once per session, then
+Builds host_model_tests once, in the CMake tree all C++ tests share (tests/cmake_tree.py), then
 - runs every misuse case and asserts the exact ascendc_model::Error (core, API, cause);
 - runs every semantics case (the C++ side checks index formulas written out from the docs);
 - checks the arrays the numeric cases save against numpy: the cube path against numpy matmuls of
@@ -8,15 +8,19 @@ Builds host_model_tests with CMake once per session, then
 """
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+import cmake_tree
+
+# Slow on first use: it compiles the host model (tens of seconds); `-m "not slow"` leaves it out.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(cmake_tree.tools_missing() is not None,
+                                 reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")]
+
 AIV0 = "AIV 0 (block 0, sub-block 0)"
 
 # case -> the exact message prefix "<core>: <api>: <cause>"
@@ -60,14 +64,8 @@ NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "
 
 
 @pytest.fixture(scope="session")
-def binary(tmp_path_factory) -> Path:
-    if shutil.which("cmake") is None or shutil.which("g++") is None:
-        pytest.skip("cmake and g++ are needed to build the host model")
-    build = tmp_path_factory.mktemp("host_model_build")
-    subprocess.run(["cmake", "-S", str(ROOT / "host_model"), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)], check=True, capture_output=True)
-    return build / "host_model_tests"
+def binary() -> Path:
+    return cmake_tree.build("host_model_tests") / "host_model" / "host_model_tests"
 
 
 def run(binary: Path, case: str, dump: Path | None = None) -> subprocess.CompletedProcess:

@@ -13,7 +13,8 @@ model run per split and combined through lse). Per case:
 * accuracy: the kernel's relative RMSE against exact float64 attention (golden.reference) is no
   more than 10% above the golden model's own.
 
-The named cases cover the issue's list; a few random configurations (more with
+The named cases cover layouts, GQA/MQA, sparse modes, masks, valid lengths, decode with a split KV,
+tail blocks and both allocations; a few random configurations (more with
 PASA_HOST_MODEL_RANDOM=N) cover the combinations. Plus: the C++ β solver against Python's, the FP16
 FlashAttention overflow that PASA avoids, scores too large even for PASA (Inf/NaN where the golden
 model has them, reported by the kernel's status words), empty inputs and argument errors.

@@ -12,8 +12,10 @@ import pytest
 
 import cmake_tree
 
-pytestmark = pytest.mark.skipif(cmake_tree.tools_missing() is not None,
-                                reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")
+# Slow on first use: it compiles the host tiling and its test; `-m "not slow"` leaves it out.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(cmake_tree.tools_missing() is not None,
+                                 reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")]
 
 # section -> minimum number of checks (about 90% of what the grids in test_tiling.cpp perform today)
 SECTIONS = {

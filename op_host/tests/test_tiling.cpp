@@ -357,7 +357,8 @@ void SectionBeta() {
     pasa::TilingInput in = MakeInput(d);
     g_case = "default beta";
     auto t = pasa::ComputeTiling(in).data;
-    // DESIGN.md: the fixed point for n = 128 from 1 - 2^-6 lies near 0.9845 (0.984711 with the scale folded).
+    // The fixed point for n = 128 from 1 - 2^-6 is 0.984497 (the paper's Table 3), 0.984711 with the scale
+    // 1/sqrt(128) folded into M (pasa_npu.beta.default_beta gives the same).
     CHECK(t.beta > 0.98f && t.beta < 0.99f);
     CHECK(std::fabs(t.beta - pasa::DefaultBeta(128, in.scale)) < 1e-7);
     for (double beta : {0.0, 0.5, 0.9375, 0.968994}) {
@@ -411,6 +412,10 @@ void SectionErrors() {
     expect("S2 = 0", [](auto& in) { in.keyShape = in.valueShape = {2, 2, 0, 128}; }, "S2");
     expect("scale 0", [](auto& in) { in.scale = 0.0; }, "scale");
     expect("scale NaN", [](auto& in) { in.scale = std::nan(""); }, "scale");
+    // M = (I - beta/128 J)*scale must be storable in FP16: scale in [128 * 2^-14, 65504]
+    expect("scale 1e6", [](auto& in) { in.scale = 1e6; }, "scale must be in [");
+    expect("scale 1e6, beta 0.5", [](auto& in) { in.scale = 1e6; in.beta = 0.5; }, "scale must be in");
+    expect("scale 1e-3", [](auto& in) { in.scale = 1e-3; }, "scale must be in");
     expect("beta 1", [](auto& in) { in.beta = 1.0; }, "beta");
     expect("beta NaN", [](auto& in) { in.beta = std::nan(""); }, "beta");
     expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");

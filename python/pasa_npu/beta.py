@@ -41,22 +41,58 @@ def round_to(x, dtype: str) -> np.ndarray:
     raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
 
 
-def _check(beta: float, block_kv: int, dtype: str, scale: float | None) -> None:
-    if not 0.0 <= float(beta) < 1.0:
-        raise ValueError(f"beta must be in [0, 1), got {beta!r}")
-    if not isinstance(block_kv, (int, np.integer)) or block_kv < 1:
+#: Per dtype: (largest finite value, smallest positive normal value).
+_RANGE = {"float16": (65504.0, 2.0**-14), "bfloat16": ((2 - 2.0**-7) * 2.0**127, 2.0**-126)}
+
+
+def scale_range(block_kv: int, dtype: str = "float16") -> tuple[float, float]:
+    """The scales (lo, hi) for which M = (I − β/n·J)·scale can be stored in ``dtype``.
+
+    Above hi, dtype's largest finite value, the diagonal (1 − β/n)·scale overflows to Inf. Below
+    lo = n·(dtype's smallest normal value), the off-diagonal β/n·scale falls into dtype's subnormal
+    range, where it keeps fewer and fewer bits: the fixed point then moves far from the paper's β or
+    leaves [0, 1) (the off-diagonal rounding to 0 or to one subnormal step). At lo the off-diagonal
+    for β near 1 still has dtype's full precision, and lo is a power of two times n: for n = 128 in
+    float16 it is 1/128, muP's scale 1/D at D = 128.
+    """
+    _check_block_kv(block_kv)
+    _check_dtype(dtype)
+    hi, tiny = _RANGE[dtype]
+    return block_kv * tiny, hi
+
+
+def check_scale(scale: float | None, block_kv: int = 128, dtype: str = "float16") -> None:
+    """Raise ValueError unless M = (I − β/n·J)·scale can be stored in ``dtype``: ``scale`` must be
+    None (meaning 1, the paper's model) or within :func:`scale_range`."""
+    lo, hi = scale_range(block_kv, dtype)
+    if scale is not None and (isinstance(scale, bool)
+                              or not isinstance(scale, (int, float, np.integer, np.floating))):
+        raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
+    if not lo <= (1.0 if scale is None else float(scale)) <= hi:  # also rejects NaN
+        raise ValueError(
+            f"scale must be in [{lo:g}, {hi:g}] for the shifting matrix M = (I - beta/n*J)*scale with "
+            f"block_kv n={block_kv} in {dtype}, got {scale!r} (None means 1): above {hi:g} M's diagonal "
+            f"overflows {dtype}; below n*2**{int(np.log2(_RANGE[dtype][1]))} its off-diagonal beta/n*scale is a "
+            f"subnormal {dtype} number that keeps too few bits")
+
+
+def _check_block_kv(block_kv: int) -> None:
+    if isinstance(block_kv, bool) or not isinstance(block_kv, (int, np.integer)) or block_kv < 1:
         raise ValueError(f"block_kv must be a positive integer, got {block_kv!r}")
+
+
+def _check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if scale is not None and not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number or None, got {scale!r}")
 
 
 def shift_entries(beta: float, block_kv: int, dtype: str = "float16",
                   scale: float | None = None) -> tuple[float, float]:
     """The two entries of M = (I − β/n·J)·scale as the kernels store them: (diagonal, off-diagonal),
     each rounded to ``dtype``. ``scale=None`` means 1 (the paper's Table 3 model)."""
-    _check(beta, block_kv, dtype, scale)
+    if not 0.0 <= float(beta) < 1.0:
+        raise ValueError(f"beta must be in [0, 1), got {beta!r}")
+    check_scale(scale, block_kv, dtype)
     s = 1.0 if scale is None else float(scale)
     b = float(beta) / block_kv
     return float(round_to((1.0 - b) * s, dtype)), float(round_to(-b * s, dtype))
@@ -112,6 +148,7 @@ def invariance_table(block_kv: int = 128, dtype: str = "float16", scale: float |
                      starts=TABLE3_START) -> list[dict[str, float]]:
     """Rows of the paper's Table 3 for any block size, dtype and scale. Where the rounded M is
     singular (possible in bfloat16) the affected entries are NaN."""
+    check_scale(scale, block_kv, dtype)  # a bad scale is an error, not a table of NaNs
 
     def attempt(fn, *args):
         try:

@@ -1,5 +1,10 @@
-"""The ``pasa-npu`` command: ``accuracy`` (the main job), ``beta`` (Table 3 for any block size) and ``scan``
-(per-layer FP16 overflow verdicts for a transformers model)."""
+"""The pasa-npu command line: accuracy (the main job), beta (Table 3 for any block size) and scan
+(per-layer FP16 overflow verdicts for a transformers model).
+
+Bad arguments end the command with one line on stderr, "pasa-npu: error: ...", and exit status 2 (as
+argparse's own errors do), not with a traceback. Arguments are checked before any work starts: before
+a model is loaded and before an output folder is created.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import accuracy, beta
+from . import __version__, accuracy, beta
 from .precision import PRECISIONS
 
 
 def _accuracy(args) -> int:
-    b, n, s, d = args.shape
+    _check_out(args.out)
     print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
           f"seed {args.seed}, allocations {', '.join(args.precisions)}")
     t0 = time.time()
@@ -41,20 +46,28 @@ def _beta(args) -> int:
     scale = None if args.head_dim is None else 1.0 / math.sqrt(args.head_dim)
     m = "M = I - beta/n*J (the paper's Table 3)" if scale is None else \
         f"M = (I - beta/n*J)*scale, scale = 1/sqrt({args.head_dim}) (the M the kernels build)"
+    rows = beta.invariance_table(args.block_kv, args.dtype, scale)  # checks n and the scale first
     print(f"Optimal beta, n = {args.block_kv}, {args.dtype}, {m}")
-    print(beta.format_invariance_table(beta.invariance_table(args.block_kv, args.dtype, scale)))
+    print(beta.format_invariance_table(rows))
     return 0
 
 
 def _scan(args) -> int:
+    # Every check that needs no model comes first: loading one takes seconds to minutes.
+    if not Path(args.model_dir).is_dir():
+        raise FileNotFoundError(f"model_dir: no such directory: {args.model_dir}")
+    if not args.prompt.strip():
+        raise ValueError("--prompt must be non-empty text")
+    if args.beta is not None and not 0.0 <= args.beta < 1.0:  # also rejects nan
+        raise ValueError(f"--beta must be in [0, 1), got {args.beta}")
+    _check_out(args.out)
+
     # transformers is needed only here: import it with the scanner, not with the CLI.
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     from . import scan
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(args.model_dir)
     model = AutoModel.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype)).eval()
     inputs = tok(args.prompt, return_tensors="pt")
@@ -70,24 +83,40 @@ def _scan(args) -> int:
         print(f"verify: running each allocation on the captured Q/K/V gives a non-finite output exactly where the "
               f"verdict says NaN in {agree} of {len(ran)} (layer, head, allocation) cases")
         meta["verify_agree"], meta["verify_cases"] = agree, len(ran)
+    # Created only now, so that a run that fails leaves no empty folder behind.
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     scan.write_json(rows, out / "scan.json", meta)
     scan.write_heatmap(rows, out / "scan.png", title=f"{Path(args.model_dir).name}: {args.prompt[:60]}")
     print(f"wrote {out}/scan.json, scan.png")
     return 0
 
 
+def _check_out(out: str) -> None:
+    if Path(out).exists() and not Path(out).is_dir():
+        raise NotADirectoryError(f"--out must be a folder (existing or not), got the file {out}")
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pasa-npu", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="pasa-npu", description="PASA (online pseudo-average shifting attention): overflow-safe FP16 "
+        "attention. Run 'pasa-npu COMMAND --help' for the arguments of a command.")
+    parser.add_argument("--version", action="version", version=f"pasa-npu {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    acc = sub.add_parser("accuracy", help="the paper's random benchmark on the golden model (Figs 9-10, Table 4)")
+    acc = sub.add_parser("accuracy", help="the paper's random benchmark on the golden model (Figs 9-10, Table 4)",
+                         description="The paper's random benchmark (Figs 9-10, Table 4) on the golden model: the "
+                         "relative RMSE of each allocation against float64 attention, and how often it overflows.")
     acc.add_argument("--full", action="store_true", help="the full grid (Table 4 over 10 draws) instead of the quick one")
     acc.add_argument("--out", default="accuracy_out", help="output folder (default: accuracy_out)")
     acc.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
@@ -100,14 +129,19 @@ def main(argv=None) -> int:
     acc.add_argument("--no-progress", action="store_true", help="no progress bar")
     acc.set_defaults(func=_accuracy)
 
-    bt = sub.add_parser("beta", help="the optimal beta and the invariances (the paper's Table 3)")
+    bt = sub.add_parser("beta", help="the optimal beta and the invariances (the paper's Table 3)",
+                        description="The optimal beta of the shifting matrix M = (I - beta/n*J)*scale with its "
+                        "entries rounded to FP16 or BF16, and the invariances, in the layout of the paper's Table 3.")
     bt.add_argument("--block-kv", type=_positive, default=128, help="block length n (default 128)")
     bt.add_argument("--dtype", choices=beta.DTYPES, default="float16", help="type M is rounded to (default float16)")
     bt.add_argument("--head-dim", type=_positive, default=None,
                     help="model the scaled M of the kernels with scale 1/sqrt(D) (default: unscaled, as Table 3)")
     bt.set_defaults(func=_beta)
 
-    sc = sub.add_parser("scan", help="per layer and head: would FP16 attention overflow on this model and prompt?")
+    sc = sub.add_parser("scan", help="per layer and head: would FP16 attention overflow on this model and prompt?",
+                        description="Run a prompt through a local transformers model and report, per layer and head, "
+                        "the largest attention scores and whether each FP16 allocation (fp16, fp16_fp32, pasa, "
+                        "pasa_fp32) would overflow; writes scan.json and scan.png.")
     sc.add_argument("model_dir", help="a local transformers model folder (config, weights, tokenizer)")
     sc.add_argument("--prompt", required=True, help="the text to run through the model")
     sc.add_argument("--out", default="scan_out", help="output folder for scan.json and scan.png (default: scan_out)")
@@ -120,7 +154,12 @@ def main(argv=None) -> int:
     sc.set_defaults(func=_scan)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError) as e:
+        # Bad input (an argument, a missing or unreadable file): say what is wrong, in one line.
+        print("pasa-npu: error: " + " ".join(str(e).split()), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
