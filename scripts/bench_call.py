@@ -59,16 +59,46 @@ def _graph_per_call(fn, calls: int, repeats: int) -> float:
     return _wall_per_call(graph.replay, calls, repeats)
 
 
+def _profile(precisions) -> int:
+    import cProfile
+    import pstats
+
+    b, n, nkv, s1, s2, d = SHAPES["decode_b1"]
+    q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16)
+    k = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16)
+    for precision in precisions:
+        def call():
+            return pasa_npu.fused_attention(q, k, k, num_heads=n, num_key_value_heads=nkv, input_layout="BNSD",
+                                            scale=d ** -0.5, precision=precision)
+
+        for _ in range(20):
+            call()
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(500):
+            call()
+        torch.cuda.synchronize()
+        prof.disable()
+        print(f"== {precision}: host time of 500 calls")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for call.json and call.md")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--precisions", nargs="+", default=[pasa_npu.DEFAULT_PRECISION, "fp32"])
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: cProfile of the host side of 500 decode_b1 calls per precision")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_call.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.profile:
+        return _profile(args.precisions)
     rows = []
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(0)

@@ -261,3 +261,19 @@ def test_rows_whose_shifted_scores_overflow_are_recomputed_by_the_safety_net():
     assert torch.equal(out[:, 1], raw[:, 1])                      # rows that did not overflow: the kernel's
     assert np.allclose(lse[:, 0, :, 0].numpy(), ref_lse[:, 0], rtol=1e-6)
     assert math.isfinite(float(lse[0, 1, 0, 0]))
+
+
+@needs_host_model
+def test_the_kernels_tiling_keys_are_the_allocations():
+    """precision.Allocation.kernel_key is the one statement of which allocation the kernel computes
+    under which tiling key: op_host's tiling agrees for every allocation, and refuses the others."""
+    from pasa_npu.precision import ALLOCATIONS
+
+    q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
+    for name, alloc in ALLOCATIONS.items():
+        call = npu.kernel_call(make_problem(q, q, q, num_heads=2, input_layout="BNSD", precision=name))
+        if alloc.kernel_key is None:
+            with pytest.raises(ValueError, match="precision"):
+                npu.tiling(call)
+        else:
+            assert npu.tiling(call)["tiling_key"] == alloc.kernel_key
