@@ -102,10 +102,15 @@ def fused_attention(
             high-performance (1, 3) path; it picks the allocation only when precision is None.
             bit 1 (FIA's "row invalid" correction) is always on here: a row with every key
             masked gets output 0 (see docs/fia.md).
-        block_table: FIA's PageAttention block table (a paged KV cache). Not implemented yet:
-            passing one (or a non-zero ``block_size``) is a ValueError, never ignored.
-        block_size: FIA's PageAttention page length; 0 (no paged cache) is the only value
-            accepted until paged KV exists.
+        block_table: None, or FIA's PageAttention block table: an int32 (B, max_blocks) tensor
+            whose row b lists the cache blocks holding batch b's keys and values in order. Then
+            ``key``/``value`` are the caches shared by all batches, (num_blocks, block_size,
+            Nkv·D) or (num_blocks, Nkv, block_size, D), ``actual_seq_lengths_kv`` (required)
+            says how many keys of its pages each batch uses, and the query takes any layout but
+            TND. Block ids are checked with ``check_inputs`` (on CPU tensors an id outside the
+            cache is always a ValueError; on a device without the check it faults there).
+        block_size: FIA's PageAttention page length: 0 without a block_table, else a multiple
+            of 16 from 16 to 512.
         softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
         precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
             README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.

@@ -55,6 +55,8 @@ _MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _COMPRESSED = 2048  # side of the compressed causal mask FIA takes for sparse_mode 2, 3, 4
 _COMPRESSED_CACHE: dict[torch.device, torch.Tensor] = {}
+#: FIA's PageAttention page lengths for FP16 caches.
+PAGE_SIZES = tuple(range(16, 513, 16))
 _SHAPE_TXT = {"BSH": "(B, S, H)", "BSND": "(B, S, N, D)", "BNSD": "(B, N, S, D)", "BNSD_BSND": "(B, N, S, D)",
               "TND": "(T, N, D)"}
 
@@ -111,6 +113,15 @@ class Problem(NamedTuple):
     softmax_lse_flag: bool
     out_dtype: torch.dtype
     device: torch.device
+    #: PageAttention: the (B, max_blocks) table of the pages of each batch's keys in the caches
+    #: ``key``/``value`` ((num_blocks, page, Nkv·D) or (num_blocks, Nkv, page, D)), or None for
+    #: dense key/value; ``page`` is FIA's block_size (0 without a table).
+    block_table: torch.Tensor | None = None
+    page: int = 0
+
+    @property
+    def paged(self) -> bool:
+        return self.block_table is not None
 
     @property
     def decode(self) -> bool:
@@ -189,8 +200,30 @@ class Problem(NamedTuple):
                 um = self.user_mask[i:i + 1] if self.user_mask.shape[0] > 1 else self.user_mask
                 um = um[:, :, :r, :c]
             mask, band = self._mask_band(um, r, c, takes_band)
-            yield Job(self.q[i:i + 1, :, :r], self.k[i:i + 1, :, :c], self.v[i:i + 1, :, :c], mask, band,
-                      (slice(i, i + 1), slice(0, r)))
+            if self.paged:
+                k, v = self.gather_pages(i, c)
+            else:
+                k, v = self.k[i:i + 1, :, :c], self.v[i:i + 1, :, :c]
+            yield Job(self.q[i:i + 1, :, :r], k, v, mask, band, (slice(i, i + 1), slice(0, r)))
+
+    def gather_pages(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """PageAttention: the first ``length`` keys and values of ``batch`` gathered from the caches
+        through its row of the block table, as (1, Nkv, length, D)."""
+        pages = self.block_table[batch, :-(-length // self.page)].long()
+        out = []
+        for cache in (self.key, self.value):
+            try:
+                blocks = cache.index_select(0, pages)
+            except IndexError as e:  # CPU tensors: a block id past the cache (device tensors assert)
+                raise ValueError(f"block_table[{batch}] holds a block id outside the cache's "
+                                 f"{cache.shape[0]} blocks ({e}); pass check_inputs=True to check tables "
+                                 "before any work") from None
+            if cache.ndim == 3:  # (pages, page, Nkv·D)
+                kv = blocks.reshape(-1, self.num_kv_heads, self.head_dim)[:length].transpose(0, 1)
+            else:  # (pages, Nkv, page, D)
+                kv = blocks.transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_dim)[:, :length]
+            out.append(kv[None])
+        return out[0], out[1]
 
     def _mask_band(self, um, s1, s2, takes_band):
         band = self.band(s1, s2)
@@ -264,7 +297,7 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     beta = check_beta(beta)
     block_q = _block("block_q", block_q)
     block_kv = _block("block_kv", block_kv)
-    _check_page_attention(block_table, block_size)
+    paged = _check_page_attention(block_table, block_size, input_layout)
     if check_inputs is None:
         check_inputs = os.environ.get(CHECK_INPUTS_ENV, "") not in ("", "0")
     elif not isinstance(check_inputs, bool):
@@ -303,6 +336,11 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         b = s1 = s2 = 0
         q4 = k4 = v4 = None
         d = query.shape[2]
+    elif paged:
+        q4 = _query_bnsd(q16, input_layout, num_heads)
+        b, _, s1, d = q4.shape
+        s2 = _check_pages(block_table, block_size, key, value, b, nkv, d, kv_name, check_inputs)
+        k4 = v4 = None
     else:
         q4, k4, v4 = _to_bnsd(q16, k16, v16, input_layout, num_heads, nkv, kv_name)
         b, _, s1, d = q4.shape
@@ -335,17 +373,21 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
             q_lens = None
         else:
             q_lens = _per_batch_lengths("actual_seq_lengths", actual_seq_lengths, b, s1)
+        if paged and actual_seq_lengths_kv is None:
+            raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
+                             "of each batch's keys in its pages")
         kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2)
         if q_lens is not None and all(x == s1 for x in q_lens):
             q_lens = None
-        if kv_lens is not None and all(x == s2 for x in kv_lens):
+        if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
             kv_lens = None
 
     return Problem(query=q16, key=k16, value=v16, q=q4, k=k4, v=v4, input_layout=input_layout, batch=b,
                    num_heads=num_heads, num_kv_heads=nkv, head_dim=d, s1=s1, s2=s2, scale=scale, alloc=alloc,
                    beta=beta, block_q=block_q, block_kv=block_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
                    next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
-                   softmax_lse_flag=softmax_lse_flag, out_dtype=query.dtype, device=query.device)
+                   softmax_lse_flag=softmax_lse_flag, out_dtype=query.dtype, device=query.device,
+                   block_table=block_table if paged else None, page=block_size if paged else 0)
 
 
 # ============================================================================================
@@ -400,14 +442,68 @@ def _block(name: str, value) -> int:
     return int(value)
 
 
-def _check_page_attention(block_table, block_size) -> None:
-    """FIA's PageAttention arguments: not implemented yet, refused rather than ignored."""
+def _check_page_attention(block_table, block_size, layout) -> bool:
+    """FIA's PageAttention arguments (the table's contents are checked with the caches); True when paged."""
     if type(block_size) is not int and (isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral)):
         raise TypeError(f"block_size must be an int (FIA's PageAttention page length), got {type(block_size).__name__}")
-    if block_table is not None or block_size != 0:
-        raise ValueError("block_table / block_size are FIA's PageAttention arguments (a paged KV cache), which "
-                         "pasa-npu does not implement yet: pass key/value as dense tensors; the tile sizes of the "
-                         "attention loop are block_q and block_kv")
+    if block_table is None:
+        if block_size != 0:
+            raise ValueError(f"block_size is FIA's PageAttention page length and needs a block_table; without one it "
+                             f"must be 0, got {block_size} (the tiles of the attention loop are block_q and block_kv)")
+        return False
+    _check_tensor("block_table", block_table)
+    if block_size not in PAGE_SIZES:
+        raise ValueError(f"block_size must be a multiple of 16 from 16 to 512 with a block_table (FIA's page lengths "
+                         f"for FP16 caches), got {block_size}")
+    if layout == "TND":
+        raise ValueError("block_table (PageAttention) takes input_layout BSH, BSND, BNSD or BNSD_BSND, not 'TND'")
+    return True
+
+
+def _check_pages(block_table, page, key, value, b, nkv, d, kv_name, check_values) -> int:
+    """The paged caches and the table; returns the longest key length a table row can address."""
+    if block_table.dtype not in (torch.int32, torch.int64) or block_table.ndim != 2:
+        raise ValueError(f"block_table must be a 2-D int32 tensor (B, max_blocks), got a {block_table.dtype} tensor "
+                         f"of shape {tuple(block_table.shape)}")
+    if block_table.device != key.device:
+        raise ValueError(f"block_table is on {block_table.device} but key is on {key.device}")
+    if block_table.shape[0] != b:
+        raise ValueError(f"block_table must have one row per batch (B = {b}), got {block_table.shape[0]} rows")
+    if key.shape != value.shape:
+        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    want = f"(num_blocks, {page}, {nkv * d}) or (num_blocks, {nkv}, {page}, {d})"
+    if key.ndim == 3:
+        ok = key.shape[1] == page and key.shape[2] == nkv * d
+    elif key.ndim == 4:
+        ok = key.shape[1] == nkv and key.shape[2] == page and key.shape[3] == d
+    else:
+        ok = False
+    if not ok:
+        raise ValueError(f"key/value caches with block_table (PageAttention) must be {want} for block_size {page}, "
+                         f"{kv_name} {nkv} and head dim {d}; got {tuple(key.shape)}")
+    if check_values and block_table.numel():
+        lo, hi = int(block_table.min()), int(block_table.max())
+        if lo < 0 or hi >= key.shape[0]:
+            raise ValueError(f"block_table holds block ids in [{lo}, {hi}]; they must lie in [0, {key.shape[0] - 1}] "
+                             "(the caches' blocks)")
+    return block_table.shape[1] * page
+
+
+def _query_bnsd(query, layout, num_heads):
+    """(B, N, S, D) view of the query alone (PageAttention: key/value are caches)."""
+    ndim = 3 if layout == "BSH" else 4
+    if query.ndim != ndim:
+        raise ValueError(f"query must be {ndim}-D {_SHAPE_TXT[layout]} for input_layout={layout!r}, "
+                         f"got shape {tuple(query.shape)}")
+    if layout == "BSH":
+        b, s1, h = query.shape
+        if h % num_heads:
+            raise ValueError(f"num_heads ({num_heads}) must divide query's hidden size H = {h} (input_layout='BSH')")
+        return query.reshape(b, s1, num_heads, h // num_heads).transpose(1, 2)
+    q4 = query.transpose(1, 2) if layout == "BSND" else query
+    if q4.shape[1] != num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {q4.shape[1]} (input_layout={layout!r})")
+    return q4
 
 
 def _resolve_precision(precision, inner_precise: int) -> Allocation:

@@ -84,6 +84,8 @@ class NpuBackend:
         if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
             return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
                     f"got {problem.input_layout!r}")
+        if problem.paged:
+            return "the AscendC kernel does not walk a block_table yet (PageAttention)"
         if problem.block_kv != KV_BLOCK:
             return (f"the AscendC kernel's KV block is {KV_BLOCK} (its shift matrix and default beta are built "
                     f"for it), got block_kv={problem.block_kv}")

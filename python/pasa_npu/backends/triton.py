@@ -209,6 +209,8 @@ class TritonBackend:
         return None
 
     def supports(self, problem: Problem) -> str | None:
+        if problem.paged:
+            return "the Triton kernel does not read a block_table yet (PageAttention)"
         if not computes(problem.alloc):
             return f"precision {problem.alloc.name!r} is not one it computes ({', '.join(_computed())})"
         if problem.alloc.shifted and problem.block_kv not in BLOCK_KV:
