@@ -326,8 +326,8 @@ def test_default_beta_at_the_ends_of_the_scale_range(n):
 
 @pytest.mark.parametrize("scale", [1e6, 65505.0, 1e-3, 1e-6])
 def test_scale_outside_the_range_names_scale(scale):
-    # 1e6 once failed inside the fixed-point iteration with "beta must be in [0, 1), got nan"
-    # (M's diagonal rounded to Inf), tiny scales with a negative beta or a singular M
+    # Unchecked, the fixed-point iteration fails on its own terms: 1e6 with "beta must be in [0, 1),
+    # got nan" (M's diagonal rounds to Inf), tiny scales with a negative beta or a singular M.
     match = r"^scale must be in \[0\.0078125, 65504\] .* got " + re.escape(repr(scale))
     for call in (lambda: B.default_beta(128, scale), lambda: B.optimal_beta(0.9, 128, "float16", scale),
                  lambda: B.shift_entries(0.9, 128, "float16", scale),
