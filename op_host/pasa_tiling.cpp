@@ -84,9 +84,10 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d) {
 
 void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off) {
     double s = scale > 0 ? scale : 1.0;
-    // pasa_npu.beta.check_scale: above FP16's largest value M's diagonal overflows; below n * 2^-14
-    // the off-diagonal beta/n * scale is an FP16 subnormal with too few bits for the beta solver.
-    const double lo = blockKv * std::ldexp(1.0, -14), hi = 65504.0;
+    // pasa_npu.beta.check_scale: above FP16's largest value M's diagonal overflows; below n * 2^-18
+    // the off-diagonal beta/n * scale is an FP16 subnormal of fewer than 6 bits, too coarse for the
+    // beta solver.
+    const double lo = blockKv * std::ldexp(1.0, -18), hi = 65504.0;
     if (!(s >= lo && s <= hi))
         Bad("scale must be in [" + std::to_string(lo) + ", 65504] for the shifting matrix M = (I - beta/n J)*scale "
             "with n = " + std::to_string(blockKv) + " in float16, got " + std::to_string(s));

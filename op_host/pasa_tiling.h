@@ -1,8 +1,9 @@
 // Host tiling of the PASA fused-attention kernel: plain C++17, no CANN header.
 //
-// Stability: the fields and functions below are the interface the runner (pybind launcher), the
-// build helper (OpDef tiling registration, grid tests) and the kernel rely on. Changes are additive
-// only, listed here:
+// Stability: the fields and functions below are the interface that the host-model module
+// (python/csrc/npu_host_model.cpp), the op definition's tiling registration
+// (op_host/pasa_fused_attention_def.cpp), the grid tests (op_host/tests/test_tiling.cpp) and the
+// kernel rely on. Changes are additive only, listed here:
 //   2026-11-22  initial version.
 //   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
 #ifndef PASA_TILING_H

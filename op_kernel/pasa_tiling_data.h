@@ -58,7 +58,7 @@ struct PasaTilingData {
     uint32_t hasMask;          // 1: attenMask (uint8/bool, 1 = masked out) is read, modes 0 and 1
     uint32_t bandMode;         // 0 none, 1 band/causal from indices (modes 0 with mask, 2, 3, 4)
     int64_t preTokens, nextTokens;  // FIA's, used by modes 0 (with mask) and 4
-    uint32_t maskBatch, maskHeads;  // 1 or B, 1 or N (the runner normalises 2-D/3-D masks to 4-D)
+    uint32_t maskBatch, maskHeads;  // 1 or B, 1 or N (the host side makes 2-D/3-D masks 4-D before the launch)
     uint64_t maskBatchStride, maskHeadStride, maskRowStride;  // in bytes (elements of 1 byte)
     // ---- valid lengths (int64 per batch in GM, B entries) ----
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there

@@ -306,17 +306,19 @@ def test_bad_scale_raises(bad_scale):
 
 
 def test_scale_range():
-    # float16: the diagonal overflows above 65504; the off-diagonal is subnormal below n·2⁻¹⁴
-    assert B.scale_range(128) == (2.0**-7, 65504.0)
-    assert B.scale_range(16) == (2.0**-10, 65504.0)
+    # float16: the diagonal overflows above 65504; below n·2⁻¹⁸ the off-diagonal is a subnormal of
+    # fewer than 64 steps of 2⁻²⁴
+    assert B.scale_range(128) == (2.0**-11, 65504.0)
+    assert B.scale_range(16) == (2.0**-14, 65504.0)
     lo, hi = B.scale_range(128, "bfloat16")
-    assert lo == 128 * 2.0**-126 and hi == (2 - 2.0**-7) * 2.0**127  # bfloat16's largest finite value
+    assert lo == 128 * 2.0**-127 and hi == (2 - 2.0**-7) * 2.0**127  # bfloat16's largest finite value
 
 
 @pytest.mark.parametrize("n", [16, 64, 128, 256])
 def test_default_beta_at_the_ends_of_the_scale_range(n):
-    # both ends give a converged optimum near the paper's β, with finite, nonzero entries of M
-    for scale in B.scale_range(n):
+    # both ends, and scales that worked before the range existed (muP's 1/D at D = 256, 0.001), give
+    # a converged optimum near the paper's β with finite, nonzero entries of M
+    for scale in (*B.scale_range(n), 1 / 256, 1e-3):
         b = B.default_beta(n, scale)
         assert 0.9 < b < 1.0
         diag, off = B.shift_entries(b, n, "float16", scale)
@@ -324,11 +326,11 @@ def test_default_beta_at_the_ends_of_the_scale_range(n):
         assert B.practical_invariance(b, n, "float16", scale) == pytest.approx(B.ideal_invariance(b), rel=1e-9)
 
 
-@pytest.mark.parametrize("scale", [1e6, 65505.0, 1e-3, 1e-6])
+@pytest.mark.parametrize("scale", [1e6, 65505.0, 4.8e-4, 3e-5, 1e-6])
 def test_scale_outside_the_range_names_scale(scale):
-    # 1e6 once failed inside the fixed-point iteration with "beta must be in [0, 1), got nan"
-    # (M's diagonal rounded to Inf), tiny scales with a negative beta or a singular M
-    match = r"^scale must be in \[0\.0078125, 65504\] .* got " + re.escape(repr(scale))
+    # Unchecked, the fixed-point iteration fails on its own terms: 1e6 with "beta must be in [0, 1),
+    # got nan" (M's diagonal rounds to Inf), tiny scales with a negative beta or a singular M.
+    match = r"^scale must be in \[0\.000488281, 65504\] .* got " + re.escape(repr(scale))
     for call in (lambda: B.default_beta(128, scale), lambda: B.optimal_beta(0.9, 128, "float16", scale),
                  lambda: B.shift_entries(0.9, 128, "float16", scale),
                  lambda: B.practical_invariance(0.9, 128, "float16", scale),
@@ -340,7 +342,7 @@ def test_scale_outside_the_range_names_scale(scale):
 def test_scale_none_is_one_and_checked_for_the_block_length():
     assert B.default_beta(128, None) == B.default_beta(128, 1.0)
     with pytest.raises(ValueError, match=r"got None \(None means 1\)"):
-        B.default_beta(2**15)  # n·2⁻¹⁴ = 2 > 1
+        B.default_beta(2**19)  # n·2⁻¹⁸ = 2 > 1
 
 
 @pytest.mark.parametrize("bad", ["0.1", True, [0.1]])

@@ -89,9 +89,10 @@ def test_scan_folder_without_a_model(tmp_path, monkeypatch, capsys):
 
 
 def test_beta_scale_outside_the_range(capsys):
-    # n = 2^17 in float16: the unscaled M's off-diagonal 1/n is subnormal; nothing is printed first
-    assert cli.main(["beta", "--block-kv", str(2**17)]) == 2
-    assert _one_error_line(capsys, "scale must be in", "block_kv n=131072") == ""
+    # n = 2^19 in float16: the unscaled M's off-diagonal β/n is a subnormal of a few bits; nothing is
+    # printed first
+    assert cli.main(["beta", "--block-kv", str(2**19)]) == 2
+    assert _one_error_line(capsys, "scale must be in", "block_kv n=524288") == ""
 
 
 def test_accuracy_out_that_is_a_file(tmp_path, monkeypatch, capsys):

@@ -511,6 +511,8 @@ def _small():
     (dict(input_layout="TND"), ValueError, "input_layout"),
     (dict(beta=1.0), ValueError, "beta"),
     (dict(scale=0.0), ValueError, "scale"),
+    (dict(scale=1e6), ValueError, r"scale must be in \[0\.000488\d*, 65504\]"),  # M's diagonal overflows FP16
+    (dict(scale=1e-4, beta=0.5), ValueError, "scale must be in"),  # M's off-diagonal: a 3-bit subnormal
     (dict(num_heads=3), ValueError, "num_heads"),
     (dict(num_key_value_heads=3), ValueError, "num_key_value_heads"),
     (dict(sparse_mode=2), ValueError, "atten_mask"),

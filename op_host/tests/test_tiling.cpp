@@ -412,10 +412,10 @@ void SectionErrors() {
     expect("S2 = 0", [](auto& in) { in.keyShape = in.valueShape = {2, 2, 0, 128}; }, "S2");
     expect("scale 0", [](auto& in) { in.scale = 0.0; }, "scale");
     expect("scale NaN", [](auto& in) { in.scale = std::nan(""); }, "scale");
-    // M = (I - beta/128 J)*scale must be storable in FP16: scale in [128 * 2^-14, 65504]
+    // M = (I - beta/128 J)*scale must be storable in FP16: scale in [128 * 2^-18, 65504]
     expect("scale 1e6", [](auto& in) { in.scale = 1e6; }, "scale must be in [");
     expect("scale 1e6, beta 0.5", [](auto& in) { in.scale = 1e6; in.beta = 0.5; }, "scale must be in");
-    expect("scale 1e-3", [](auto& in) { in.scale = 1e-3; }, "scale must be in");
+    expect("scale 1e-4", [](auto& in) { in.scale = 1e-4; }, "scale must be in");
     expect("beta 1", [](auto& in) { in.beta = 1.0; }, "beta");
     expect("beta NaN", [](auto& in) { in.beta = std::nan(""); }, "beta");
     expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");

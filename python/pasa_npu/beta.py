@@ -41,24 +41,26 @@ def round_to(x, dtype: str) -> np.ndarray:
     raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
 
 
-#: Per dtype: (largest finite value, smallest positive normal value).
-_RANGE = {"float16": (65504.0, 2.0**-14), "bfloat16": ((2 - 2.0**-7) * 2.0**127, 2.0**-126)}
+#: Per dtype: (largest finite value, smallest positive subnormal value).
+_RANGE = {"float16": (65504.0, 2.0**-24), "bfloat16": ((2 - 2.0**-7) * 2.0**127, 2.0**-133)}
+#: The off-diagonal β/n·scale must be at least this many steps of the smallest subnormal (6 bits).
+_MIN_STEPS = 64
 
 
 def scale_range(block_kv: int, dtype: str = "float16") -> tuple[float, float]:
     """The scales (lo, hi) for which M = (I − β/n·J)·scale can be stored in ``dtype``.
 
     Above hi, dtype's largest finite value, the diagonal (1 − β/n)·scale overflows to Inf. Below
-    lo = n·(dtype's smallest normal value), the off-diagonal β/n·scale falls into dtype's subnormal
-    range, where it keeps fewer and fewer bits: the fixed point then moves far from the paper's β or
-    leaves [0, 1) (the off-diagonal rounding to 0 or to one subnormal step). At lo the off-diagonal
-    for β near 1 still has dtype's full precision, and lo is a power of two times n: for n = 128 in
-    float16 it is 1/128, muP's scale 1/D at D = 128.
+    lo = n·64·(dtype's smallest subnormal), n·2⁻¹⁸ in float16, the off-diagonal β/n·scale is a
+    subnormal of fewer than 6 significant bits, and the fixed point of the β solver moves far from
+    the paper's β or leaves [0, 1) (singular M, negative β): in float16, for every power-of-two n up
+    to 512, the solver converges to β in (0.86, 1) on all of [lo, hi] and fails at some scales
+    below lo. For n = 128, lo = 2⁻¹¹ ≈ 4.9e-4, below muP's scale 1/D up to D = 2048.
     """
     _check_block_kv(block_kv)
     _check_dtype(dtype)
-    hi, tiny = _RANGE[dtype]
-    return block_kv * tiny, hi
+    hi, step = _RANGE[dtype]
+    return block_kv * _MIN_STEPS * step, hi
 
 
 def check_scale(scale: float | None, block_kv: int = 128, dtype: str = "float16") -> None:
@@ -72,8 +74,8 @@ def check_scale(scale: float | None, block_kv: int = 128, dtype: str = "float16"
         raise ValueError(
             f"scale must be in [{lo:g}, {hi:g}] for the shifting matrix M = (I - beta/n*J)*scale with "
             f"block_kv n={block_kv} in {dtype}, got {scale!r} (None means 1): above {hi:g} M's diagonal "
-            f"overflows {dtype}; below n*2**{int(np.log2(_RANGE[dtype][1]))} its off-diagonal beta/n*scale is a "
-            f"subnormal {dtype} number that keeps too few bits")
+            f"overflows {dtype}; below n*2**{int(np.log2(_MIN_STEPS * _RANGE[dtype][1]))} its off-diagonal "
+            f"beta/n*scale is a {dtype} subnormal with too few bits for the beta solver")
 
 
 def _check_block_kv(block_kv: int) -> None:
