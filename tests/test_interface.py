@@ -708,3 +708,11 @@ def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
         assert gpu[0].device.type == "cuda"
         assert torch.equal(gpu[0].cpu(), cpu_out), layout
         torch.testing.assert_close(gpu[1].cpu(), cpu_lse, rtol=4e-6, atol=1e-6, msg=layout)
+
+
+def test_a_scale_the_shift_matrix_cannot_hold_is_refused_by_name_before_any_work():
+    q, k, v = qkv(s1=4, s2=8, d=16)
+    with pytest.raises(ValueError, match=r"scale must be in \[.*\] for the shifting matrix"):
+        bnsd_call(q, k, v, scale=1e6, precision="pasa_fp32")
+    out, _ = bnsd_call(q, k, v, scale=1e6, precision="fp32")  # no shift matrix: any finite scale
+    assert out.shape == q.shape

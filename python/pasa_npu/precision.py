@@ -1,4 +1,4 @@
-"""The precision allocations of FlashAttention and PASA (DESIGN.md's table, the paper's Figs 1-3).
+"""The precision allocations of FlashAttention and PASA (the README's precision table, the paper's Figs 1-3).
 
 An allocation says in which floating-point type each stage of the blockwise loop produces its
 result. Matrix products always take FP16 inputs and accumulate in FP32 (what the Ascend cube and

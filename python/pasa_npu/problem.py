@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import torch
 
+from .beta import check_scale as check_shift_scale
 from .precision import DEFAULT_PRECISION, PRECISIONS, Allocation, get_allocation
 
 __all__ = ["Problem", "Job", "make_problem", "LAYOUTS", "SPARSE_MODES", "INNER_PRECISE", "FP16_MAX",
@@ -297,6 +298,8 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     beta = check_beta(beta)
     block_q = _block("block_q", block_q)
     block_kv = _block("block_kv", block_kv)
+    if alloc.shifted:  # M = (I − β/n·J)·scale must hold its entries in FP16
+        check_shift_scale(scale, block_kv)
     paged = _check_page_attention(block_table, block_size, input_layout)
     if check_inputs is None:
         check_inputs = os.environ.get(CHECK_INPUTS_ENV, "") not in ("", "0")
