@@ -277,7 +277,11 @@ def _context_parallel(caller, query, key, value, ring: _Group, uly: _Group, kwar
     except (TypeError, ValueError) as e:
         error = e
     desc = _descriptor(query, key, value, kwargs, error, finite)
-    everyone = _all_descriptors(desc, (ring, uly))
+    try:
+        everyone = _all_descriptors(desc, (ring, uly))
+    except RuntimeError as e:  # torch.distributed's timeout or a peer's closed connection
+        raise RuntimeError(f"{caller}: not every rank of the group took part in the call within the process "
+                           f"group's timeout (a rank failed before the call, or exited): {e}") from e
     if error is not None:
         raise error
     _check_agreement(caller, everyone, desc)
