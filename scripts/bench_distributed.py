@@ -43,7 +43,8 @@ MODES = ("ring", "ulysses", "ring_ulysses")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="folder for results.json and results.md")
     p.add_argument("--seq-lens", default="32768,65536,131072,262144",
                    help="global sequence lengths, comma-separated, ascending (default %(default)s)")
@@ -276,11 +277,13 @@ def main(argv=None):
         rows.extend(got or [])
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
-        record = dict(environment=env, arguments={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                      rows=rows, stopped=stopped)
+        arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        record = dict(environment=env, arguments=arguments, rows=rows, stopped=stopped)
         (args.out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-        (args.out / "results.md").write_text(markdown(rows, env, args) + (f"\nStopped: {stopped}.\n" if stopped else ""))
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}" + (f"; stopped: {stopped}" if stopped else ""))
+        note = f"\nStopped: {stopped}.\n" if stopped else ""
+        (args.out / "results.md").write_text(markdown(rows, env, args) + note)
+        print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}"
+              + (f"; stopped: {stopped}" if stopped else ""))
     dist.destroy_process_group()
 
 

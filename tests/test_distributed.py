@@ -215,7 +215,8 @@ def numeric_worker(rank, world, cases):
 def gathered(results, name, kind, precision, layout):
     """The full-sequence out (BNSD) and lse (B, N, S) from every rank's shard."""
     sh = results[0][name, kind, precision][2]
-    sizes = dict(ring_size=sh.get("ring_size", 1), ulysses_size=sh.get("ulysses_size", 1), zigzag=sh.get("zigzag", False))
+    sizes = dict(ring_size=sh.get("ring_size", 1), ulysses_size=sh.get("ulysses_size", 1),
+                 zigzag=sh.get("zigzag", False))
     outs = [r[name, kind, precision][0] for r in results]
     lses = [r[name, kind, precision][1] for r in results]
     out = unshard_sequence(outs, seq_dim=OUT_SEQ_DIM[layout], **sizes)

@@ -35,7 +35,8 @@ def flux_inputs():
     """A 4x4 latent (16 image tokens) and 8 text tokens: 24 tokens, split 2 or 4 ways by diffusers."""
     g = torch.Generator().manual_seed(1)
     ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(4.0), indexing="ij"), -1)
-    return dict(hidden_states=torch.randn(1, 16, 4, generator=g), encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
+    return dict(hidden_states=torch.randn(1, 16, 4, generator=g),
+                encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
                 pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
                 img_ids=ids.reshape(-1, 3), txt_ids=torch.zeros(8, 3), return_dict=False)
 

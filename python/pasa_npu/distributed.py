@@ -259,8 +259,6 @@ class _Plan:
     k: torch.Tensor
     v: torch.Tensor
     layout: str
-    heads: int
-    kv_heads: int
     causal: bool
     lse_flag: bool
     passthrough: dict  # keywords for the Ulysses-only call (masks, lengths, band)
@@ -342,7 +340,7 @@ def _plan(caller, query, key, value, ring, uly, kw, use_ring) -> _Plan:
             raise ValueError(f"{caller}: causal ring attention holds two zigzag chunks per ring rank, so the ring "
                              f"shard length ({q.shape[2] * uly.size}) must be even; pad the sequence to a multiple "
                              f"of 2 * ring size * Ulysses size = {2 * ring.size * uly.size}")
-    return _Plan(q, k, v, layout, heads, kv_heads, causal, lse_flag, passthrough, kw)
+    return _Plan(q, k, v, layout, causal, lse_flag, passthrough, kw)
 
 
 def _ring_mask(caller, sparse_mode, mask, band_and_lengths) -> bool:
