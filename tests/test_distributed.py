@@ -7,8 +7,9 @@ What is asserted, per input kind (random, biased Q/K ~ N(30, 1), resonant) and a
     FP16-rounded inputs) within the allocation's own accuracy. Output:
         |err| <= 2·e1 + 2^-10·max|V| + (exp(2·δ) − 1)·max|V|
     with e1 one device's error (each partial is as accurate as that), 2^-10·max|V| the partials'
-    extra FP16 rounding, and δ the largest lse error of a partial: lse errors δ_p move the merge
-    weights exp(lse_p − lse) by factors within exp(±2δ). lse: |err| <= δ + 1e-5. The δ term is
+    extra FP16 rounding, and δ the largest lse error of a partial plus 4 FP32 ulps of |lse| (the
+    merge's own rounding): lse errors δ_p move the merge weights exp(lse_p − lse) by factors within
+    exp(±2δ). lse: |err| <= δ + 1e-6. The δ term is
     what makes a ring of the PASA allocations less accurate than one device on biased inputs:
     their lse carries the FP16 rounding of the shifted scores times β/(1 − β) (about 1 here);
     'fp32' has δ ~ 1e-4 and the ring matches one device.
@@ -41,7 +42,7 @@ from pasa_npu.merge import merge_partials
 
 PRECISIONS = [p for p in ("fp32", "pasa_fp32", "pasa_rs") if p in pasa_npu.PRECISIONS]
 KINDS = ("random", "biased", "resonant")
-B, N, NKV, S, D = 1, 4, 2, 32, 16
+B, N, NKV, S, D = 2, 4, 2, 32, 16
 SCALE = D ** -0.5
 CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 SEQ_DIM = {"BSH": 1, "BSND": 1, "BNSD": 2, "BNSD_BSND": 2}
@@ -262,10 +263,13 @@ def test_against_one_process_and_float64(runs, name, entry, layout, causal, kind
     err = (out.double() - ex_o).abs().max().item()
     err_lse = (lse.double() - ex_l).abs().max().item()
     v_max = v.abs().max().item()
+    partial_lse_error = delta
+    if entry != "ulysses":  # the merge's own FP32 rounding of lse values of this magnitude
+        delta += 4 * np.finfo(np.float32).eps * np.abs(ex_l.numpy()).max()
     bound = 2 * err_single + 2 ** -10 * v_max + math.expm1(2 * delta) * v_max
-    lse_bound = (delta if entry != "ulysses" else err_single_lse) + 1e-5
+    lse_bound = (delta if entry != "ulysses" else err_single_lse) + 1e-6
     print(f"{name} {kind} {precision}: |out - exact| {err:.3g} (one device {err_single:.3g}, partial lse error "
-          f"{delta:.3g}, bound {bound:.3g}); |lse - exact| {err_lse:.3g} (one device {err_single_lse:.3g})")
+          f"{partial_lse_error:.3g}, bound {bound:.3g}); |lse - exact| {err_lse:.3g} (one device {err_single_lse:.3g})")
     assert err <= bound
     assert err_lse <= lse_bound
 
