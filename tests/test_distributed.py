@@ -210,7 +210,29 @@ def numeric_worker(rank, world, cases):
                 local = [shard_sequence(to_layout(x, layout), seq_dim=SEQ_DIM[layout], **sh) for x in (q, k, v)]
                 out, lse = fn(*local)
                 results[name, kind, precision] = (out, lse, sh)
+    if world == 2:
+        results.update(extra_cases(rank, world))
     return results
+
+
+def masked_inputs():
+    """A per-head random mask (1, N, S, S) (True = masked out; every row keeps its diagonal) and
+    global valid lengths, for Ulysses, which takes FIA's masks on the global sequence."""
+    g = torch.Generator().manual_seed(5)
+    mask = (torch.rand(1, N, S, S, generator=g) < 0.4) & ~torch.eye(S, dtype=torch.bool)
+    return dict(atten_mask=mask, actual_seq_lengths=[S - 5, S], actual_seq_lengths_kv=[S - 3, S])
+
+
+def extra_cases(rank, world):
+    q, k, v = inputs("random")
+    kw = fa_kwargs("BSND", "fp32", False)
+    uly = dict(ulysses_rank=rank, ulysses_size=world)
+    out, lse = ulysses_attention(*(shard_sequence(x, seq_dim=1, **uly) for x in (q, k, v)), **kw, **masked_inputs())
+    # Cross-attention over a sharded context: query shards of 8 rows, key/value shards of 16.
+    ring = dict(ring_rank=rank, ring_size=world)
+    cross = ring_attention(shard_sequence(q[:, :S // 2], seq_dim=1, **ring),
+                           *(shard_sequence(x, seq_dim=1, **ring) for x in (k, v)), **kw)
+    return {"ulysses_masked": (out, lse), "ring_cross": cross}
 
 
 def gathered(results, name, kind, precision, layout):
@@ -407,3 +429,25 @@ def test_without_an_initialised_group_the_error_says_so():
     q = torch.zeros(1, 4, 16)
     with pytest.raises(RuntimeError, match="not initialised"):
         ring_attention(q, q, q, num_heads=1)
+
+
+def test_ulysses_takes_fia_masks_and_lengths_on_the_global_sequence(runs):
+    outs, lses = zip(*(r["ulysses_masked"] for r in runs[2]))
+    out, lse = unshard_sequence(outs, seq_dim=1, ulysses_size=2), unshard_sequence(lses, seq_dim=2, ulysses_size=2)
+    q, k, v = inputs("random")
+    with one_thread():
+        want_o, want_l = fused_attention(q, k, v, **fa_kwargs("BSND", "fp32", False), **masked_inputs())
+    assert torch.equal(out, want_o) and torch.equal(lse, want_l)
+    assert torch.isposinf(lse[0, :, S - 5:]).all() and (out[0, S - 5:] == 0).all()  # padded rows of batch 0
+
+
+def test_ring_cross_attention_with_shorter_query_shards(runs):
+    outs, lses = zip(*(r["ring_cross"] for r in runs[2]))
+    out = out_to_bnsd(unshard_sequence(outs, seq_dim=1, ring_size=2), "BSND")
+    q, k, v = inputs("random")
+    q = q[:, :S // 2]
+    ex_o, _ = exact(q, k, v, False)
+    with one_thread():
+        single_o, _ = _single(q, k, v, "fp32", False)
+    err, err_single = ((x.double() - ex_o).abs().max().item() for x in (out, single_o))
+    assert out.shape == (B, N, S // 2, D) and err <= 2 * err_single + 2 ** -10 * v.abs().max().item()
