@@ -88,7 +88,8 @@ def ring_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         TypeError, ValueError: on every rank of the group, for a bad argument or a mismatch between
             ranks (the message names the argument or the ranks).
         RuntimeError: torch.distributed not initialised; a rank that did not take part within the
-            process group's timeout (the error comes from torch.distributed).
+            process group's timeout, or whose process exited (the message names the call and
+            carries torch.distributed's).
     """
     return _context_parallel("ring_attention", query, key, value, _Group.of(group), _Group.single(),
                              fused_attention_kwargs, use_ring=True)
