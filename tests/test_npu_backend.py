@@ -277,3 +277,19 @@ def test_the_kernels_tiling_keys_are_the_allocations():
                 npu.tiling(call)
         else:
             assert npu.tiling(call)["tiling_key"] == alloc.kernel_key
+
+
+def test_a_device_whose_kernel_cannot_take_the_call_warns_once_and_runs_the_reference(monkeypatch):
+    from pasa_npu import backends
+
+    monkeypatch.setitem(backends._ORDER, "cpu", ("npu", "reference"))  # CPU tensors as if on an NPU
+    monkeypatch.setattr(backends, "_WARNED", set())
+    problem = _problem(precision="fp16")
+    with pytest.warns(RuntimeWarning, match=r"backend 'npu' cannot run this call .*implements precision"):
+        assert backends.select(problem).name == "reference"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert backends.select(problem).name == "reference"  # said once
+    assert backends.select(_problem(precision="pasa")).name == "npu"

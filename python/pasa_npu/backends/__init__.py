@@ -25,6 +25,7 @@ Registered backends, in the order :func:`select` tries them for a device:
 
 from __future__ import annotations
 
+import warnings
 from typing import Protocol
 
 import torch
@@ -89,11 +90,24 @@ def select(problem: Problem, name: str | None = None) -> Backend:
         if why is not None:
             raise ValueError(f"backend={name!r}: {why}")
         return backend
-    for candidate in _ORDER.get(problem.device.type, _DEFAULT_ORDER):
+    order = _ORDER.get(problem.device.type, _DEFAULT_ORDER)
+    for candidate in order:
         backend = get(candidate)
         if backend.unavailable_reason(problem.device) is None and backend.supports(problem) is None:
-            return backend
-    return get("reference")
+            break
+    if backend.name == "reference" and order[0] != "reference":
+        # The device's kernel cannot take this call: say once why it runs on the emulator instead.
+        first = get(order[0])
+        why = first.unavailable_reason(problem.device) or first.supports(problem)
+        key = (order[0], why)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(f"pasa_npu: backend {order[0]!r} cannot run this call ({why}); running the 'reference' "
+                          "backend, an emulator that is correct but slow", RuntimeWarning, stacklevel=3)
+    return backend
+
+
+_WARNED: set = set()
 
 
 def run_jobs(problem: Problem, attend, takes_band: bool) -> tuple[torch.Tensor, torch.Tensor]:
