@@ -5,6 +5,8 @@
 // only, listed here:
 //   2026-11-22  initial version.
 //   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
+//   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
+//               toolchain's reserves (kVectorScratchBytes, kL1ReservedBytes).
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -16,6 +18,13 @@
 
 namespace pasa {
 
+// What the toolchain keeps for itself on Atlas A2 (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
+// __NPU_ARCH__ 2201): the vector APIs' scratch at TMP_UB_OFFSET = 184 KB up to the 192 KB of UB (TPipe
+// offers TOTAL_VEC_LOCAL_SIZE = 184 KB), and KFC_L1_RESERVER_SIZE = 128 B of L1 (TOTAL_L1_SIZE).
+constexpr uint64_t kVectorScratchBytes = 8 * 1024;
+constexpr uint64_t kL1ReservedBytes = 128;
+
+// The sizes GetCoreMemSize reports (physical); the plan subtracts the reserves above.
 struct PlatformInfo {
     uint32_t aicNum = 24, aivNum = 48;
     uint64_t ubSize = 192 * 1024, l1Size = 512 * 1024, l0aSize = 64 * 1024, l0bSize = 64 * 1024,
@@ -59,11 +68,17 @@ struct TilingInput {
 //                    carry the same Inf/NaN as the golden model, and the binding should fall back.
 inline uint64_t StatusWordOffset(const PasaTilingData& t, uint32_t aiv) { return t.wsStatusOffset + 32ull * aiv; }
 
+// SetScheduleMode values (TilingContext): the kernel's all-core barriers (CrossCoreSetFlag mode 0 after
+// the K' pre-pass, and after the split-KV partials) need batch mode, so that every core of the launch
+// runs at once; FIA sets it for the same reason ("syncall场景需要使用batch mode").
+constexpr uint32_t kScheduleModeBatch = 1;
+
 struct TilingResult {
     PasaTilingData data;
     uint64_t tilingKey;
     uint32_t blockDim;
     uint64_t workspaceBytes;
+    uint32_t scheduleMode;
 };
 
 // Throws std::invalid_argument naming the bad argument and the accepted values.
@@ -89,15 +104,3 @@ void CombineRows(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_
 }  // namespace pasa
 
 #endif  // PASA_TILING_H
-
-/* REQUESTS FROM build (op_host/tests/test_tiling.cpp, section "decode"):
- * 1. 2026-11-22: decode split-KV gains nothing when B*N rows do not divide the core count well. E.g.
- *    B=1, N=16, S2=32768 (256 KV blocks), 24 AIC: want = ceil(24/16) = 2 splits of 128 blocks, 32 tasks,
- *    tasksPerCore = 2, blockDim = 16, so the busiest core still walks 2*128 = 256 blocks, as without a
- *    split. The grid test asserts tasksPerCore * kvBlocksPerSplit < numKvBlocks whenever B*N < aicNum
- *    and numKvBlocks >= aicNum (6 decode cases fail now). Suggestion: choose kvSplits so that
- *    B*N*kvSplits is close to a multiple of aicNum (e.g. kvSplits = aicNum / gcd-ish, or the smallest
- *    s with ceil(B*N*s / aicNum) * ceil(numKvBlocks / s) minimal).
- *    -> done by the kernel helper the same day (cost-minimising kvSplits); the decode section passes.
- *       This block can be deleted.
- */

@@ -37,7 +37,7 @@ const char* MemoryName(Memory m) {
 }
 
 uint32_t MemoryCapacity(Memory m) {
-    static const uint32_t sizes[] = {kUbBytes, kL1Bytes, kL0aBytes, kL0bBytes, kL0cBytes};
+    static const uint32_t sizes[] = {kUbUsableBytes, kL1Bytes, kL0aBytes, kL0bBytes, kL0cBytes};
     return sizes[static_cast<int>(m)];
 }
 
@@ -117,6 +117,6 @@ int64_t GetBlockIdx() {
 }
 int64_t GetBlockNum() { return ascendc_model::CurrentCore().blockDim; }
 int64_t GetSubBlockIdx() { return ascendc_model::CurrentCore().subBlockIdx; }
-int64_t GetTaskRation() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? 1 : 2; }
+int64_t GetTaskRatio() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? 1 : 2; }
 
 }  // namespace AscendC

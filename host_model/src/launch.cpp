@@ -75,10 +75,13 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     cv_.notify_all();
 }
 
-void LaunchState::Run(const std::function<void()>& body) {
+void LaunchState::Run(const std::function<void()>& aicBody, const std::function<void()>& aivBody) {
     std::vector<std::thread> threads;
     threads.reserve(cores_.size());
-    for (auto& core : cores_) threads.emplace_back([this, &core, &body] { RunCore(*core, body); });
+    for (auto& core : cores_) {
+        const std::function<void()>& body = core->type == CoreType::AIC ? aicBody : aivBody;
+        threads.emplace_back([this, &core, &body] { RunCore(*core, body); });
+    }
     for (std::thread& t : threads) t.join();
     if (firstError_) std::rethrow_exception(firstError_);
 }
@@ -129,10 +132,25 @@ void LaunchState::Count(uint32_t target, uint16_t flagId, const char* api) {
     ++c;
 }
 
+void LaunchState::CheckFlagId(const char* api, uint16_t flagId) const {
+    if (flagId >= kCrossCoreFlags)
+        Fail(api, "flagId " + std::to_string(flagId) + " outside 0..15 (16 flag counters per core; the hardware would "
+                      "keep the low 4 bits)");
+    if (flagId >= kSyncAllFirstFlag && flagId <= kSyncAllLastFlag)
+        Fail(api, "flagId " + std::to_string(flagId) + " is reserved: SyncAll uses flagIds 11-14 (CrossCoreSetFlag "
+                      "docs, 约束说明)");
+}
+
+void LaunchState::CheckBatchMode(const std::string& api) const {
+    if (cfg_.scheduleMode != kScheduleModeBatch)
+        Fail(api, "an all-core barrier in a launch whose tiling did not set batch mode (SetScheduleMode(1)); "
+                  "without it the cores may start in rounds and the barrier deadlocks (SyncAll docs, 约束说明)");
+}
+
 void LaunchState::CrossCoreSet(CoreContext& self, uint8_t mode, uint16_t flagId) {
     const char* api = "CrossCoreSetFlag";
-    if (flagId > kMaxUserFlagId)
-        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    CheckFlagId(api, flagId);
+    if (mode == 0) CheckBatchMode(FlagText(api, mode, flagId));
     std::lock_guard<std::mutex> lock(mu_);
     const uint32_t b = cfg_.blockDim, blk = self.blockIdx;
     const uint32_t aiv0 = b + 2 * blk, aic = blk;
@@ -168,8 +186,7 @@ void LaunchState::CrossCoreSet(CoreContext& self, uint8_t mode, uint16_t flagId)
 
 void LaunchState::CrossCoreWait(CoreContext& self, uint8_t mode, uint16_t flagId) {
     const char* api = "CrossCoreWaitFlag";
-    if (flagId > kMaxUserFlagId)
-        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    CheckFlagId(api, flagId);
     std::unique_lock<std::mutex> lock(mu_);
     int& counter = flags_[self.globalIndex][flagId];
     BlockUntil(lock, self, api, FlagText(api, mode, flagId), [&counter] { return counter > 0; }, [&counter] { --counter; });
@@ -177,6 +194,7 @@ void LaunchState::CrossCoreWait(CoreContext& self, uint8_t mode, uint16_t flagId
 
 void LaunchState::SyncAll(CoreContext& self, bool aivOnly) {
     if (aivOnly && self.type == CoreType::AIC) Fail("SyncAll", "SyncAll<true> synchronises AIVs; called on the AIC");
+    CheckBatchMode(aivOnly ? "SyncAll<true>" : "SyncAll<false>");
     std::unique_lock<std::mutex> lock(mu_);
     const int g = aivOnly ? 0 : 1;
     const uint32_t group = aivOnly ? 2 * cfg_.blockDim : 3 * cfg_.blockDim;
@@ -193,7 +211,12 @@ void LaunchState::SyncAll(CoreContext& self, bool aivOnly) {
 
 void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& body) {
     LaunchState state(cfg);
-    state.Run(body);
+    state.Run(body, body);
+}
+
+void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& aicBody, const std::function<void()>& aivBody) {
+    LaunchState state(cfg);
+    state.Run(aicBody, aivBody);
 }
 
 void CrossCoreSet(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreSet(CurrentCore(), mode, flagId); }

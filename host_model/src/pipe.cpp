@@ -3,6 +3,17 @@
 
 namespace ascendc_model {
 
+namespace {
+// Why UB and L1 offer less than their physical size (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
+// __NPU_ARCH__ 2201): the message names the constant so a plan that assumed the physical size is found.
+std::string CapacityNote(Memory mem) {
+    if (mem == Memory::UB)
+        return " (TOTAL_VEC_LOCAL_SIZE: the vector APIs keep scratch at TMP_UB_OFFSET = 184 KB of the 192 KB UB)";
+    if (mem == Memory::L1) return " (TOTAL_L1_SIZE = 512 KB - KFC_L1_RESERVER_SIZE 128 B)";
+    return "";
+}
+}  // namespace
+
 TPipeState::TPipeState() : core_(&CurrentCore()) {
     if (core_->pipe != nullptr) Fail("TPipe", "a second TPipe on this core while the first is alive");
     core_->pipe = this;
@@ -28,7 +39,7 @@ std::vector<BufferSlot> TPipeState::Reserve(AscendC::TPosition pos, uint32_t cou
     if (used + need > MemoryCapacity(mem))
         Fail(api, what + " at " + AscendC::PositionName(pos) + " needs " + std::to_string(need) + " B but only " +
                       std::to_string(MemoryCapacity(mem) - used) + " B of " + MemoryName(mem) + "'s " +
-                      std::to_string(MemoryCapacity(mem)) + " B are free");
+                      std::to_string(MemoryCapacity(mem)) + " B are free" + CapacityNote(mem));
     std::vector<BufferSlot> slots(count);
     for (BufferSlot& s : slots) {
         s.position = pos;

@@ -4,7 +4,8 @@
 // What a CANN op launch does, done here on host memory: the tiling (pasa::ComputeTiling, the same
 // code the op's tiling function calls) gives the tiling data, the tiling key, the block dim and the
 // user workspace size; every GM tensor gets its own buffer, aligned like device memory; the kernel
-// runs through ascendc_model::LaunchMix on blockDim AIC threads and 2*blockDim AIV threads.
+// runs through ascendc_model::LaunchMix on blockDim AIC threads (its AIC build) and 2*blockDim AIV
+// threads (its AIV build), under the schedule mode the tiling chose.
 //
 // Faults the model cannot see are caught here: each GM buffer sits between guard zones filled with
 // 0xFF (an FP16/FP32 NaN pattern) that must be unchanged after the run (a write outside a tensor),
@@ -27,11 +28,16 @@
 #include "host_model/launch.h"
 #include "pasa_tiling.h"
 
-// The kernel entry (op_kernel/pasa_fused_attention.cpp); GM_ADDR is uint8_t* in the host model.
-extern "C" void pasa_fused_attention(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,
-                                     uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv,
-                                     uint8_t* attentionOut, uint8_t* softmaxLse, uint8_t* workspace,
-                                     uint8_t* tiling);
+// The kernel entry (op_kernel/pasa_fused_attention.cpp), compiled once per core type as CANN does
+// (ascendc_model_add_kernel: the AIC build is pasa_fused_attention_aic, the AIV build _aiv); GM_ADDR is
+// uint8_t* in the host model.
+#define PASA_KERNEL_ENTRY(name)                                                                           \
+    extern "C" void name(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,               \
+                         uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv, uint8_t* attentionOut, \
+                         uint8_t* softmaxLse, uint8_t* workspace, uint8_t* tiling)
+PASA_KERNEL_ENTRY(pasa_fused_attention_aic);
+PASA_KERNEL_ENTRY(pasa_fused_attention_aiv);
+#undef PASA_KERNEL_ENTRY
 
 namespace py = pybind11;
 
@@ -214,16 +220,23 @@ py::tuple Run(const Call& c) {
     ascendc_model::LaunchConfig cfg;
     cfg.blockDim = r.blockDim;
     cfg.tilingKey = r.tilingKey;
+    cfg.scheduleMode = r.scheduleMode;  // what the op's tiling function passes to SetScheduleMode
     // The model reports a wait that can never be satisfied at once; the timeout only catches a wait
     // that is merely slow, which with 3*blockDim threads on a loaded 2-core CI machine can take a while.
     cfg.flagTimeoutSeconds = 120.0;
     {
         py::gil_scoped_release release;  // the kernel's core threads need no Python
         try {
-            ascendc_model::LaunchMix(cfg, [&] {
-                pasa_fused_attention(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv), out.data(),
-                                     lse.data(), ws.data(), tiling.data());
-            });
+            ascendc_model::LaunchMix(
+                cfg,
+                [&] {
+                    pasa_fused_attention_aic(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
+                                             out.data(), lse.data(), ws.data(), tiling.data());
+                },
+                [&] {
+                    pasa_fused_attention_aiv(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
+                                             out.data(), lse.data(), ws.data(), tiling.data());
+                });
         } catch (const ascendc_model::Error& e) {
             throw std::runtime_error(std::string("host model: pasa_fused_attention failed: ") + e.what());
         }

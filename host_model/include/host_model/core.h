@@ -13,14 +13,19 @@ enum class CoreType { AIC, AIV };
 
 // The physical memories of an Atlas A2 AI core. UB belongs to each AIV; L1, L0A, L0B and L0C to the AIC.
 enum class Memory { UB, L1, L0A, L0B, L0C };
+// Physical UB of an AIV. The vector APIs keep their own scratch (masks, temporaries) in the top 8 KB
+// (TMP_UB_OFFSET = 184 KB), so TPipe hands kernels TOTAL_VEC_LOCAL_SIZE = 184 KB: asc-devkit
+// impl/basic_api/utils/kernel_utils_constants.h, branch __NPU_ARCH__ == 2201 (Atlas A2).
 constexpr uint32_t kUbBytes = 192 * 1024;
-constexpr uint32_t kL1Bytes = 512 * 1024;
+constexpr uint32_t kUbUsableBytes = 184 * 1024;
+// L1 for TPipe: TOTAL_L1_SIZE = 512 KB - KFC_L1_RESERVER_SIZE (128 B), same header and branch.
+constexpr uint32_t kL1Bytes = 512 * 1024 - 128;
 constexpr uint32_t kL0aBytes = 64 * 1024;
 constexpr uint32_t kL0bBytes = 64 * 1024;
 constexpr uint32_t kL0cBytes = 128 * 1024;
 constexpr uint32_t kBlockBytes = 32;  // the DMA / vector data block ("DataBlock")
 const char* MemoryName(Memory m);
-uint32_t MemoryCapacity(Memory m);
+uint32_t MemoryCapacity(Memory m);  // what TPipe::InitBuffer may allocate
 
 // Intra-core event flags: SetFlag/WaitFlag<HardEvent> ids 0..7.
 constexpr int kEventIds = 8;
