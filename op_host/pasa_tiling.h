@@ -6,7 +6,7 @@
 //   2026-11-22  initial version.
 //   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
 //   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
-//               toolchain's reserves (kVectorScratchBytes, kL1ReservedBytes).
+//               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -18,11 +18,13 @@
 
 namespace pasa {
 
-// What the toolchain keeps for itself on Atlas A2 (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
-// __NPU_ARCH__ 2201): the vector APIs' scratch at TMP_UB_OFFSET = 184 KB up to the 192 KB of UB (TPipe
-// offers TOTAL_VEC_LOCAL_SIZE = 184 KB), and KFC_L1_RESERVER_SIZE = 128 B of L1 (TOTAL_L1_SIZE).
-constexpr uint64_t kVectorScratchBytes = 8 * 1024;
-constexpr uint64_t kL1ReservedBytes = 128;
+// What the toolchain keeps for itself in a mixed kernel on Atlas A2: the vector APIs' scratch from
+// TMP_UB_OFFSET = 184 KB to the end of the 192 KB UB (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
+// __NPU_ARCH__ 2201: TOTAL_VEC_LOCAL_SIZE = 184 KB), and 256 B of UB and of L1 the framework reserves in
+// mixed kernels (asc-devkit docs/zh/guide/编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md: "192KB - 256B -
+// 8KB", "512KB - 256B"; more than the header's KFC_L1_RESERVER_SIZE = 128 B).
+constexpr uint64_t kUbReservedBytes = 8 * 1024 + 256;
+constexpr uint64_t kL1ReservedBytes = 256;
 
 // The sizes GetCoreMemSize reports (physical); the plan subtracts the reserves above.
 struct PlatformInfo {

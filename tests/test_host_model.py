@@ -22,12 +22,12 @@ AIV0 = "AIV 0 (block 0, sub-block 0)"
 # case -> the exact message prefix "<core>: <api>: <cause>"
 MISUSE = {
     "misuse_initbuffer_ub_overflow": f"{AIV0}: TPipe::InitBuffer: TQue<VECIN, 2> at VECIN needs 98304 B but only "
-    "86016 B of UB's 188416 B are free (TOTAL_VEC_LOCAL_SIZE: the vector APIs keep scratch at TMP_UB_OFFSET = 184 KB "
-    "of the 192 KB UB)",
-    "misuse_initbuffer_ub_scratch": f"{AIV0}: TPipe::InitBuffer: TBuf at VECCALC needs 196608 B but only 188416 B of "
-    "UB's 188416 B are free (TOTAL_VEC_LOCAL_SIZE",
-    "misuse_initbuffer_l1_reserved": "AIC 0: TPipe::InitBuffer: TBuf at A1 needs 524288 B but only 524160 B of L1's "
-    "524160 B are free (TOTAL_L1_SIZE = 512 KB - KFC_L1_RESERVER_SIZE 128 B)",
+    "85760 B of UB's 188160 B are free (192 KB less the vector APIs' scratch at TMP_UB_OFFSET = 184 KB and the "
+    "mixed kernel's 256 B)",
+    "misuse_initbuffer_ub_scratch": f"{AIV0}: TPipe::InitBuffer: TBuf at VECCALC needs 188416 B but only 188160 B of "
+    "UB's 188160 B are free (192 KB less the vector APIs' scratch",
+    "misuse_initbuffer_l1_reserved": "AIC 0: TPipe::InitBuffer: TBuf at A1 needs 524288 B but only 524032 B of L1's "
+    "524032 B are free (512 KB less the mixed kernel's 256 B)",
     "misuse_initbuffer_l0a_overflow": "AIC 0: TPipe::InitBuffer: TQue<A2, 1> at A2 needs 81920 B but only 65536 B "
     "of L0A's 65536 B are free",
     "misuse_ub_position_on_aic": "AIC 0: TPipe::InitBuffer: VECIN lives in UB, which this core does not have",

@@ -4,12 +4,12 @@
 namespace ascendc_model {
 
 namespace {
-// Why UB and L1 offer less than their physical size (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
-// __NPU_ARCH__ 2201): the message names the constant so a plan that assumed the physical size is found.
+// Why UB and L1 offer less than their physical size (see core.h): the message names the reserves, so a
+// plan that assumed the physical size is found.
 std::string CapacityNote(Memory mem) {
     if (mem == Memory::UB)
-        return " (TOTAL_VEC_LOCAL_SIZE: the vector APIs keep scratch at TMP_UB_OFFSET = 184 KB of the 192 KB UB)";
-    if (mem == Memory::L1) return " (TOTAL_L1_SIZE = 512 KB - KFC_L1_RESERVER_SIZE 128 B)";
+        return " (192 KB less the vector APIs' scratch at TMP_UB_OFFSET = 184 KB and the mixed kernel's 256 B)";
+    if (mem == Memory::L1) return " (512 KB less the mixed kernel's 256 B)";
     return "";
 }
 }  // namespace
