@@ -15,6 +15,8 @@ thread_local CoreContext* tCore = nullptr;
 
 void BindCore(CoreContext* core) { tCore = core; }
 
+CoreContext* CurrentCoreOrNull() { return tCore; }
+
 CoreContext& CurrentCore() {
     if (tCore == nullptr) throw Error("host: AscendC API called outside LaunchMix (no core context)");
     return *tCore;

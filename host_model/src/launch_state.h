@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -47,7 +48,7 @@ private:
     // With mu_ held: waits until ready(), then runs consume(). Fails on abort, deadlock, timeout.
     void BlockUntil(std::unique_lock<std::mutex>& lock, CoreContext& self, const std::string& api,
                     const std::string& what, const std::function<bool()>& ready, const std::function<void()>& consume);
-    void Count(uint32_t target, uint16_t flagId, const char* api);
+    void Count(uint32_t target, uint16_t flagId, const char* api, Stamp when);
     void CheckPending(int& pending, const std::string& whose, uint16_t flagId);
     void CheckFlagId(const char* api, uint16_t flagId) const;
     void CheckBatchMode(const std::string& api) const;
@@ -62,6 +63,13 @@ private:
     std::vector<std::array<std::array<int, kCrossCoreFlags>, 2>> mode1Pending_, mode2Pending_;  // per block, sub-block
     std::array<uint32_t, 2> barrierArrived_{};   // SyncAll: [AIV only, all cores]
     std::array<uint64_t, 2> barrierGeneration_{};
+    // Cost-model stamps (cost.h), beside the counters they belong to: one per pending count of a flag, the
+    // latest arrival of an open mode-0 round or barrier, one per pending set of an AIV pair.
+    using StampQueue = std::deque<Stamp>;
+    std::vector<std::array<StampQueue, kCrossCoreFlags>> flagStamps_;
+    std::array<std::array<Stamp, kCrossCoreFlags>, 2> mode0Latest_{};
+    std::vector<std::array<std::array<StampQueue, kCrossCoreFlags>, 2>> mode1Stamps_, mode2Stamps_;
+    std::array<Stamp, 2> barrierLatest_{}, barrierRelease_{};
     std::vector<Waiter*> waiters_;
     uint32_t finished_ = 0;
     bool aborted_ = false;

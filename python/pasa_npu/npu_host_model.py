@@ -24,7 +24,7 @@ import torch
 
 from . import interface as _fia
 
-__all__ = ["run", "run_with_status", "tiling", "default_beta", "LAYOUTS", "PRECISIONS"]
+__all__ = ["run", "run_with_status", "count", "tiling", "default_beta", "LAYOUTS", "PRECISIONS"]
 
 #: The layouts the kernel reads and writes (FIA's BNSD_BSND and TND are not implemented).
 LAYOUTS: tuple[str, ...] = ("BNSD", "BSH", "BSND")
@@ -72,6 +72,19 @@ def run_with_status(query, key, value, **fia_kwargs):
     to the workspace say that a valid row saw an Inf in S' (what a binding reads to recompute those
     rows on a wider path)."""
     return _launch(_prepare(query, key, value, **fia_kwargs))
+
+
+def count(query, key, value, *, cost: dict, ai_cores: int = 0, **fia_kwargs):
+    """:func:`run` (the same arguments) on the cost model's counting host model: returns
+    ``(attention_out, softmax_lse, counters)``, counters one dict per core (AICs first, then AIVs) with
+    what the core issued per pipe and its modelled clocks. ``cost`` holds the per-unit costs in cycles
+    (keys as in ``pasa_npu.cost_model.A2_COSTS``); ``ai_cores`` > 0 tiles for that many AI cores instead of
+    the A2's 24. A model, not a measurement: see docs/cost_model.md."""
+    job = _prepare(query, key, value, **fia_kwargs)
+    if job.arrays[0].size == 0 or job.arrays[1].size == 0:
+        raise ValueError("count: empty query or key/value launch no kernel")
+    out, lse, _overflow, counters = _ext().count(*job.arrays, **job.attrs, cost=dict(cost), ai_cores=ai_cores)
+    return (*job.finish(out, lse), counters)
 
 
 def tiling(query, key, value, **fia_kwargs) -> dict:

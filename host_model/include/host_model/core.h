@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "host_model/cost.h"
+
 namespace ascendc_model {
 
 enum class CoreType { AIC, AIV };
@@ -48,6 +50,10 @@ struct CoreContext {
     std::array<std::vector<uint8_t>, 5> memory;
     std::array<std::array<int, kEventIds>, kHardEventKinds> eventCount{};
     TPipeState* pipe = nullptr;  // the live TPipe of this core (at most one)
+    // Cost model (cost.h): what this core issued, the cycles of the open segment per pipe, the unit costs.
+    CoreCounters counters;
+    std::array<double, kPipes> segment{};
+    const CostTable* cost = nullptr;  // null: count only, no clocks
 
     std::vector<uint8_t>& Mem(Memory m) { return memory[static_cast<int>(m)]; }
     std::string Name() const;  // "AIC 2" / "AIV 5 (block 2, sub-block 1)"
@@ -55,5 +61,6 @@ struct CoreContext {
 
 // The core the calling thread runs as; outside LaunchMix there is none and this throws Error.
 CoreContext& CurrentCore();
+CoreContext* CurrentCoreOrNull();
 
 }  // namespace ascendc_model

@@ -6,6 +6,9 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
+
+#include "host_model/cost.h"
 
 namespace ascendc_model {
 
@@ -22,6 +25,10 @@ struct LaunchConfig {
     // need batch mode: without it the cores of one launch may start in rounds and the barrier deadlocks
     // (SyncAll and CrossCoreSetFlag docs, 约束说明: "建议开启batchmode模式"); the model refuses them.
     uint32_t scheduleMode = kScheduleModeNormal;
+    // Cost model (cost.h): unit costs for the modelled clocks (null: count only), and where to put each
+    // core's counters after the run (AIC 0..blockDim-1, then AIV 0..2*blockDim-1; null: not wanted).
+    const CostTable* cost = nullptr;
+    std::vector<CoreCounters>* counters = nullptr;
 };
 
 // Runs `body` on every core: for code whose core-type tests are run-time (the model's own tests).
