@@ -105,9 +105,10 @@ class Result:
 
     @property
     def bottleneck(self) -> str:
-        aic = max(self.aic_pipe_cycles, key=self.aic_pipe_cycles.get)
-        aiv = max(self.aiv_pipe_cycles, key=self.aiv_pipe_cycles.get)
-        return f"AIC {aic}, AIV {aiv}"
+        """The pipe with the most cycles on an AIC or an AIV (in the cycles the result reports)."""
+        side, pipes = max((("AIC", self.aic_pipe_cycles), ("AIV", self.aiv_pipe_cycles)),
+                          key=lambda sp: max(sp[1].values()))
+        return f"{side} {max(pipes, key=pipes.get)}"
 
 
 def attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode=0) -> float:
@@ -193,7 +194,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
         c = _count(1, 1, 1, q_blocks * bq, kv_len, head_dim, **{**kw, "sparse_mode": 0}, ai_cores=1)
         return np.array(_clocks(c)), c
     t1, c1 = one_core(1, seq_kv)
-    t2, _ = one_core(2, seq_kv)
+    t2, c2 = one_core(2, seq_kv)
     per_task_full = t2 - t1
     prepass_per_block = (2 * t1 - t2) / nkb
     if sparse_mode == 0:
@@ -221,11 +222,13 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
             nb = nkb if sparse_mode == 0 else max(0, min(nkb, -(-(last_row + diag) // 128)))
             total = total + (per_task(nb) if nb else 0)
         core_time = np.maximum(core_time, total)
-    aic, aiv = _busiest(c1, True), _busiest(c1, False)
+    # The pipes of one task (2 tasks less 1 task): the AIC, and the busier AIV.
+    aic = {p: c2[0]["pipe_cycles"][p] - c1[0]["pipe_cycles"][p] for p in PIPES}
+    aiv = {p: max(c2[i]["pipe_cycles"][p] - c1[i]["pipe_cycles"][p] for i in (1, 2)) for p in PIPES}
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
               f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if sparse_mode else ''}) -> per-task and per-K'-block "
               f"times; full launch = {block_dim} cores x {per_core} tasks + {prepass_items} K' blocks each; "
-              f"pipe cycles shown are one task's")
+              f"pipe cycles are one task's ({nkb} KV blocks)")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 
 
@@ -247,6 +250,7 @@ def _row(name, shape, precision, r: Result) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pasa_npu.cost_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--paper", action="store_true", help="the paper's shapes, both allocations (markdown)")
+    ap.add_argument("--pipes", action="store_true", help="also print the cycles per pipe behind each row")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--num-heads", type=int, default=8)
     ap.add_argument("--num-kv-heads", type=int, default=0, help="0: num_heads")
@@ -267,7 +271,7 @@ def main(argv=None) -> int:
         costs[key] = float(value)
     print(f"A MODEL of an Atlas A2 ({AI_CORES} AI cores at an assumed {CLOCK_HZ / 1e9:.1f} GHz, peak "
           f"{PEAK_TFLOPS:.0f} FP16 TFLOP/s), not a measurement; nothing here ran on an NPU.")
-    print("| case | shape | precision | modelled ms (overlap – serial) | TFLOP/s (serial – overlap) | busiest pipes |")
+    print("| case | shape | precision | modelled ms (overlap – serial) | TFLOP/s (serial – overlap) | bottleneck pipe |")
     print("|---|---|---|---|---|---|")
     cases = []
     if args.paper:
@@ -281,6 +285,10 @@ def main(argv=None) -> int:
                   sparse_mode=0 if args.paper else args.sparse_mode, costs=costs)
         print(_row(name, shape, prec, r))
         print(f"|  | method: {r.method}; unique HBM traffic alone: {r.hbm_bound_seconds * 1e3:.3f} ms | | | | |")
+        if args.pipes:
+            for side, pipes in (("AIC", r.aic_pipe_cycles), ("AIV", r.aiv_pipe_cycles)):
+                cells = ", ".join(f"{p} {pipes[p]:.0f}" for p in PIPES if pipes.get(p))
+                print(f"|  | {side} cycles per pipe: {cells} | | | | |")
         sys.stdout.flush()
     return 0
 
