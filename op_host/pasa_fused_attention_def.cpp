@@ -179,7 +179,7 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     raw->SetDataSize(sizeof(PasaTilingData));
     ctx->SetTilingKey(r.tilingKey);
     // KERNEL_TYPE_MIX_AIC_1_2: one block = 1 AIC + 2 AIV, so the launch dim is the number of AICs used.
-    // CalcTschNumBlocks + SetSimdNumBlocks replace CalcTschBlockDim + SetBlockDim from CANN 9.0 (asc-devkit
+    // CalcTschNumBlocks + SetSimdNumBlocks: the CANN 9.0 names of the deprecated block-dim pair (asc-devkit
     // docs/zh/api/附录/接口变更说明.md; PlatformAscendC/CalcTschNumBlocks.md).
     ctx->SetSimdNumBlocks(platform.CalcTschNumBlocks(2 * r.blockDim, in.platform.aicNum, in.platform.aivNum));
     // Batch mode: the kernel's all-core barriers (CrossCoreSetFlag mode 0) deadlock if some of its cores wait
