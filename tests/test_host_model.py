@@ -52,6 +52,8 @@ MISUSE = {
     "misuse_crosscore_flag_id_range": "AIC 0: CrossCoreSetFlag: flagId 16 outside 0..15",
     "misuse_crosscore_flag_id_syncall": "AIC 0: CrossCoreSetFlag: flagId 11 is reserved: SyncAll uses flagIds 11-14 "
     "(CrossCoreSetFlag docs, 约束说明)",
+    "misuse_core_build_on_the_wrong_core": "KERNEL_TASK_TYPE_DEFAULT: this kernel build was compiled for the AIC "
+    "(ASCENDC_MODEL_CORE_TYPE) and runs on another core type",
     "misuse_syncall_without_batch_mode": "SyncAll<false>: an all-core barrier in a launch whose tiling did not set "
     "batch mode (SetScheduleMode(1))",
     "misuse_mode0_without_batch_mode": "CrossCoreSetFlag(flag 2, mode 0): an all-core barrier in a launch whose "
@@ -60,14 +62,16 @@ MISUSE = {
     "L0C's 131072 B are free",
 }
 
-# Reported by whichever core reaches the refused barrier first.
-ANY_CORE = {"misuse_syncall_without_batch_mode", "misuse_mode0_without_batch_mode"}
+# Reported by whichever core fails first (the barrier, or the wrong-core build, is reached by several).
+ANY_CORE = {"misuse_syncall_without_batch_mode", "misuse_mode0_without_batch_mode",
+            "misuse_core_build_on_the_wrong_core"}
 
 SEMANTICS = [
     "pipe_capacity_exact", "pipe_release_on_destroy", "queue_fifo_double_buffer", "datacopy_strided_roundtrip",
     "datacopypad_bytes_and_padding", "nd2nz_layout_with_strides", "vec_binary_repeat_strides",
     "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_brcb_duplicate_compare_select",
-    "launch_identity", "sync_mode2_ping_pong", "sync_mode0_and_syncall", "sync_intra_core_events", "cube_gemv_m1",
+    "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
+    "sync_intra_core_events", "cube_gemv_m1",
 ]
 NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "vec_exp_ln_values",
            "vec_reduce_sum_fold"]

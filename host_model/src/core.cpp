@@ -111,6 +111,14 @@ void CheckKernelType(KernelMetaType type) {
         ascendc_model::Fail("KERNEL_TASK_TYPE_DEFAULT", "the model runs KERNEL_TYPE_MIX_AIC_1_2 kernels only");
 }
 
+void CheckKernelType(KernelMetaType type, int builtForCoreType) {
+    CheckKernelType(type);
+    if (builtForCoreType != CurrentCoreTypeValue())
+        ascendc_model::Fail("KERNEL_TASK_TYPE_DEFAULT", std::string("this kernel build was compiled for the ") +
+                                                            (builtForCoreType == AIC ? "AIC" : "AIV") +
+                                                            " (ASCENDC_MODEL_CORE_TYPE) and runs on another core type");
+}
+
 int CurrentCoreTypeValue() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? AIC : AIV; }
 
 int64_t GetBlockIdx() {

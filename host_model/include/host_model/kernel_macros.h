@@ -33,6 +33,8 @@ enum KernelMetaType {
     KERNEL_TYPE_MIX_AIC_1_2,
 };
 void CheckKernelType(KernelMetaType type);
+// The same, for a build compiled for one core type: it must run on a core of that type.
+void CheckKernelType(KernelMetaType type, int builtForCoreType);
 
 enum CoreTypeValue { AIC = 1, AIV = 2 };
 int CurrentCoreTypeValue();
@@ -67,7 +69,11 @@ constexpr int32_t g_coreType = ASCENDC_MODEL_CORE_TYPE;
 #error "kernel sources are compiled once per core type: define ASCENDC_MODEL_CORE_TYPE=1 (AIC) or 2 (AIV) (CMake: ascendc_model_add_kernel)"
 #endif
 
+#if defined(ASCENDC_MODEL_CORE_TYPE)
+#define KERNEL_TASK_TYPE_DEFAULT(type) ::AscendC::CheckKernelType(::AscendC::type, g_coreType)
+#else
 #define KERNEL_TASK_TYPE_DEFAULT(type) ::AscendC::CheckKernelType(::AscendC::type)
+#endif
 #define TILING_KEY_IS(key) (::ascendc_model::CurrentCore().tilingKey == static_cast<uint64_t>(key))
 // The tiling struct is a plain standard-layout struct shared with the host: registering it only
 // checks that it can be copied bytewise from the tiling buffer.
