@@ -40,3 +40,32 @@ def test_help_and_usage(tmp_path):
     for code in ("30", "31", "32", "33"):
         assert code in res.stdout
     assert run("--frobnicate", env={}, cwd=tmp_path).returncode == 2
+
+
+def _fake_toolkit(tmp_path: Path, cmake_rc: int, python_rc: int) -> dict:
+    """A toolkit tree with the CPU-debug library and fake cmake / python that log and exit as told."""
+    (tmp_path / "cann" / "tools" / "tikicpulib").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "log.txt"
+    for name, rc in (("cmake", cmake_rc), ("fakepython", python_rc)):
+        exe = bin_dir / name
+        exe.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexit {rc}\n')
+        exe.chmod(0o755)
+    return {"ASCEND_HOME_PATH": str(tmp_path / "cann"), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def test_build_failure_has_its_own_code(tmp_path):
+    env = _fake_toolkit(tmp_path, cmake_rc=1, python_rc=0)
+    res = run("--python", "fakepython", env=env, cwd=tmp_path)
+    assert res.returncode == 32 and "cmake configure failed" in res.stderr
+    assert (tmp_path / "log.txt").read_text().startswith(f"cmake -S {ROOT}/scripts/cpu_debug")
+
+
+def test_mismatch_has_its_own_code_and_the_cases_get_the_built_kernel(tmp_path):
+    env = _fake_toolkit(tmp_path, cmake_rc=0, python_rc=1)
+    res = run("--python", "fakepython", "--build-dir", str(tmp_path / "b"), env=env, cwd=tmp_path)
+    assert res.returncode == 33 and "does not match" in res.stderr
+    ran = (tmp_path / "log.txt").read_text().splitlines()
+    assert "-DSOC_VERSION=Ascend910B1" in ran[0] and ran[1].startswith(f"cmake --build {tmp_path / 'b'}")
+    assert ran[2] == f"fakepython {ROOT}/scripts/cpu_debug/compare.py {tmp_path / 'b'}/pasa_cpu_debug {tmp_path / 'b'}/cases"
