@@ -179,7 +179,16 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     raw->SetDataSize(sizeof(PasaTilingData));
     ctx->SetTilingKey(r.tilingKey);
     // KERNEL_TYPE_MIX_AIC_1_2: one block = 1 AIC + 2 AIV, so the launch dim is the number of AICs used.
-    ctx->SetBlockDim(platform.CalcTschBlockDim(2 * r.blockDim, in.platform.aicNum, in.platform.aivNum));
+    // CalcTschNumBlocks + SetSimdNumBlocks: the CANN 9.0 names of the deprecated block-dim pair (asc-devkit
+    // docs/zh/api/附录/接口变更说明.md; PlatformAscendC/CalcTschNumBlocks.md).
+    ctx->SetSimdNumBlocks(platform.CalcTschNumBlocks(2 * r.blockDim, in.platform.aicNum, in.platform.aivNum));
+    // Batch mode: the kernel's all-core barriers (CrossCoreSetFlag mode 0) deadlock if some of its cores wait
+    // for others that a concurrent launch holds (CrossCoreSetFlag / SyncAll docs, 约束说明; FIA's tiling sets
+    // it "for syncall"). The host model refuses such a barrier when this is not set.
+    if (ctx->SetScheduleMode(r.scheduleMode) != ge::GRAPH_SUCCESS) {
+        std::fprintf(stderr, "%s: SetScheduleMode(%u) failed\n", kOpName, r.scheduleMode);
+        return ge::GRAPH_FAILED;
+    }
     size_t* ws = ctx->GetWorkspaceSizes(1);
     ws[0] = platform.GetLibApiWorkSpaceSize() + r.workspaceBytes;  // system workspace + ours
     return ge::GRAPH_SUCCESS;

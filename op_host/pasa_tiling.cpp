@@ -74,8 +74,11 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State) {
     return p;
 }
 
+// UB and L1 as TPipe offers them: the physical sizes less the toolchain's reserves (pasa_tiling.h).
 bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d) {
-    return p.ub <= pl.ubSize && p.l1 <= pl.l1Size && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
+    const uint64_t ub = pl.ubSize > kUbReservedBytes ? pl.ubSize - kUbReservedBytes : 0;
+    const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
+    return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
            p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= 64 * 1024 &&
            (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;
 }
@@ -290,6 +293,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     r.tilingKey = t.precision;
     r.blockDim = t.blockDim;
     r.workspaceBytes = t.workspaceBytes;
+    r.scheduleMode = kScheduleModeBatch;  // every launch meets at the K' pre-pass barrier
     return r;
 }
 

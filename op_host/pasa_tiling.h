@@ -6,6 +6,8 @@
 // kernel rely on. Changes are additive only, listed here:
 //   2026-11-22  initial version.
 //   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
+//   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
+//               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -17,6 +19,15 @@
 
 namespace pasa {
 
+// What the toolchain keeps for itself in a mixed kernel on Atlas A2: the vector APIs' scratch from
+// TMP_UB_OFFSET = 184 KB to the end of the 192 KB UB (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
+// __NPU_ARCH__ 2201: TOTAL_VEC_LOCAL_SIZE = 184 KB), and 256 B of UB and of L1 the framework reserves in
+// mixed kernels (asc-devkit docs/zh/guide/编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md: "192KB - 256B -
+// 8KB", "512KB - 256B"; more than the header's KFC_L1_RESERVER_SIZE = 128 B).
+constexpr uint64_t kUbReservedBytes = 8 * 1024 + 256;
+constexpr uint64_t kL1ReservedBytes = 256;
+
+// The sizes GetCoreMemSize reports (physical); the plan subtracts the reserves above.
 struct PlatformInfo {
     uint32_t aicNum = 24, aivNum = 48;
     uint64_t ubSize = 192 * 1024, l1Size = 512 * 1024, l0aSize = 64 * 1024, l0bSize = 64 * 1024,
@@ -60,11 +71,17 @@ struct TilingInput {
 //                    carry the same Inf/NaN as the golden model, and the binding should fall back.
 inline uint64_t StatusWordOffset(const PasaTilingData& t, uint32_t aiv) { return t.wsStatusOffset + 32ull * aiv; }
 
+// SetScheduleMode values (TilingContext): the kernel's all-core barriers (CrossCoreSetFlag mode 0 after
+// the K' pre-pass, and after the split-KV partials) need batch mode, so that every core of the launch
+// runs at once; FIA sets it for the same reason ("syncall场景需要使用batch mode").
+constexpr uint32_t kScheduleModeBatch = 1;
+
 struct TilingResult {
     PasaTilingData data;
     uint64_t tilingKey;
     uint32_t blockDim;
     uint64_t workspaceBytes;
+    uint32_t scheduleMode;
 };
 
 // Throws std::invalid_argument naming the bad argument and the accepted values.

@@ -20,7 +20,9 @@ constexpr uint32_t BLOCK_KV = 128;     // keys per KV block (n of M); the tiling
 constexpr uint32_t ROW_VEC = 128;      // padded length of a per-row vector (rows per AIV <= 64)
 constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
 
-// Cross-core flag ids (Atlas A2: 0..10). Every flag is waited as often as it is set, per task.
+// Cross-core flag ids. Atlas A2 has 16 per core (0..15), and SyncAll's hardware barrier takes 11..14
+// (CrossCoreSetFlag docs, 约束说明), so the kernel keeps to 0..10. Every flag is waited as often as it is
+// set, per task.
 constexpr uint16_t FLAG_M_READY = 1;       // AIV -> AIC (mode 2): M written to the core's slot
 constexpr uint16_t FLAG_PREPASS_DONE = 2;  // AIC <-> all AICs (mode 0): every K' block written
 constexpr uint16_t FLAG_S_READY = 3;       // AIC -> AIV (mode 2)

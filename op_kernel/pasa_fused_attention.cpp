@@ -30,7 +30,7 @@ __aicore__ inline void RunPasa(const PasaTilingData& t, GM_ADDR query, GM_ADDR k
     }
     if ASCEND_IS_AIV {
         const uint32_t aiv = GetBlockIdx();
-        const uint32_t core = aiv / GetTaskRation();
+        const uint32_t core = aiv / GetTaskRatio();
         const uint32_t sub = GetSubBlockIdx();
         VectorSoftmax<T> softmax;
         softmax.Init(&t, &pipe, mask, out, lse, ws, core, sub);

@@ -7,10 +7,12 @@
 set -euo pipefail
 
 # Exit codes (distinct, so that callers and tests can tell the failures apart).
-readonly E_USAGE=2 E_NO_CANN=10 E_CANN_VERSION=11 E_NO_TORCH_NPU=12 E_NO_NPU=13
+readonly E_USAGE=2 E_NO_CANN=10 E_CANN_VERSION=11 E_NO_TORCH_NPU=12 E_NO_NPU=13 E_NO_ASC_CMAKE=14
 readonly E_BUILD=20 E_INSTALL=21 E_EXTENSION=22 E_CHECK=23
-# CANN versions whose toolkit ships the ASC CMake package with the npu_op_* functions cann/CMakeLists.txt uses.
-readonly MIN_CANN_MAJOR=8 MIN_CANN_MINOR=5
+# The custom-op build flow cann/CMakeLists.txt follows (asc-devkit examples/01_simd_cpp_api/02_features/
+# 99_acl_based/00_acl_compilation/custom_op) needs CANN >= 9.0.0 on Atlas A2 (its README), as do the tiling's
+# CalcTschNumBlocks / SetSimdNumBlocks (renamed after 8.5.0: asc-devkit docs/zh/api/附录/接口变更说明.md).
+readonly MIN_CANN_MAJOR=9 MIN_CANN_MINOR=0
 readonly VENDOR=pasa  # vendor_name in cann/CMakeLists.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,7 +42,7 @@ Options:
 
 Prerequisites (exit code when missing): CANN toolkit >= $MIN_CANN_MAJOR.$MIN_CANN_MINOR, found through
 ASCEND_CANN_PACKAGE_PATH or ASCEND_HOME_PATH (source <cann>/set_env.sh) ($E_NO_CANN; an older or
-unreadable version: $E_CANN_VERSION), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
+unreadable version: $E_CANN_VERSION; no asc-config.cmake: $E_NO_ASC_CMAKE), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
 npu-smi ($E_NO_NPU, unless --build-only).
 Failures later: build $E_BUILD, package install $E_INSTALL, extension $E_EXTENSION, on-device check $E_CHECK;
 bad options $E_USAGE.
@@ -104,6 +106,17 @@ if (( MAJOR < MIN_CANN_MAJOR || (MAJOR == MIN_CANN_MAJOR && MINOR < MIN_CANN_MIN
 fi
 say "CANN $VERSION at $CANN"
 
+# find_package(ASC): asc-devkit installs asc-config.cmake into <cann>/<arch>-linux/lib64/cmake.
+ASC_CONFIG=""
+for dir in "$CANN/$(uname -m)-linux/lib64/cmake" "$CANN"/*-linux/lib64/cmake "$CANN/lib64/cmake"; do
+    if [[ -f "$dir/asc-config.cmake" ]]; then ASC_CONFIG="$dir/asc-config.cmake"; break; fi
+done
+[[ -n "$ASC_CONFIG" ]] || die $E_NO_ASC_CMAKE "no asc-config.cmake under $CANN/<arch>-linux/lib64/cmake: this" \
+    "toolkit lacks the ASC CMake package that cann/CMakeLists.txt finds with find_package(ASC) (install the" \
+    "CANN toolkit with asc-devkit)"
+say "ASC CMake package: $ASC_CONFIG"
+export ASCEND_HOME_PATH="$CANN"  # asc-config.cmake reads it from the environment
+
 command -v "$PYTHON" >/dev/null 2>&1 || die $E_NO_TORCH_NPU "Python '$PYTHON' not found (use --python)"
 "$PYTHON" -c "import torch_npu" >/dev/null 2>&1 || die $E_NO_TORCH_NPU "torch_npu is not importable by $PYTHON" \
     "(pip install torch_npu matching your torch and CANN, or pass --python)"
@@ -121,7 +134,8 @@ else
 fi
 
 # ---- build the op package -----------------------------------------------------------------------------------
-run $E_BUILD cmake -S "$ROOT/cann" -B "$BUILD_DIR" -DASCEND_CANN_PACKAGE_PATH="$CANN" -DCMAKE_BUILD_TYPE=Release
+run $E_BUILD cmake -S "$ROOT/cann" -B "$BUILD_DIR" -DASCEND_CANN_PACKAGE_PATH="$CANN" \
+    -DASC_DIR="$(dirname "$ASC_CONFIG")" -DCMAKE_BUILD_TYPE=Release
 run $E_BUILD cmake --build "$BUILD_DIR" --target binary package --parallel "$(nproc 2>/dev/null || echo 2)"
 
 # ---- install it -----------------------------------------------------------------------------------------------

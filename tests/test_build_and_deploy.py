@@ -66,7 +66,7 @@ def _exe(path: Path, text: str) -> Path:
 class World:
     """A fake machine: CANN tree, fake commands on PATH, a log of what ran."""
 
-    def __init__(self, tmp: Path, version: str | None = "8.5.0", npu_smi: bool = True):
+    def __init__(self, tmp: Path, version: str | None = "9.0.0", npu_smi: bool = True, asc_cmake: bool = True):
         self.tmp = tmp
         self.bin = tmp / "bin"
         self.bin.mkdir()
@@ -78,6 +78,9 @@ class World:
         if version is not None:
             (info_dir / "ascend_toolkit_install.info").write_text(
                 f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001\narch=x86_64\n")
+        if asc_cmake:  # where asc-devkit installs the config find_package(ASC) reads
+            (info_dir / "lib64" / "cmake").mkdir(parents=True)
+            (info_dir / "lib64" / "cmake" / "asc-config.cmake").write_text("# fake\n")
         _exe(self.bin / "cmake", FAKE_CMAKE)
         if npu_smi:
             _exe(self.bin / "npu-smi", FAKE_NPU_SMI)
@@ -110,7 +113,7 @@ def test_help_documents_options_and_exit_codes():
     assert res.returncode == 0
     for word in ("--install-path", "--dry-run", "--build-only", "--python", "ASCEND_HOME_PATH", "npu-smi"):
         assert word in res.stdout
-    for code in ("10", "11", "12", "13", "20", "21", "22", "23"):
+    for code in ("10", "11", "12", "13", "14", "20", "21", "22", "23"):
         assert f"({code}" in res.stdout or f" {code}," in res.stdout or f" {code}" in res.stdout
 
 
@@ -149,12 +152,12 @@ def test_cann_without_version_info(tmp_path):
     assert res.returncode == 11 and "cannot read the CANN version" in res.stderr
 
 
-@pytest.mark.parametrize("version", ["8.0.RC3", "8.2.RC1", "8.3.RC1", "7.0.0"])
+@pytest.mark.parametrize("version", ["8.0.RC3", "8.2.RC1", "8.3.RC1", "8.5.0", "8.5.RC1", "7.0.0"])
 def test_unsupported_cann_version(tmp_path, version):
     w = World(tmp_path, version=version)
     res = w.run()
     assert res.returncode == 11
-    assert f"unsupported CANN version {version}" in res.stderr and ">= 8.5" in res.stderr
+    assert f"unsupported CANN version {version}" in res.stderr and ">= 9.0" in res.stderr
     assert w.ran() == []
 
 
@@ -163,11 +166,23 @@ def test_unparsable_cann_version(tmp_path):
     assert res.returncode == 11 and "cannot parse the CANN version 'latest'" in res.stderr
 
 
-@pytest.mark.parametrize("version", ["8.5.0", "8.5.RC1", "9.0.0", "10.1.RC2"])
+@pytest.mark.parametrize("version", ["9.0.0", "9.0.RC1", "9.1.0", "10.1.RC2"])
 def test_supported_cann_versions(tmp_path, version):
     res = World(tmp_path, version=version).run("--dry-run")
     assert res.returncode == 0, res.stderr
     assert f"CANN {version} at" in res.stdout
+
+
+def test_cann_without_the_asc_cmake_package(tmp_path):
+    w = World(tmp_path, asc_cmake=False)
+    res = w.run("--dry-run")
+    assert res.returncode == 14 and "no asc-config.cmake" in res.stderr and w.ran() == []
+
+
+def test_configure_points_find_package_at_the_asc_config(world):
+    res = world.run("--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert f"-DASC_DIR={world.cann}/{platform.machine()}-linux/lib64/cmake" in res.stdout
 
 
 def test_no_torch_npu(world):

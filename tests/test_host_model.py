@@ -26,7 +26,12 @@ AIV0 = "AIV 0 (block 0, sub-block 0)"
 # case -> the exact message prefix "<core>: <api>: <cause>"
 MISUSE = {
     "misuse_initbuffer_ub_overflow": f"{AIV0}: TPipe::InitBuffer: TQue<VECIN, 2> at VECIN needs 98304 B but only "
-    "94208 B of UB's 196608 B are free",
+    "85760 B of UB's 188160 B are free (192 KB less the vector APIs' scratch at TMP_UB_OFFSET = 184 KB and the "
+    "mixed kernel's 256 B)",
+    "misuse_initbuffer_ub_scratch": f"{AIV0}: TPipe::InitBuffer: TBuf at VECCALC needs 188416 B but only 188160 B of "
+    "UB's 188160 B are free (192 KB less the vector APIs' scratch",
+    "misuse_initbuffer_l1_reserved": "AIC 0: TPipe::InitBuffer: TBuf at A1 needs 524288 B but only 524032 B of L1's "
+    "524032 B are free (512 KB less the mixed kernel's 256 B)",
     "misuse_initbuffer_l0a_overflow": "AIC 0: TPipe::InitBuffer: TQue<A2, 1> at A2 needs 81920 B but only 65536 B "
     "of L0A's 65536 B are free",
     "misuse_ub_position_on_aic": "AIC 0: TPipe::InitBuffer: VECIN lives in UB, which this core does not have",
@@ -48,16 +53,29 @@ MISUSE = {
     "misuse_crosscore_wait_timeout": f"{AIV0}: CrossCoreWaitFlag: CrossCoreWaitFlag(flag 7, mode 2) timed out",
     "misuse_crosscore_counter_overflow": f"AIC 0: CrossCoreSetFlag: flag 2 of {AIV0} set more than 15 times "
     "without a CrossCoreWaitFlag",
-    "misuse_crosscore_flag_id_range": "AIC 0: CrossCoreSetFlag: flagId 11 outside 0..10 (Atlas A2)",
+    "misuse_crosscore_flag_id_range": "AIC 0: CrossCoreSetFlag: flagId 16 outside 0..15",
+    "misuse_crosscore_flag_id_syncall": "AIC 0: CrossCoreSetFlag: flagId 11 is reserved: SyncAll uses flagIds 11-14 "
+    "(CrossCoreSetFlag docs, 约束说明)",
+    "misuse_core_build_on_the_wrong_core": "KERNEL_TASK_TYPE_DEFAULT: this kernel build was compiled for the AIC "
+    "(ASCENDC_MODEL_CORE_TYPE) and runs on another core type",
+    "misuse_syncall_without_batch_mode": "SyncAll<false>: an all-core barrier in a launch whose tiling did not set "
+    "batch mode (SetScheduleMode(1))",
+    "misuse_mode0_without_batch_mode": "CrossCoreSetFlag(flag 2, mode 0): an all-core barrier in a launch whose "
+    "tiling did not set batch mode",
     "misuse_error_releases_waiters": "AIC 0: TPipe::InitBuffer: TBuf at CO1 needs 132096 B but only 131072 B of "
     "L0C's 131072 B are free",
 }
+
+# Reported by whichever core fails first (the barrier, or the wrong-core build, is reached by several).
+ANY_CORE = {"misuse_syncall_without_batch_mode", "misuse_mode0_without_batch_mode",
+            "misuse_core_build_on_the_wrong_core"}
 
 SEMANTICS = [
     "pipe_capacity_exact", "pipe_release_on_destroy", "queue_fifo_double_buffer", "datacopy_strided_roundtrip",
     "datacopypad_bytes_and_padding", "nd2nz_layout_with_strides", "vec_binary_repeat_strides",
     "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_brcb_duplicate_compare_select",
-    "launch_identity", "sync_mode2_ping_pong", "sync_mode0_and_syncall", "sync_intra_core_events", "cube_gemv_m1",
+    "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
+    "sync_intra_core_events", "cube_gemv_m1",
 ]
 NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "vec_exp_ln_values",
            "vec_reduce_sum_fold"]
@@ -91,6 +109,8 @@ def test_misuse_fails_loudly(binary, case):
         assert "can never be satisfied: every core has finished or is blocked" in message, message
         assert "AIC 0 in CrossCoreWaitFlag(flag 4, mode 0)" in message, message
         assert f"{AIV0} in CrossCoreWaitFlag(flag 3, mode 0)" in message, message
+    elif case in ANY_CORE:
+        assert expected in message, message
     else:
         assert message.startswith(expected), message
 
@@ -217,3 +237,43 @@ def test_reduce_sum_folds_in_halves(binary, tmp_path):
         for v in rows[r]:
             seq[r] = np.float16(seq[r] + np.float16(v))
     assert any(seq[r] != full[r] for r in range(4))
+
+
+# ---- ASCEND_IS_AIC / ASCEND_IS_AIV are compile-time, one build per core type ----------------------------
+KERNEL_SNIPPET = """
+#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void k(GM_ADDR x) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+    %s
+}
+"""
+
+
+def compile_snippet(body: str, *defines: str) -> subprocess.CompletedProcess:
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed")
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-I", str(ROOT / "host_model" / "include"), "-x", "c++", "-"]
+    cmd += [f"-D{d}" for d in defines]
+    return subprocess.run(cmd, input=KERNEL_SNIPPET % body, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("core", ["1", "2"])
+def test_core_type_branches_compile_per_core_type(core):
+    r = compile_snippet("if ASCEND_IS_AIC { GetBlockIdx(); } if ASCEND_IS_AIV { GetSubBlockIdx(); }",
+                        f"ASCENDC_MODEL_CORE_TYPE={core}")
+    assert r.returncode == 0, r.stderr
+
+
+def test_runtime_core_type_test_does_not_compile():
+    # As with CANN (ASCEND_IS_AIC is `constexpr(g_coreType == AscendC::AIC)`), a run-time use fails to build.
+    body = "if (ASCEND_IS_AIC && x != nullptr) GetBlockIdx();"
+    r = compile_snippet(body, "ASCENDC_MODEL_CORE_TYPE=1")
+    assert r.returncode != 0
+    control = compile_snippet(body, "ASCENDC_MODEL_RUNTIME_CORE_TYPE")  # the model's own test cases
+    assert control.returncode == 0, control.stderr
+
+
+def test_kernel_without_core_type_does_not_compile():
+    r = compile_snippet("if ASCEND_IS_AIC { GetBlockIdx(); }")
+    assert r.returncode != 0 and "compiled once per core type" in r.stderr, r.stderr

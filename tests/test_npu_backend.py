@@ -29,7 +29,7 @@ COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
 
 
 def _host_model_built() -> bool:
-    return npu._host_model() is not None
+    return npu._load_host_model() is not None
 
 
 needs_host_model = pytest.mark.skipif(not _host_model_built(),

@@ -25,6 +25,7 @@ SECTIONS = {
     "layouts": 10_000,      # BNSD/BSH/BSND x sparse modes 0-4 x lengths
     "beta": 300,
     "errors": 30,           # bad inputs raise std::invalid_argument naming the argument
+    "head_dims": 15_000,    # D 16..256 step 16 x 2 precisions: every plan within the usable 184 KB UB
 }
 
 

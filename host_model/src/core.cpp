@@ -15,6 +15,8 @@ thread_local CoreContext* tCore = nullptr;
 
 void BindCore(CoreContext* core) { tCore = core; }
 
+CoreContext* CurrentCoreOrNull() { return tCore; }
+
 CoreContext& CurrentCore() {
     if (tCore == nullptr) throw Error("host: AscendC API called outside LaunchMix (no core context)");
     return *tCore;
@@ -37,7 +39,7 @@ const char* MemoryName(Memory m) {
 }
 
 uint32_t MemoryCapacity(Memory m) {
-    static const uint32_t sizes[] = {kUbBytes, kL1Bytes, kL0aBytes, kL0bBytes, kL0cBytes};
+    static const uint32_t sizes[] = {kUbUsableBytes, kL1Bytes, kL0aBytes, kL0bBytes, kL0cBytes};
     return sizes[static_cast<int>(m)];
 }
 
@@ -109,6 +111,14 @@ void CheckKernelType(KernelMetaType type) {
         ascendc_model::Fail("KERNEL_TASK_TYPE_DEFAULT", "the model runs KERNEL_TYPE_MIX_AIC_1_2 kernels only");
 }
 
+void CheckKernelType(KernelMetaType type, int builtForCoreType) {
+    CheckKernelType(type);
+    if (builtForCoreType != CurrentCoreTypeValue())
+        ascendc_model::Fail("KERNEL_TASK_TYPE_DEFAULT", std::string("this kernel build was compiled for the ") +
+                                                            (builtForCoreType == AIC ? "AIC" : "AIV") +
+                                                            " (ASCENDC_MODEL_CORE_TYPE) and runs on another core type");
+}
+
 int CurrentCoreTypeValue() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? AIC : AIV; }
 
 int64_t GetBlockIdx() {
@@ -117,6 +127,6 @@ int64_t GetBlockIdx() {
 }
 int64_t GetBlockNum() { return ascendc_model::CurrentCore().blockDim; }
 int64_t GetSubBlockIdx() { return ascendc_model::CurrentCore().subBlockIdx; }
-int64_t GetTaskRation() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? 1 : 2; }
+int64_t GetTaskRatio() { return ascendc_model::CurrentCore().type == ascendc_model::CoreType::AIC ? 1 : 2; }
 
 }  // namespace AscendC

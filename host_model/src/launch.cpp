@@ -54,6 +54,10 @@ LaunchState::LaunchState(const LaunchConfig& cfg) : cfg_(cfg) {
     flags_.assign(3 * b, {});
     mode1Pending_.assign(b, {});
     mode2Pending_.assign(b, {});
+    flagStamps_.assign(3 * b, {});
+    mode1Stamps_.assign(b, {});
+    mode2Stamps_.assign(b, {});
+    for (auto& core : cores_) core->cost = cfg.cost;
 }
 
 void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) {
@@ -62,6 +66,7 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     std::exception_ptr error;
     try {
         body();
+        CloseSegment();  // the work after the last synchronisation point
     } catch (const Aborted&) {
     } catch (const Error&) {
         error = std::current_exception();
@@ -75,12 +80,19 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     cv_.notify_all();
 }
 
-void LaunchState::Run(const std::function<void()>& body) {
+void LaunchState::Run(const std::function<void()>& aicBody, const std::function<void()>& aivBody) {
     std::vector<std::thread> threads;
     threads.reserve(cores_.size());
-    for (auto& core : cores_) threads.emplace_back([this, &core, &body] { RunCore(*core, body); });
+    for (auto& core : cores_) {
+        const std::function<void()>& body = core->type == CoreType::AIC ? aicBody : aivBody;
+        threads.emplace_back([this, &core, &body] { RunCore(*core, body); });
+    }
     for (std::thread& t : threads) t.join();
     if (firstError_) std::rethrow_exception(firstError_);
+    if (cfg_.counters != nullptr) {
+        cfg_.counters->clear();
+        for (const auto& core : cores_) cfg_.counters->push_back(core->counters);
+    }
 }
 
 void LaunchState::BlockUntil(std::unique_lock<std::mutex>& lock, CoreContext& self, const std::string& api,
@@ -121,79 +133,127 @@ void LaunchState::CheckPending(int& pending, const std::string& whose, uint16_t 
                                      " without the matching sets of its partner cores");
 }
 
-void LaunchState::Count(uint32_t target, uint16_t flagId, const char* api) {
+void LaunchState::Count(uint32_t target, uint16_t flagId, const char* api, Stamp when) {
     int& c = flags_[target][flagId];
     if (c >= kFlagCounterLimit)
         Fail(api, "flag " + std::to_string(flagId) + " of " + cores_[target]->Name() + " set more than " +
                       std::to_string(kFlagCounterLimit) + " times without a CrossCoreWaitFlag (hardware limit)");
     ++c;
+    flagStamps_[target][flagId].push_back(when);
+}
+
+void LaunchState::CheckFlagId(const char* api, uint16_t flagId) const {
+    if (flagId >= kCrossCoreFlags)
+        Fail(api, "flagId " + std::to_string(flagId) + " outside 0..15 (16 flag counters per core; the hardware would "
+                      "keep the low 4 bits)");
+    if (flagId >= kSyncAllFirstFlag && flagId <= kSyncAllLastFlag)
+        Fail(api, "flagId " + std::to_string(flagId) + " is reserved: SyncAll uses flagIds 11-14 (CrossCoreSetFlag "
+                      "docs, 约束说明)");
+}
+
+void LaunchState::CheckBatchMode(const std::string& api) const {
+    if (cfg_.scheduleMode != kScheduleModeBatch)
+        Fail(api, "an all-core barrier in a launch whose tiling did not set batch mode (SetScheduleMode(1)); "
+                  "without it the cores may start in rounds and the barrier deadlocks (SyncAll docs, 约束说明)");
 }
 
 void LaunchState::CrossCoreSet(CoreContext& self, uint8_t mode, uint16_t flagId) {
     const char* api = "CrossCoreSetFlag";
-    if (flagId > kMaxUserFlagId)
-        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    CheckFlagId(api, flagId);
+    if (mode == 0) CheckBatchMode(FlagText(api, mode, flagId));
+    const Stamp now = CloseSegment();
+    self.counters.crossCoreSets += 1;
     std::lock_guard<std::mutex> lock(mu_);
     const uint32_t b = cfg_.blockDim, blk = self.blockIdx;
     const uint32_t aiv0 = b + 2 * blk, aic = blk;
     const bool isAic = self.type == CoreType::AIC;
     if (mode == 0) {
         int& arrived = mode0Arrivals_[isAic ? 0 : 1][flagId];
+        Stamp& latest = mode0Latest_[isAic ? 0 : 1][flagId];
+        latest = Later(latest, now);
         const uint32_t group = isAic ? b : 2 * b;
         if (++arrived == static_cast<int>(group)) {
             arrived = 0;
-            for (uint32_t i = isAic ? 0 : b; i < (isAic ? b : 3 * b); ++i) Count(i, flagId, api);
+            for (uint32_t i = isAic ? 0 : b; i < (isAic ? b : 3 * b); ++i) Count(i, flagId, api, latest);
+            latest = Stamp{};
         }
     } else if (mode == 1 || !isAic) {
         if (isAic) Fail(api, "mode 1 synchronises the two AIVs of an AI core; the AIC cannot use it");
         // Both AIVs must set before anyone is counted: mode 1 counts both AIVs, mode 2 the AIC.
         auto& pend = (mode == 1 ? mode1Pending_ : mode2Pending_)[blk];
+        auto& stamps = (mode == 1 ? mode1Stamps_ : mode2Stamps_)[blk];
         CheckPending(pend[self.subBlockIdx][flagId], self.Name(), flagId);
+        stamps[self.subBlockIdx][flagId].push_back(now);
         if (pend[0][flagId] > 0 && pend[1][flagId] > 0) {
             --pend[0][flagId];
             --pend[1][flagId];
+            const Stamp both = Later(stamps[0][flagId].front(), stamps[1][flagId].front());
+            stamps[0][flagId].pop_front();
+            stamps[1][flagId].pop_front();
             if (mode == 1) {
-                Count(aiv0, flagId, api);
-                Count(aiv0 + 1, flagId, api);
+                Count(aiv0, flagId, api, both);
+                Count(aiv0 + 1, flagId, api, both);
             } else {
-                Count(aic, flagId, api);
+                Count(aic, flagId, api, both);
             }
         }
     } else {  // mode 2 from the AIC: both of its AIVs
-        Count(aiv0, flagId, api);
-        Count(aiv0 + 1, flagId, api);
+        Count(aiv0, flagId, api, now);
+        Count(aiv0 + 1, flagId, api, now);
     }
     cv_.notify_all();
 }
 
 void LaunchState::CrossCoreWait(CoreContext& self, uint8_t mode, uint16_t flagId) {
     const char* api = "CrossCoreWaitFlag";
-    if (flagId > kMaxUserFlagId)
-        Fail(api, "flagId " + std::to_string(flagId) + " outside 0.." + std::to_string(kMaxUserFlagId) + " (Atlas A2)");
+    CheckFlagId(api, flagId);
+    CloseSegment();
+    self.counters.crossCoreWaits += 1;
     std::unique_lock<std::mutex> lock(mu_);
     int& counter = flags_[self.globalIndex][flagId];
-    BlockUntil(lock, self, api, FlagText(api, mode, flagId), [&counter] { return counter > 0; }, [&counter] { --counter; });
+    StampQueue& stamps = flagStamps_[self.globalIndex][flagId];
+    Stamp released;
+    BlockUntil(lock, self, api, FlagText(api, mode, flagId), [&counter] { return counter > 0; },
+               [&counter, &stamps, &released] {
+                   --counter;
+                   released = stamps.front();
+                   stamps.pop_front();
+               });
+    WaitUntil(released);
 }
 
 void LaunchState::SyncAll(CoreContext& self, bool aivOnly) {
     if (aivOnly && self.type == CoreType::AIC) Fail("SyncAll", "SyncAll<true> synchronises AIVs; called on the AIC");
+    CheckBatchMode(aivOnly ? "SyncAll<true>" : "SyncAll<false>");
+    const Stamp now = CloseSegment();
+    self.counters.barriers += 1;
     std::unique_lock<std::mutex> lock(mu_);
     const int g = aivOnly ? 0 : 1;
     const uint32_t group = aivOnly ? 2 * cfg_.blockDim : 3 * cfg_.blockDim;
     const uint64_t generation = barrierGeneration_[g];
+    barrierLatest_[g] = Later(barrierLatest_[g], now);
     if (++barrierArrived_[g] == group) {
         barrierArrived_[g] = 0;
         ++barrierGeneration_[g];
+        barrierRelease_[g] = barrierLatest_[g];
+        barrierLatest_[g] = Stamp{};
+        WaitUntil(barrierRelease_[g]);
         cv_.notify_all();
         return;
     }
     BlockUntil(lock, self, "SyncAll", aivOnly ? "SyncAll<true>" : "SyncAll<false>",
                [this, g, generation] { return barrierGeneration_[g] != generation; }, [] {});
+    WaitUntil(barrierRelease_[g]);
 }
 
 void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& body) {
     LaunchState state(cfg);
-    state.Run(body);
+    state.Run(body, body);
+}
+
+void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& aicBody, const std::function<void()>& aivBody) {
+    LaunchState state(cfg);
+    state.Run(aicBody, aivBody);
 }
 
 void CrossCoreSet(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreSet(CurrentCore(), mode, flagId); }

@@ -3,6 +3,17 @@
 
 namespace ascendc_model {
 
+namespace {
+// Why UB and L1 offer less than their physical size (see core.h): the message names the reserves, so a
+// plan that assumed the physical size is found.
+std::string CapacityNote(Memory mem) {
+    if (mem == Memory::UB)
+        return " (192 KB less the vector APIs' scratch at TMP_UB_OFFSET = 184 KB and the mixed kernel's 256 B)";
+    if (mem == Memory::L1) return " (512 KB less the mixed kernel's 256 B)";
+    return "";
+}
+}  // namespace
+
 TPipeState::TPipeState() : core_(&CurrentCore()) {
     if (core_->pipe != nullptr) Fail("TPipe", "a second TPipe on this core while the first is alive");
     core_->pipe = this;
@@ -28,7 +39,7 @@ std::vector<BufferSlot> TPipeState::Reserve(AscendC::TPosition pos, uint32_t cou
     if (used + need > MemoryCapacity(mem))
         Fail(api, what + " at " + AscendC::PositionName(pos) + " needs " + std::to_string(need) + " B but only " +
                       std::to_string(MemoryCapacity(mem) - used) + " B of " + MemoryName(mem) + "'s " +
-                      std::to_string(MemoryCapacity(mem)) + " B are free");
+                      std::to_string(MemoryCapacity(mem)) + " B are free" + CapacityNote(mem));
     std::vector<BufferSlot> slots(count);
     for (BufferSlot& s : slots) {
         s.position = pos;

@@ -7,9 +7,23 @@
 
 namespace ascendc_model {
 
+VecIter::VecIter(VecIter&& o) noexcept
+    : api_(std::move(o.api_)), widest_(o.widest_), live_(o.live_), counted_(o.counted_), repeats_(o.repeats_),
+      lanes_(o.lanes_), highestLane_(o.highestLane_), bits_{o.bits_[0], o.bits_[1]} {
+    o.live_ = false;
+}
+
+VecIter::~VecIter() {
+    if (!live_ || widest_ == 0 || repeats_ == 0) return;
+    // Count form: the hardware runs ceil(count * width / 256) repeats of the widest operand.
+    const uint64_t repeats = counted_ ? (uint64_t(lanes_) * widest_ + 255) / 256 : repeats_;
+    CountVector(api_, repeats, widest_);
+}
+
 VecIter VecIter::Count(const std::string& api, int64_t count) {
     if (count < 0) Fail(api, "negative count " + std::to_string(count));
     VecIter it;
+    it.api_ = api;
     it.counted_ = true;
     it.repeats_ = count > 0 ? 1 : 0;
     it.lanes_ = static_cast<uint32_t>(count);
@@ -30,6 +44,8 @@ VecIter VecIter::Continuous(const std::string& api, uint64_t mask, int64_t repea
     if (mask < 1 || mask > lanes)
         Fail(api, "continuous mask " + std::to_string(mask) + " outside [1, " + std::to_string(lanes) + "]");
     VecIter it;
+    it.api_ = api;
+    it.widest_ = widestBytes;
     it.counted_ = false;
     it.repeats_ = static_cast<uint64_t>(repeatTimes);
     it.lanes_ = lanes;
@@ -45,6 +61,8 @@ VecIter VecIter::Bits(const std::string& api, const uint64_t mask[], int64_t rep
     if (lanes == 64 && mask[1] != 0) Fail(api, "bit mask: mask[1] must be 0 for 32-bit types (64 lanes)");
     if (mask[0] == 0 && (lanes == 64 || mask[1] == 0)) Fail(api, "bit mask enables no lane");
     VecIter it;
+    it.api_ = api;
+    it.widest_ = widestBytes;
     it.counted_ = false;
     it.repeats_ = static_cast<uint64_t>(repeatTimes);
     it.lanes_ = lanes;

@@ -6,8 +6,8 @@ using hm_test::OnAic;
 using hm_test::OnAiv;
 
 HM_CASE(pipe_capacity_exact) {
-    // UB's 192 KB shared by VECIN/VECOUT/VECCALC and the AIC memories fill exactly; buffers are
-    // 32-byte aligned and disjoint.
+    // UB's usable 184 KB - 256 B shared by VECIN/VECOUT/VECCALC and the AIC memories (L1: 512 KB - 256 B) fill
+    // exactly; buffers are 32-byte aligned and disjoint.
     OnAiv([] {
         TPipe pipe;
         TQue<TPosition::VECIN, 2> in;
@@ -15,13 +15,13 @@ HM_CASE(pipe_capacity_exact) {
         TBuf<TPosition::VECCALC> calc;
         pipe.InitBuffer(in, 2, 32 * 1024);
         pipe.InitBuffer(out, 2, 48 * 1024 - 1);  // rounded up to 48 KB
-        pipe.InitBuffer(calc, 32 * 1024);
+        pipe.InitBuffer(calc, 24 * 1024 - 256);
         LocalTensor<half> a = in.AllocTensor<half>(), b = in.AllocTensor<half>();
         LocalTensor<half> c = out.AllocTensor<half>(), d = out.AllocTensor<half>();
         LocalTensor<half> e = calc.Get<half>();
         HM_CHECK(a.GetPhyAddr() == 0 && b.GetPhyAddr() == 32768, "VECIN buffers back to back");
         HM_CHECK(c.GetPhyAddr() == 65536 && d.GetPhyAddr() == 65536 + 49152, "VECOUT after VECIN, 32-B aligned");
-        HM_CHECK(e.GetPhyAddr() + e.GetSize() * 2 == 192 * 1024, "VECCALC ends at 192 KB");
+        HM_CHECK(e.GetPhyAddr() + e.GetSize() * 2 == 184 * 1024 - 256, "VECCALC ends at 184 KB - 256 B");
         HM_CHECK(calc.Get<float>(100).GetSize() == 100, "TBuf::Get(len)");
     });
     OnAic([] {
@@ -32,7 +32,7 @@ HM_CASE(pipe_capacity_exact) {
         TQue<TPosition::B2, 1> b2;
         TQue<TPosition::CO1, 1> co1;
         pipe.InitBuffer(a1, 2, 128 * 1024);
-        pipe.InitBuffer(b1, 2, 128 * 1024);
+        pipe.InitBuffer(b1, 2, 128 * 1024 - 128);
         pipe.InitBuffer(a2, 2, 32 * 1024);
         pipe.InitBuffer(b2, 2, 32 * 1024);
         pipe.InitBuffer(co1, 2, 64 * 1024);
@@ -45,11 +45,11 @@ HM_CASE(pipe_release_on_destroy) {
         {
             TPipe pipe;
             TBuf<TPosition::VECCALC> b;
-            pipe.InitBuffer(b, 192 * 1024);
+            pipe.InitBuffer(b, 184 * 1024 - 256);
         }
         TPipe pipe;
         TBuf<TPosition::VECCALC> b;
-        pipe.InitBuffer(b, 192 * 1024);
+        pipe.InitBuffer(b, 184 * 1024 - 256);
     });
 }
 
@@ -81,6 +81,23 @@ HM_CASE(misuse_initbuffer_ub_overflow) {
         TBuf<TPosition::VECCALC> calc;
         pipe.InitBuffer(calc, 100 * 1024);
         pipe.InitBuffer(in, 2, 48 * 1024);
+    });
+}
+
+HM_CASE(misuse_initbuffer_ub_scratch) {
+    // 184 KB is already too much: the top 8 KB belong to the vector APIs' scratch, 256 B more to the framework.
+    OnAiv([] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> calc;
+        pipe.InitBuffer(calc, 184 * 1024);
+    });
+}
+
+HM_CASE(misuse_initbuffer_l1_reserved) {
+    OnAic([] {
+        TPipe pipe;
+        TBuf<TPosition::A1> l1;
+        pipe.InitBuffer(l1, 512 * 1024);
     });
 }
 

@@ -16,11 +16,11 @@ HM_CASE(launch_identity) {
     LaunchMix({3, 7, 5.0}, [&] {
         HM_CHECK(GetBlockNum() == 3 && TILING_KEY_IS(7) && !TILING_KEY_IS(6), "block num / tiling key");
         if ASCEND_IS_AIC {
-            HM_CHECK(GetSubBlockIdx() == 0 && GetTaskRation() == 1, "AIC sub-block / ratio");
+            HM_CHECK(GetSubBlockIdx() == 0 && GetTaskRatio() == 1, "AIC sub-block / ratio");
             seen[GetBlockIdx()]++;
         }
         if ASCEND_IS_AIV {
-            HM_CHECK(GetTaskRation() == 2, "AIV ratio");
+            HM_CHECK(GetTaskRatio() == 2, "AIV ratio");
             seen[3 + GetBlockIdx()]++;
         }
     });
@@ -56,7 +56,7 @@ HM_CASE(sync_mode0_and_syncall) {
     // Mode 0 on the AIVs: every AIV writes its id, sets flag 5, waits; afterwards all ids are visible.
     std::vector<std::atomic<int>> ids(8);
     std::atomic<int> bad{0};
-    LaunchMix({4, 0, 5.0}, [&] {
+    LaunchMix({4, 0, 5.0, ascendc_model::kScheduleModeBatch}, [&] {
         if ASCEND_IS_AIV {
             ids[GetBlockIdx()] = static_cast<int>(GetBlockIdx()) + 1;
             CrossCoreSetFlag<0, PIPE_MTE3>(5);
@@ -120,7 +120,30 @@ HM_CASE(misuse_crosscore_counter_overflow) {
 
 HM_CASE(misuse_crosscore_flag_id_range) {
     LaunchMix({1, 0, 5.0}, [] {
-        if ASCEND_IS_AIC CrossCoreSetFlag<2, PIPE_FIX>(11);
+        if ASCEND_IS_AIC CrossCoreSetFlag<2, PIPE_FIX>(16);
+    });
+}
+
+HM_CASE(misuse_crosscore_flag_id_syncall) {
+    // 11..14 belong to SyncAll; 15 and 0..10 are the kernel's.
+    LaunchMix({1, 0, 5.0}, [] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<2, PIPE_FIX>(15);
+            CrossCoreSetFlag<2, PIPE_FIX>(11);
+        }
+    });
+}
+
+HM_CASE(misuse_syncall_without_batch_mode) {
+    LaunchMix({2, 0, 5.0}, [] { SyncAll<false>(); });
+}
+
+HM_CASE(misuse_mode0_without_batch_mode) {
+    LaunchMix({2, 0, 5.0}, [] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<0, PIPE_FIX>(2);
+            CrossCoreWaitFlag(2);
+        }
     });
 }
 

@@ -126,8 +126,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.baseK >= 16 && t.baseK % 16 == 0 && t.baseK <= d.D);
 
     // ---- on-chip capacities -------------------------------------------------------------------
-    CHECK(t.ubBytes <= pl.ubSize);
-    CHECK(t.l1Bytes <= pl.l1Size);
+    // UB and L1 as TPipe offers them: less the vector APIs' scratch (TMP_UB_OFFSET = 184 KB on A2) and the
+    // mixed kernel's 256 B (see pasa_tiling.h).
+    CHECK(t.ubBytes <= pl.ubSize - pasa::kUbReservedBytes);
+    CHECK(t.l1Bytes <= pl.l1Size - pasa::kL1ReservedBytes);
+    CHECK(r.scheduleMode == pasa::kScheduleModeBatch);
     CHECK(t.l0aBytes <= pl.l0aSize);
     CHECK(t.l0bBytes <= pl.l0bSize);
     CHECK(t.l0cBytes <= pl.l0cSize);
@@ -317,6 +320,30 @@ void SectionPlatforms() {
                 }
 }
 
+// Every head dim the op accepts (16..256, step 16), both precisions: each A2 plan fits the UB TPipe
+// offers (184 KB - 256 B: the vector APIs' scratch takes the top 8 KB) and L1 less 256 B. The
+// largest plans are printed, so the margin is visible in the test log.
+void SectionHeadDims() {
+    uint64_t worstUb = 0, worstL1 = 0;
+    std::string worstUbCase, worstL1Case;
+    for (int64_t D = 16; D <= 256; D += 16)
+        for (const char* prec : {"pasa", "pasa_fp32"})
+            for (int64_t S1 : {1, 128, 4096})
+                for (int64_t g : {1, 8}) {
+                    Dims d{1, 2 * g, 2, S1, 4096, D};
+                    pasa::TilingInput in = MakeInput(d, "BNSD", prec);
+                    CheckPlan(in, d);
+                    g_case = Describe(in);
+                    const pasa::TilingResult r = pasa::ComputeTiling(in);
+                    CHECK(r.data.ubBytes <= 184 * 1024 - 256);
+                    CHECK(r.data.l1Bytes <= 512 * 1024 - 256);
+                    if (r.data.ubBytes > worstUb) worstUb = r.data.ubBytes, worstUbCase = g_case;
+                    if (r.data.l1Bytes > worstL1) worstL1 = r.data.l1Bytes, worstL1Case = g_case;
+                }
+    std::printf("largest UB plan: %llu of 188160 B (%s)\nlargest L1 plan: %llu of 524032 B (%s)\n",
+                (unsigned long long)worstUb, worstUbCase.c_str(), (unsigned long long)worstL1, worstL1Case.c_str());
+}
+
 // All three layouts with masks, lengths, sparse modes: the same plan properties.
 void SectionLayouts() {
     for (const char* layout : {"BNSD", "BSH", "BSND"})
@@ -439,7 +466,8 @@ void SectionErrors() {
 int main(int argc, char** argv) {
     const std::vector<std::pair<std::string, void (*)()>> sections = {
         {"grid", SectionGrid},     {"decode", SectionDecode}, {"platforms", SectionPlatforms},
-        {"layouts", SectionLayouts}, {"beta", SectionBeta},   {"errors", SectionErrors}};
+        {"layouts", SectionLayouts}, {"beta", SectionBeta},   {"errors", SectionErrors},
+        {"head_dims", SectionHeadDims}};
     bool ran = false;
     for (const auto& s : sections) {
         if (argc > 1 && s.first != argv[1]) continue;

@@ -4,7 +4,8 @@
 // What a CANN op launch does, done here on host memory: the tiling (pasa::ComputeTiling, the same
 // code the op's tiling function calls) gives the tiling data, the tiling key, the block dim and the
 // user workspace size; every GM tensor gets its own buffer, aligned like device memory; the kernel
-// runs through ascendc_model::LaunchMix on blockDim AIC threads and 2*blockDim AIV threads.
+// runs through ascendc_model::LaunchMix on blockDim AIC threads (its AIC build) and 2*blockDim AIV
+// threads (its AIV build), under the schedule mode the tiling chose.
 //
 // Faults the model cannot see are caught here: each GM buffer sits between guard zones filled with
 // 0xFF (an FP16/FP32 NaN pattern) that must be unchanged after the run (a write outside a tensor),
@@ -27,11 +28,16 @@
 #include "host_model/launch.h"
 #include "pasa_tiling.h"
 
-// The kernel entry (op_kernel/pasa_fused_attention.cpp); GM_ADDR is uint8_t* in the host model.
-extern "C" void pasa_fused_attention(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,
-                                     uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv,
-                                     uint8_t* attentionOut, uint8_t* softmaxLse, uint8_t* workspace,
-                                     uint8_t* tiling);
+// The kernel entry (op_kernel/pasa_fused_attention.cpp), compiled once per core type as CANN does
+// (ascendc_model_add_kernel: the AIC build is pasa_fused_attention_aic, the AIV build _aiv); GM_ADDR is
+// uint8_t* in the host model.
+#define PASA_KERNEL_ENTRY(name)                                                                           \
+    extern "C" void name(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,               \
+                         uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv, uint8_t* attentionOut, \
+                         uint8_t* softmaxLse, uint8_t* workspace, uint8_t* tiling)
+PASA_KERNEL_ENTRY(pasa_fused_attention_aic);
+PASA_KERNEL_ENTRY(pasa_fused_attention_aiv);
+#undef PASA_KERNEL_ENTRY
 
 namespace py = pybind11;
 
@@ -194,7 +200,56 @@ bool OverflowStatus(const GmBuffer& ws, const PasaTilingData& t, uint32_t blockD
     return overflow;
 }
 
-py::tuple Run(const Call& c) {
+// One core's counters of the cost model (host_model/include/host_model/cost.h) as a dict.
+py::dict CountersDict(const ascendc_model::CoreCounters& k) {
+    py::dict d;
+    d["mmad_calls"] = k.mmadCalls;
+    d["cube_fractals"] = k.cubeFractals;
+    d["cube_macs"] = k.cubeMacs;
+    d["load_data_calls"] = k.loadDataCalls;
+    d["l0a_bytes"] = k.l0aBytes;
+    d["l0b_bytes"] = k.l0bBytes;
+    d["mte2_calls"] = k.mte2Calls;
+    d["mte2_bytes"] = k.mte2Bytes;
+    d["mte3_calls"] = k.mte3Calls;
+    d["mte3_bytes"] = k.mte3Bytes;
+    d["fix_calls"] = k.fixCalls;
+    d["fix_bytes"] = k.fixBytes;
+    d["ub_copy_bytes"] = k.ubCopyBytes;
+    py::dict vec;
+    for (const auto& [key, v] : k.vector) vec[py::str(key)] = py::make_tuple(v.calls, v.repeats, v.cycles);
+    d["vector"] = vec;
+    d["scalar_accesses"] = k.scalarAccesses;
+    d["cross_core_sets"] = k.crossCoreSets;
+    d["cross_core_waits"] = k.crossCoreWaits;
+    d["barriers"] = k.barriers;
+    py::dict pipes;
+    for (int p = 0; p < ascendc_model::kPipes; ++p)
+        pipes[ascendc_model::PipeName(static_cast<ascendc_model::Pipe>(p))] = k.pipeCycles[p];
+    d["pipe_cycles"] = pipes;
+    d["clock_overlap"] = k.clockOverlap;
+    d["clock_serial"] = k.clockSerial;
+    d["wait_overlap"] = k.waitOverlap;
+    d["wait_serial"] = k.waitSerial;
+    return d;
+}
+
+ascendc_model::CostTable CostTableFrom(const py::dict& d) {
+    ascendc_model::CostTable t;
+    const std::pair<const char*, double*> fields[] = {
+        {"cube_cycles_per_fractal", &t.cubeCyclesPerFractal}, {"mmad_head_cycles", &t.mmadHeadCycles},
+        {"l0a_bytes_per_cycle", &t.l0aBytesPerCycle},         {"l0b_bytes_per_cycle", &t.l0bBytesPerCycle},
+        {"gm_bytes_per_cycle", &t.gmBytesPerCycle},           {"dma_head_cycles", &t.dmaHeadCycles},
+        {"vec_head_cycles", &t.vecHeadCycles},                {"vec_repeat_scale", &t.vecRepeatScale},                {"ub_copy_bytes_per_cycle", &t.ubCopyBytesPerCycle},
+        {"scalar_cycles_per_access", &t.scalarCyclesPerAccess}, {"flag_latency_cycles", &t.flagLatencyCycles}};
+    size_t used = 0;
+    for (const auto& [name, field] : fields)
+        if (d.contains(name)) *field = d[name].cast<double>(), ++used;
+    if (used != d.size()) throw std::invalid_argument("cost: unknown key (expected the CostTable fields in snake_case)");
+    return t;
+}
+
+py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py::list* counters = nullptr) {
     const pasa::TilingResult r = Tiling(c.in);
     const PasaTilingData& t = r.data;
 
@@ -214,16 +269,26 @@ py::tuple Run(const Call& c) {
     ascendc_model::LaunchConfig cfg;
     cfg.blockDim = r.blockDim;
     cfg.tilingKey = r.tilingKey;
+    cfg.scheduleMode = r.scheduleMode;  // what the op's tiling function passes to SetScheduleMode
+    std::vector<ascendc_model::CoreCounters> coreCounters;
+    cfg.cost = cost;
+    cfg.counters = counters ? &coreCounters : nullptr;
     // The model reports a wait that can never be satisfied at once; the timeout only catches a wait
     // that is merely slow, which with 3*blockDim threads on a loaded 2-core CI machine can take a while.
     cfg.flagTimeoutSeconds = 120.0;
     {
         py::gil_scoped_release release;  // the kernel's core threads need no Python
         try {
-            ascendc_model::LaunchMix(cfg, [&] {
-                pasa_fused_attention(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv), out.data(),
-                                     lse.data(), ws.data(), tiling.data());
-            });
+            ascendc_model::LaunchMix(
+                cfg,
+                [&] {
+                    pasa_fused_attention_aic(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
+                                             out.data(), lse.data(), ws.data(), tiling.data());
+                },
+                [&] {
+                    pasa_fused_attention_aiv(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
+                                             out.data(), lse.data(), ws.data(), tiling.data());
+                });
         } catch (const ascendc_model::Error& e) {
             throw std::runtime_error(std::string("host model: pasa_fused_attention failed: ") + e.what());
         }
@@ -240,6 +305,8 @@ py::tuple Run(const Call& c) {
     std::memcpy(outArr.mutable_data(), out.data(), out.bytes());
     py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
+    if (counters)
+        for (const auto& k : coreCounters) counters->append(CountersDict(k));
     return py::make_tuple(outArr, lseArr, OverflowStatus(ws, t, r.blockDim));
 }
 
@@ -259,6 +326,34 @@ void DefCall(py::module_& m, const char* name, F f, const char* doc) {
         py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"));
 }
 
+// run() with the cost model: the same arguments and a `cost` dict (the CostTable fields in snake_case).
+void DefCount(py::module_& m) {
+    m.def(
+        "count",
+        [](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
+           std::optional<py::array> skv, const std::string& layout, int64_t n, int64_t nkv, double scale, double beta,
+           int64_t sparse, int64_t pre, int64_t next, const std::string& precision, const py::dict& cost,
+           uint32_t aiCores) {
+            const ascendc_model::CostTable table = CostTableFrom(cost);
+            py::list counters;
+            Call call = MakeCall(q, k, v, mask, sq, skv, layout, n, nkv, scale, beta, sparse, pre, next, precision);
+            if (aiCores > 0) {  // a smaller machine, so a reduced problem keeps the per-core work it is scaled from
+                call.in.platform.aicNum = aiCores;
+                call.in.platform.aivNum = 2 * aiCores;
+            }
+            py::tuple res = Run(call, &table, &counters);
+            return py::make_tuple(res[0], res[1], res[2], counters);
+        },
+        "run() that also counts what every core issues per pipe and runs the modelled clocks (cost model). "
+        "ai_cores > 0 tiles for that many AI cores instead of the A2's 24. "
+        "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first).",
+        py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
+        py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(), py::kw_only(),
+        py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
+        py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"),
+        py::arg("cost"), py::arg("ai_cores") = 0);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_npu_host_model, m) {
@@ -269,6 +364,7 @@ PYBIND11_MODULE(_npu_host_model, m) {
             "MS2) or None, int64 per-batch lengths or None; beta < 0 = the kernel's default. Returns "
             "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1), overflow: the kernel's "
             "status words report an Inf in S').");
+    DefCount(m);
     DefCall(m, "tiling", [](const Call& c) { return TilingDict(Tiling(c.in)); },
             "pasa::ComputeTiling for the same arguments as run(), as a dict (tiling_key, block_dim, "
             "workspace_bytes and every PasaTilingData field).");

@@ -21,9 +21,15 @@ import torch
 from . import backends
 from .backends import npu as _npu
 from .interface import finish
+from .precision import ALLOCATIONS
 from .problem import check_scale, make_problem
 
-__all__ = ["run", "run_with_status", "tiling", "default_beta"]
+__all__ = ["run", "run_with_status", "count", "tiling", "default_beta", "LAYOUTS", "PRECISIONS"]
+
+#: The layouts the kernel reads and writes (BNSD_BSND is passed as BNSD).
+LAYOUTS: tuple[str, ...] = _npu.LAYOUTS
+#: The allocations the kernel implements: those with a tiling key.
+PRECISIONS: tuple[str, ...] = tuple(name for name, a in ALLOCATIONS.items() if a.kernel_key is not None)
 
 
 def run(query, key, value, **fia_kwargs):
@@ -60,6 +66,24 @@ def run_with_status(query, key, value, **fia_kwargs):
     return (out.numpy(), lse.numpy(), overflow) if numpy_kind else (out, lse, overflow)
 
 
+def count(query, key, value, *, cost: dict, ai_cores: int = 0, **fia_kwargs):
+    """:func:`run` (the same arguments) on the cost model's counting host model: returns
+    ``(attention_out, softmax_lse, counters)``, counters one dict per core (AICs first, then AIVs) with
+    what the core issued per pipe and its modelled clocks. ``cost`` holds the per-unit costs in cycles
+    (keys as in ``pasa_npu.cost_model.A2_COSTS``); ``ai_cores`` > 0 tiles for that many AI cores instead of
+    the A2's 24. A model, not a measurement: see docs/cost_model.md."""
+    numpy_kind, tensors = _as_tensors(query, key, value, fia_kwargs)
+    problem = _problem(tensors, fia_kwargs)
+    if problem.query.numel() == 0 or problem.s2 == 0:
+        raise ValueError("count: empty query or key/value launch no kernel")
+    call = _npu.kernel_call(problem)
+    arrays, attrs = _npu.host_model_arguments(call)
+    out, lse, _, counters = _npu.host_model().count(*arrays, **attrs, cost=dict(cost), ai_cores=ai_cores)
+    out = _npu.to_bnsd(torch.from_numpy(out), attrs["input_layout"], problem)
+    out, lse = finish(problem, out, torch.from_numpy(lse).reshape(problem.batch, problem.num_heads, problem.s1))
+    return (out.numpy(), lse.numpy(), counters) if numpy_kind else (out, lse, counters)
+
+
 def tiling(query, key, value, **fia_kwargs) -> dict:
     """The tiling ``pasa::ComputeTiling`` chooses for these inputs (the arguments of :func:`run`):
     a dict with ``tiling_key``, ``block_dim``, ``workspace_bytes`` and the fields of the tiling data
@@ -75,7 +99,7 @@ def default_beta(block_kv: int, scale: float) -> float:
     """β the kernel uses when none is given: the C++ port of :func:`pasa_npu.beta.default_beta`."""
     if isinstance(block_kv, bool) or not isinstance(block_kv, int) or block_kv < 1:
         raise ValueError(f"block_kv must be a positive int, got {block_kv!r}")
-    return _npu._host_model_or_raise().default_beta(block_kv, check_scale(scale))
+    return _npu.host_model().default_beta(block_kv, check_scale(scale))
 
 
 def _problem(tensors, fia_kwargs):

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "host_model/cost.h"
 #include "host_model/tensor.h"
 
 namespace AscendC {
@@ -82,6 +84,16 @@ void CheckLocalAligned(const std::string& api, const char* role, uint32_t byteAd
 void CheckBlockMultiple(const std::string& api, uint64_t bytes);
 void CheckElementMultiple(const std::string& api, uint64_t bytes, uint32_t elemBytes);
 
+// The pipe of a copy follows its direction: GM -> local MTE2, local -> GM MTE3, UB -> UB the vector unit.
+template <typename Dst, typename Src>
+void CountBurstCopy(uint64_t bytes) {
+    constexpr bool fromGm = !std::is_same<Src, AscendC::LocalTensor<typename Src::PrimType>>::value;
+    constexpr bool toGm = !std::is_same<Dst, AscendC::LocalTensor<typename Dst::PrimType>>::value;
+    if (fromGm) CountCopy(Pipe::MTE2, bytes);
+    else if (toGm) CountCopy(Pipe::MTE3, bytes);
+    else CountUbCopy(bytes);
+}
+
 template <typename T, typename Dst, typename Src>
 void BurstCopy(const std::string& api, const Dst& dst, const Src& src, uint32_t count, uint32_t bytesPerBurst,
                uint64_t srcPitchBytes, uint64_t dstPitchBytes) {
@@ -90,6 +102,7 @@ void BurstCopy(const std::string& api, const Dst& dst, const Src& src, uint32_t 
     const uint64_t srcPitch = srcPitchBytes / sizeof(T), dstPitch = dstPitchBytes / sizeof(T);
     const T* s = src.Span(api, 0, (count - 1) * srcPitch + elems);
     T* d = dst.Span(api, 0, (count - 1) * dstPitch + elems);
+    CountBurstCopy<Dst, Src>(uint64_t(count) * bytesPerBurst);
     for (uint32_t n = 0; n < count; ++n)
         for (uint64_t i = 0; i < elems; ++i) d[n * dstPitch + i] = s[n * srcPitch + i];
 }
@@ -177,6 +190,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2Nz
     const uint64_t dstExtent = dstIndex(p.ndNum - 1, p.nValue - 1, dPadded - 1) + 1;
     const T* s = src.Span(api, 0, srcExtent);
     T* d = dst.Span(api, 0, dstExtent);
+    ascendc_model::CountCopy(ascendc_model::Pipe::MTE2, uint64_t(p.ndNum) * p.nValue * p.dValue * sizeof(T));
     for (uint32_t i = 0; i < p.ndNum; ++i)
         for (uint32_t n = 0; n < p.nValue; ++n)
             for (uint32_t c = 0; c < dPadded; ++c)
@@ -204,6 +218,7 @@ void PadCopyIn(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T
     const uint64_t rowSlots = rowBytes / sizeof(T);
     const T* s = src.Span(api, 0, (count - 1) * srcPitch + elems);
     T* d = dst.Span(api, 0, (count - 1) * dstPitch + rowSlots);
+    CountCopy(Pipe::MTE2, uint64_t(count) * bytes);
     // Dummy data: with no padding requested the hardware repeats the burst's first element; with
     // padding but isPad false the values are unspecified, which the model makes NaN-like (0xFF bytes).
     T poison;

@@ -7,20 +7,30 @@
 #include <string>
 #include <vector>
 
+#include "host_model/cost.h"
+
 namespace ascendc_model {
 
 enum class CoreType { AIC, AIV };
 
 // The physical memories of an Atlas A2 AI core. UB belongs to each AIV; L1, L0A, L0B and L0C to the AIC.
 enum class Memory { UB, L1, L0A, L0B, L0C };
+// Physical UB of an AIV, and what a mixed (AIC + AIV) kernel may allocate of it on Atlas A2:
+//  - the vector APIs keep their scratch (masks, temporaries) in the top 8 KB: TMP_UB_OFFSET = 184 KB,
+//    TOTAL_VEC_LOCAL_SIZE = 184 KB (asc-devkit impl/basic_api/utils/kernel_utils_constants.h, branch
+//    __NPU_ARCH__ == 2201);
+//  - the framework reserves another 256 B of UB and of L1 in mixed kernels (asc-devkit docs/zh/guide/
+//    编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md: "192KB - 256B - 8KB", "512KB - 256B"), which also
+//    covers the header's TOTAL_L1_SIZE = 512 KB - KFC_L1_RESERVER_SIZE (128 B).
 constexpr uint32_t kUbBytes = 192 * 1024;
-constexpr uint32_t kL1Bytes = 512 * 1024;
+constexpr uint32_t kUbUsableBytes = 184 * 1024 - 256;
+constexpr uint32_t kL1Bytes = 512 * 1024 - 256;
 constexpr uint32_t kL0aBytes = 64 * 1024;
 constexpr uint32_t kL0bBytes = 64 * 1024;
 constexpr uint32_t kL0cBytes = 128 * 1024;
 constexpr uint32_t kBlockBytes = 32;  // the DMA / vector data block ("DataBlock")
 const char* MemoryName(Memory m);
-uint32_t MemoryCapacity(Memory m);
+uint32_t MemoryCapacity(Memory m);  // what TPipe::InitBuffer may allocate
 
 // Intra-core event flags: SetFlag/WaitFlag<HardEvent> ids 0..7.
 constexpr int kEventIds = 8;
@@ -40,6 +50,10 @@ struct CoreContext {
     std::array<std::vector<uint8_t>, 5> memory;
     std::array<std::array<int, kEventIds>, kHardEventKinds> eventCount{};
     TPipeState* pipe = nullptr;  // the live TPipe of this core (at most one)
+    // Cost model (cost.h): what this core issued, the cycles of the open segment per pipe, the unit costs.
+    CoreCounters counters;
+    std::array<double, kPipes> segment{};
+    const CostTable* cost = nullptr;  // null: count only, no clocks
 
     std::vector<uint8_t>& Mem(Memory m) { return memory[static_cast<int>(m)]; }
     std::string Name() const;  // "AIC 2" / "AIV 5 (block 2, sub-block 1)"
@@ -47,5 +61,6 @@ struct CoreContext {
 
 // The core the calling thread runs as; outside LaunchMix there is none and this throws Error.
 CoreContext& CurrentCore();
+CoreContext* CurrentCoreOrNull();
 
 }  // namespace ascendc_model

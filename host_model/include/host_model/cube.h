@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "host_model/cost.h"
 #include "host_model/tensor.h"
 
 namespace AscendC {
@@ -118,6 +119,7 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
     const uint32_t dstFractals = (p.repeatTimes - 1u) * (p.dstGap + 1u) + 1u;
     T* s = src.Span(api, 0, uint64_t(srcFractals) * perFractal);
     T* d = dst.Span(api, 0, uint64_t(dstFractals) * perFractal);
+    ascendc_model::CountLoadData(dst.GetMemory() == Memory::L0A, uint64_t(p.repeatTimes) * ascendc_model::kFractalBytes);
     ascendc_model::LoadFractals(api, reinterpret_cast<uint8_t*>(d), reinterpret_cast<const uint8_t*>(s), p);
 }
 
@@ -134,6 +136,7 @@ void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const LocalTensor
     const half* a = fm.Span(api, 0, p.m == 1 ? p.k : m1 * k1 * 256);
     const half* b = filter.Span(api, 0, k1 * n1 * 256);
     float* c = dst.Span(api, 0, ascendc_model::L0cElements(p));
+    ascendc_model::CountMmad(p.m, p.n, p.k);
     ascendc_model::MmadHalf(api, c, a, b, p);
 }
 
@@ -154,6 +157,7 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
     if (p.nSize == 0 || p.mSize == 0) return;
     const float* s = src.Span(api, 0, ascendc_model::FixpipeSourceElements(p));
     T* d = dst.Span(api, 0, ascendc_model::FixpipeDestElements(p));
+    ascendc_model::CountCopy(ascendc_model::Pipe::FIX, uint64_t(p.mSize) * p.nSize * sizeof(T));
     ascendc_model::FixpipeNz2Nd(api, reinterpret_cast<uint8_t*>(d), sizeof(T), s, p);
 }
 

@@ -176,6 +176,7 @@ void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t re
     const T* s = src.Span(api, 0, uint64_t(repeatTime) * 8);
     const uint64_t lastBlock = uint64_t(repeatTime - 1) * p.dstRepStride + 7ull * p.dstBlkStride;
     T* d = dst.Span(api, 0, (lastBlock + 1) * e);
+    ascendc_model::CountVector(api, repeatTime, sizeof(T));
     for (uint32_t r = 0; r < repeatTime; ++r)
         for (uint32_t j = 0; j < 8; ++j) {
             T* block = d + (uint64_t(r) * p.dstRepStride + uint64_t(j) * p.dstBlkStride) * e;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "host_model/cost.h"
 #include "host_model/error.h"
 #include "host_model/types.h"
 
@@ -68,8 +69,14 @@ public:
     // Byte address inside its memory (what the hardware address registers hold).
     uint64_t GetPhyAddr() const { return begin_; }
 
-    T GetValue(uint32_t index) const { return *Span("LocalTensor::GetValue", index, 1); }
-    void SetValue(uint32_t index, T value) const { *Span("LocalTensor::SetValue", index, 1) = value; }
+    T GetValue(uint32_t index) const {
+        ascendc_model::CountScalarAccess();
+        return *Span("LocalTensor::GetValue", index, 1);
+    }
+    void SetValue(uint32_t index, T value) const {
+        ascendc_model::CountScalarAccess();
+        *Span("LocalTensor::SetValue", index, 1) = value;
+    }
 
     // Checked pointer to elements [first, first + count) of this tensor.
     T* Span(const std::string& api, uint64_t first, uint64_t count) const {
@@ -119,8 +126,14 @@ public:
     __gm__ T* GetPhyAddr() const { return base_; }
     __gm__ T* GetPhyAddr(uint64_t offset) const { return base_ + offset; }
     uint64_t GetSize() const { return size_; }
-    T GetValue(uint64_t index) const { return *Span("GlobalTensor::GetValue", index, 1); }
-    void SetValue(uint64_t index, T value) const { *Span("GlobalTensor::SetValue", index, 1) = value; }
+    T GetValue(uint64_t index) const {
+        ascendc_model::CountScalarAccess();
+        return *Span("GlobalTensor::GetValue", index, 1);
+    }
+    void SetValue(uint64_t index, T value) const {
+        ascendc_model::CountScalarAccess();
+        *Span("GlobalTensor::SetValue", index, 1) = value;
+    }
 
     T* Span(const std::string& api, uint64_t first, uint64_t count) const {
         if (base_ == nullptr) ascendc_model::Fail(api, "GlobalTensor has no buffer (SetGlobalBuffer not called or null GM_ADDR)");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "host_model/cost.h"
 #include "host_model/tensor.h"
 
 namespace AscendC {
@@ -54,8 +55,18 @@ struct Stride {
     uint32_t rep = 8;  // 32-byte blocks between repeats
 };
 
+// One vector instruction: it is counted for the cost model (cost.h) when it ends, in repeats of 256 bytes of
+// its widest operand (every operand passes through Operand(), which records its width).
 class VecIter {
 public:
+    VecIter(const VecIter&) = delete;
+    VecIter& operator=(const VecIter&) = delete;
+    VecIter(VecIter&& other) noexcept;
+    ~VecIter();
+    void NoteOperand(uint32_t elemBytes) const {
+        if (elemBytes > widest_) widest_ = elemBytes;
+    }
+
     static VecIter Count(const std::string& api, int64_t count);
     static VecIter Continuous(const std::string& api, uint64_t mask, int64_t repeatTimes, uint32_t widestBytes);
     static VecIter Bits(const std::string& api, const uint64_t mask[], int64_t repeatTimes, uint32_t widestBytes);
@@ -84,6 +95,10 @@ public:
     }
 
 private:
+    VecIter() = default;
+    std::string api_;
+    mutable uint32_t widest_ = 0;
+    bool live_ = true;  // false once moved from: only the last owner counts the instruction
     bool counted_ = true;
     uint64_t repeats_ = 0;
     uint32_t lanes_ = 0;
@@ -104,6 +119,7 @@ template <typename T>
 VecOperand<T> Operand(const std::string& api, const char* role, const AscendC::LocalTensor<T>& t, const VecIter& it,
                       Stride s = Stride()) {
     CheckVectorOperand(api, role, t.GetMemory(), t.ByteBegin());
+    it.NoteOperand(sizeof(T));
     return VecOperand<T>{t.Span(api, 0, it.Extent(sizeof(T), s)), s};
 }
 

@@ -26,8 +26,8 @@ import torch
 
 from ..problem import Problem
 
-__all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "tiling",
-           "unavailable_reason"]
+__all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "host_model",
+           "host_model_arguments", "to_bnsd", "tiling", "unavailable_reason"]
 
 #: The kernel's KV block length n (M = (I − β/n·J)·scale and the default β are built for it).
 KV_BLOCK = 128
@@ -69,7 +69,7 @@ class NpuBackend:
         if device.type in _NPU_DEVICE_TYPES:
             return unavailable_reason()
         if device.type == "cpu":
-            return None if _host_model() is not None else (
+            return None if _load_host_model() is not None else (
                 "the AscendC kernel on the host model (pasa_npu._npu_host_model) is not built: reinstall the "
                 "package with `pip install -e .` (needs CMake, g++ and pybind11)")
         return (f"runs on NPU tensors (the AscendC kernel, built and deployed with scripts/build_and_deploy.sh) or "
@@ -105,10 +105,10 @@ class NpuBackend:
         launch = launch_host_model if problem.device.type == "cpu" else launch_extension
         out, lse, overflow = launch(call)
         lse = lse.reshape(problem.batch, problem.num_heads, problem.s1)
-        return _to_bnsd(out, call.attrs["input_layout"], problem), lse, overflow
+        return to_bnsd(out, call.attrs["input_layout"], problem), lse, overflow
 
 
-def _to_bnsd(out: torch.Tensor, layout: str, problem: Problem) -> torch.Tensor:
+def to_bnsd(out: torch.Tensor, layout: str, problem: Problem) -> torch.Tensor:
     b, n, s1, d = problem.batch, problem.num_heads, problem.s1, problem.head_dim
     if layout == "BNSD":
         return out
@@ -128,19 +128,19 @@ def launch_extension(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, None
 def launch_host_model(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """The kernel on the host model: (out in the call's layout, lse (B, N, S1), overflow), overflow True
     when the status words the vector cores write say that a valid row saw an Inf in S'."""
-    arrays, attrs = _host_model_arguments(call)
-    out, lse, overflow = _host_model_or_raise().run(*arrays, **attrs)
+    arrays, attrs = host_model_arguments(call)
+    out, lse, overflow = host_model().run(*arrays, **attrs)
     return torch.from_numpy(out), torch.from_numpy(lse), bool(overflow)
 
 
 def tiling(call: KernelCall) -> dict:
     """The tiling ``pasa::ComputeTiling`` chooses for the call: ``tiling_key``, ``block_dim``,
     ``workspace_bytes`` and the fields of the tiling data the kernel reads."""
-    arrays, attrs = _host_model_arguments(call)
-    return _host_model_or_raise().tiling(*arrays, **attrs)
+    arrays, attrs = host_model_arguments(call)
+    return host_model().tiling(*arrays, **attrs)
 
 
-def _host_model_arguments(call: KernelCall):
+def host_model_arguments(call: KernelCall):
     lens = [None if x is None else np.asarray(x, np.int64) for x in (call.actual_seq_lengths,
                                                                       call.actual_seq_lengths_kv)]
     mask = None if call.atten_mask is None else call.atten_mask.to(torch.uint8).numpy()
@@ -148,7 +148,7 @@ def _host_model_arguments(call: KernelCall):
 
 
 @functools.lru_cache(maxsize=None)
-def _host_model():
+def _load_host_model():
     try:
         from .. import _npu_host_model  # type: ignore[attr-defined]
     except ImportError:
@@ -156,8 +156,10 @@ def _host_model():
     return _npu_host_model
 
 
-def _host_model_or_raise():
-    mod = _host_model()
+def host_model():
+    """The kernel compiled against the host model (pasa_npu._npu_host_model); RuntimeError naming the
+    fix when it was not built."""
+    mod = _load_host_model()
     if mod is None:
         raise RuntimeError(BACKEND.unavailable_reason(torch.device("cpu")))
     return mod

@@ -1,0 +1,125 @@
+"""The cost model's counts against a hand count of the kernel on a small case, its clocks, its CLI.
+
+Case: B = N = 1, S1 = S2 = 128, D = 64, "pasa" (blockQ 128, one task on one AI core, one KV block).
+The AIC issues three matrix products, each one Mmad (baseK = D = 64):
+  K' = M K     M (128 x 128) times K (128 x 64):   8 x 4 x 8 = 256 fractals
+  S' = Q K'^T  Q (128 x 64) times K'^T (64 x 128): 8 x 8 x 4 = 256 fractals
+  PV = P V     P (128 x 128) times V (128 x 64):   8 x 4 x 8 = 256 fractals
+and moves: GM -> L1 (MTE2) K, M, Q, K', P, V; L1 -> L0A M, Q, P; L1 -> L0B K, K', V; L0C -> GM (Fixpipe)
+K', S' and PV (FP16 in "pasa").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pasa_npu._npu_host_model", reason="the host-model extension is not built")
+
+from pasa_npu import cost_model, npu_host_model  # noqa: E402
+
+FP16 = 2
+Q_BYTES = K_BYTES = V_BYTES = KP_BYTES = 128 * 64 * FP16
+M_BYTES = P_BYTES = S_BYTES = 128 * 128 * FP16
+PV_BYTES = 128 * 64 * FP16
+
+
+def _count(cost, precision="pasa"):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 128, 64)).astype(np.float16) for _ in range(3))
+    _, _, counters = npu_host_model.count(q, k, v, cost=cost, num_heads=1, input_layout="BNSD",
+                                          scale=1 / math.sqrt(64), precision=precision)
+    return counters
+
+
+def test_counts_match_the_hand_count():
+    counters = _count({})
+    assert len(counters) == 3  # one AIC, two AIVs
+    aic, aiv0, aiv1 = counters
+    assert aic["mmad_calls"] == 3
+    assert aic["cube_fractals"] == 3 * 256
+    assert aic["cube_macs"] == 3 * 128 * 128 * 64
+    assert aic["mte2_bytes"] == K_BYTES + M_BYTES + Q_BYTES + KP_BYTES + P_BYTES + V_BYTES
+    assert aic["l0a_bytes"] == M_BYTES + Q_BYTES + P_BYTES
+    assert aic["l0b_bytes"] == K_BYTES + KP_BYTES + V_BYTES
+    assert aic["fix_bytes"] == KP_BYTES + S_BYTES + PV_BYTES
+    assert aic["vector"] == {} and aic["mte3_bytes"] == 0
+    for aiv in (aiv0, aiv1):
+        # Each AIV owns 64 rows: it reads its half of S' and of PV, and P' = exp(S' - m') is one Exp over
+        # 64 x 128 halves = 64 repeats of 128 lanes (plus the row-vector exps).
+        assert aiv["mmad_calls"] == 0 and aiv["cube_fractals"] == 0
+        assert aiv["mte2_bytes"] >= S_BYTES // 2 + PV_BYTES // 2
+        assert aiv["mte3_bytes"] >= P_BYTES // 2 + 64 * 64 * FP16  # P' and the output rows
+        calls, repeats, cycles = aiv["vector"]["Exp.b16"]
+        assert repeats >= 64 and cycles == 4 * repeats  # Exp: 32 elements a cycle, 128 a repeat
+        # Cross-core handshake: M ready, S' ready, P ready, PV ready.
+        assert aiv["cross_core_waits"] >= 2 and aiv["cross_core_sets"] >= 2
+
+
+def test_pipe_cycles_follow_the_unit_costs():
+    cost = dict(cube_cycles_per_fractal=1.0, l0a_bytes_per_cycle=256.0, l0b_bytes_per_cycle=128.0,
+                gm_bytes_per_cycle=64.0)
+    aic = _count(cost)[0]
+    pipes = aic["pipe_cycles"]
+    assert pipes["M"] == 768
+    assert pipes["MTE1"] == aic["l0a_bytes"] / 256 + aic["l0b_bytes"] / 128
+    assert pipes["MTE2"] == aic["mte2_bytes"] / 64
+    assert pipes["FIX"] == aic["fix_bytes"] / 64
+
+
+def test_clock_is_the_cube_time_when_only_the_cube_costs():
+    # Every other unit free: the AIC's clock is its 768 fractal-cycles, the AIVs' clock is where the last
+    # PV arrived (the AIC's clock after PV), and both rules (max and sum of pipes) agree.
+    counters = _count({"cube_cycles_per_fractal": 1.0})
+    aic = counters[0]
+    assert aic["clock_overlap"] == aic["clock_serial"] == 768 and aic["wait_overlap"] == 0
+    assert max(c["clock_overlap"] for c in counters) == 768
+
+
+def test_vector_work_on_the_handshake_path_delays_the_cube():
+    # With vector costs too, the AIC waits for the AIVs' softmax: its clock is its own 768 cube cycles
+    # plus the time it waited, and the AIVs finish after the last PV reached them.
+    counters = _count({"cube_cycles_per_fractal": 1.0, "vec_repeat_scale": 1.0})
+    aic, aiv0, aiv1 = counters
+    assert aic["wait_overlap"] > 0
+    assert aic["clock_overlap"] == 768 + aic["wait_overlap"]
+    assert aic["clock_serial"] == 768 + aic["wait_serial"]
+    assert min(aiv0["clock_overlap"], aiv1["clock_overlap"]) >= aic["clock_overlap"] - 256  # PV is the last 256
+
+
+def test_flag_latency_lies_on_the_handshake_path():
+    # With only a flag latency, the AIC waits for M (1 hop), then P (2 more hops: S' to the AIVs, P back):
+    # its clock counts whole hops of the AIC <-> AIV handshake.
+    counters = _count({"flag_latency_cycles": 100.0})
+    clocks = sorted({c["clock_overlap"] for c in counters})
+    assert all(t % 100 == 0 for t in clocks) and clocks[-1] >= 300
+
+
+def test_attention_flops():
+    assert cost_model.attention_flops(1, 2, 4, 4, 8) == 4 * 2 * 16 * 8
+    assert cost_model.attention_flops(1, 1, 4, 4, 8, sparse_mode=2) == 4 * (1 + 2 + 3 + 4) * 8
+    assert cost_model.attention_flops(1, 1, 2, 4, 8, sparse_mode=3) == 4 * (3 + 4) * 8
+
+
+def test_model_small_case_runs_in_full_and_reports_a_rate():
+    r = cost_model.model(1, 2, 1, 256, 256, 64, precision="pasa")
+    assert r.method == "full run on the host model"
+    assert 0 < r.seconds_overlap <= r.seconds_serial
+    assert 0 < r.tflops_serial <= r.tflops_overlap < cost_model.PEAK_TFLOPS
+
+
+def test_scaled_model_agrees_with_a_full_run():
+    # The reduced-run scaling on a shape small enough to run in full: within 15%.
+    full = cost_model.model(1, 4, 2, 512, 512, 64, precision="pasa")
+    scaled = cost_model.model(1, 4, 2, 512, 512, 64, precision="pasa", full_run_limit=0)
+    assert scaled.method.startswith("scaled")
+    assert scaled.seconds_overlap == pytest.approx(full.seconds_overlap, rel=0.15)
+    assert scaled.seconds_serial == pytest.approx(full.seconds_serial, rel=0.15)
+
+
+def test_cli_prints_a_model_row(capsys):
+    assert cost_model.main(["--num-heads", "2", "--seq-q", "128", "--head-dim", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "A MODEL of an Atlas A2" in out and "| call | 1x2x128x64" in out
