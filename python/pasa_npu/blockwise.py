@@ -185,8 +185,11 @@ def _centre_keys(ops, k, block_kv):
         kj = k[..., c0:min(c0 + block_kv, s2), :]
         n = kj.shape[-2]
         # K̄_j: the column sum on the matrix unit (a row of ones times K_j: exact, then FP32),
-        # divided by n in FP32 and rounded to FP16, the type of a matrix operand.
+        # divided by n in FP32 and rounded to FP16, the type of a matrix operand. A non-finite
+        # mean (an Inf key) is replaced by 0: K̄ only places the shift, and an Inf key's score
+        # is ±Inf whatever the shift (a NaN from Inf − Inf would reach every row).
         kbar = ops.cast(ops.matmul(ops.full((1, n), 1.0, "float32", like=k), kj) / n, "float16")
+        kbar = ops.where(abs(kbar) < float("inf"), kbar, ops.zeros_like(kbar))
         kt = ops.mT(kj)
         kmax = ops.mT(ops.rowmax(kt))
         kmin = -ops.mT(ops.rowmax(-kt))
@@ -254,11 +257,8 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
 
     def shift(x):
         # ψ = 64·FP16(x/64): an FP16 value times 64, so that it fits a matrix operand (the extra
-        # column below) over 64× FP16's range; x/64 saturates at ±65504, and an infinite x (an Inf
-        # among the keys makes K̄ infinite) gives ψ = 0: the scores are taken as they are, and
-        # the safety net catches those beyond FP16's range.
+        # column below) over 64× FP16's range; x/64 saturates at ±65504 instead of becoming Inf.
         x = x * (1.0 / 64)
-        x = ops.where(abs(x) == float("inf"), 0.0, x)
         x = ops.where(x > lim, lim, ops.where(x < -lim, -lim, x))
         return h(x) * 64.0
 
