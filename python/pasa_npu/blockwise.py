@@ -163,7 +163,12 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
     return ops.cast(out, "float16"), lse[..., 0]
 
 
-_VAR = {"rho16": True, "l16": True}
+#: pasa_rs reshifts a block whose row max lands further than this from ψ (in units of Q̂·K) ...
+RESHIFT_AT = 2.0
+#: ... unless the block's maximum lies more than this far (in units of the scaled scores) below the
+#: row's running maximum: its weights are then below e⁻⁴ of the largest, and the FP16 rounding of
+#: its scores barely shows in the output.
+RESHIFT_RELEVANCE = 4.0
 
 
 def _centre_keys(ops, k, block_kv):
@@ -180,8 +185,11 @@ def _centre_keys(ops, k, block_kv):
         kj = k[..., c0:min(c0 + block_kv, s2), :]
         n = kj.shape[-2]
         # K̄_j: the column sum on the matrix unit (a row of ones times K_j: exact, then FP32),
-        # divided by n in FP32 and rounded to FP16, the type of a matrix operand.
+        # divided by n in FP32 and rounded to FP16, the type of a matrix operand. A non-finite
+        # mean (an Inf key) is replaced by 0: K̄ only places the shift, and an Inf key's score
+        # is ±Inf whatever the shift (a NaN from Inf − Inf would reach every row).
         kbar = ops.cast(ops.matmul(ops.full((1, n), 1.0, "float32", like=k), kj) / n, "float16")
+        kbar = ops.where(abs(kbar) < float("inf"), kbar, ops.zeros_like(kbar))
         kt = ops.mT(kj)
         kmax = ops.mT(ops.rowmax(kt))
         kmin = -ops.mT(ops.rowmax(-kt))
@@ -203,15 +211,17 @@ def _centre_keys(ops, k, block_kv):
     return ops.cat(kcs, -2), ops.cat(us, -2), ops.cat(kbars, -2)
 
 
-def _count(stats, redo):
+def _count(stats, **flags):
     """Add a block pass's rows, and its tiles (the rows of one query block of one head), to the
-    recompute counters."""
+    counters: ``<name>_row_blocks`` and ``<name>_tile_blocks`` for each flag (which rows)."""
     if stats is None:
         return
-    rows, tiles = math.prod(redo.shape), math.prod(redo.shape[:-2])
-    for key, val in (("row_blocks", rows), ("recomputed_row_blocks", int(redo.sum())),
-                     ("tile_blocks", tiles), ("recomputed_tile_blocks", int((redo.sum(-2) > 0).sum()))):
+    some = next(iter(flags.values()))
+    for key, val in (("row_blocks", math.prod(some.shape)), ("tile_blocks", math.prod(some.shape[:-2]))):
         stats[key] = stats.get(key, 0) + val
+    for name, f in flags.items():
+        for key, val in ((f"{name}_row_blocks", int(f.sum())), (f"{name}_tile_blocks", int((f.sum(-2) > 0).sum()))):
+            stats[key] = stats.get(key, 0) + val
 
 
 def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
@@ -236,7 +246,6 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
 
     e = math.floor(math.log2(scale))
     rho = ops.scalar(scale / 2.0**e, like=q)  # FP32
-    rho16 = h(rho) if _VAR["rho16"] else rho
     # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal
     # (|Q̂| < 2⁻¹⁴), where it rounds to a multiple of 2⁻²⁴.
     qh = h(q * 2.0**e)
@@ -273,7 +282,6 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         # from the matrix unit in FP32 instead. The kernel recomputes the block with FP32 out;
         # every row keeps its own choice, so no row depends on which rows share its tile.
         redo = (m16 == float("inf")) | (ops.isneginf(m16) & ~ops.isneginf(ops.rowmax(s32)))
-        _count(stats, redo)
         s = ops.where(redo, s32, s16)
         return s, ops.rowmax(s), redo, c0, c1
 
@@ -281,10 +289,12 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         return r(r(m_blk + psi) - lv[..., j - 1:j])
 
     # Block 1 is computed twice: first with ψ at its mean, to learn how far its maximum lies above
-    # the mean, then (in the loop) with its own ψ_1 = lv_1 + that excess.
-    _, m_pre, _, _, _ = block(1, shift(lv[..., 0:1]))
-    e_run = excess(m_pre, shift(lv[..., 0:1]), 1)
+    # the mean (its excess), then in the loop with its own ψ_1 = lv_1 + that excess.
+    psi0 = shift(lv[..., 0:1])
+    _, m_pre, _, _, _ = block(1, psi0)
+    e_run = excess(m_pre, psi0, 1)
     excesses = []
+    relevance = RESHIFT_RELEVANCE * 2.0**e / scale  # in units of Q̂·K
 
     shape = (*lv.shape[:-1], 1)
     m = ops.full(shape, NEG_INF, "float32", like=q)
@@ -302,21 +312,28 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
             e_run = ops.maximum(e_run, excesses[j - 3])
         psi = shift(r(lv[..., j - 1:j] + ops.neginf_to_zero(e_run)))
         s, m_blk, redo, c0, c1 = block(j, psi)
-        excesses.append(excess(m_blk, psi, j))
         if j == 1:
-            c1_, psi1 = c[..., 0:1], psi
-        # Local softmax in FP16: S' − m' (FP16), times ρ (FP16), exp (FP16), l' a pairwise FP16
-        # row sum. A recomputed row does the same in FP32; P enters P·V in FP16 either way.
-        mz = ops.neginf_to_zero(m_blk)
-        p = h(ops.exp(h(rho16 * h(s - mz))))
-        l_blk = _tree_rowsum(ops, p, "float16" if _VAR["l16"] else "float32")
-        if bool(redo.any()):
-            p32 = r(ops.exp64(r(rho * r(s - mz))))
-            l_blk = ops.where(redo, _tree_rowsum(ops, p32, "float32"), l_blk)
-            p = ops.where(redo, h(p32), p)
+            c_1, psi_1 = c[..., 0:1], psi
+        # The reshift: the keys that carry the weight sit near the row max, and S' is rounded with
+        # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
+        # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
+        # or above it), computes the block's S' again with ψ moved by its max (one more product
+        # for that block; rows not reshifted get the same S' again).
+        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
+        far = (abs(m_blk) > RESHIFT_AT) & ~redo & (mb > r(m - relevance))
+        if bool(far.any()):
+            psi = ops.where(far, shift(r(psi + m_blk)), psi)
+            s, m_blk, redo_again, c0, c1 = block(j, psi)
+            redo = redo | redo_again
+        _count(stats, recomputed=redo, reshifted=far)
+        excesses.append(excess(m_blk, psi, j))
+        # Local softmax in FP32 from the FP16 (or recomputed FP32) scores: S' − m', times ρ, exp;
+        # l' a pairwise FP32 row sum; P enters P·V in FP16.
+        p = r(ops.exp64(r(rho * r(s - ops.neginf_to_zero(m_blk)))))
+        l_blk = _tree_rowsum(ops, p, "float32")
+        p = h(p)
         # Merge in FP32, block j's maximum moved into block 1's frame by δ_j.
-        delta = r(r(c[..., j - 1:j] - c1_) + r(psi - psi1))
-        mb = r(m_blk + delta)
+        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
         m_new = ops.maximum(m, mb)
         alpha = gexp(r(rho * r(m - m_new)), m_new)
         gamma = gexp(r(rho * r(mb - m_new)), m_new)
@@ -328,7 +345,7 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
     empty = l == 0
     out = h(ops.where(empty, 0.0, o / ops.where(empty, 1.0, l)))
     # lse = ρ·(m + C_1 + ψ_1) + ln l: the true-scale log-sum-exp, FP32.
-    lse = r(r(rho * r(r(m + c1_) + psi1)) + ops.log64(l))
+    lse = r(r(rho * r(r(m + c_1) + psi_1)) + ops.log64(l))
     lse = ops.where(empty, NEG_INF, lse)
     return out, lse[..., 0]
 
