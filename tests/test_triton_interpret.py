@@ -159,15 +159,16 @@ def test_pasa_rs_prepass_and_fused_centring(case, shift):
     check_against_golden(q, k, v, precision="pasa_rs", block_kv=16, band=band, shift=shift)
 
 
-def shift_overflow(s1=16, s2=64, d=64, level=-39000.0, peak=40000.0, seed=0):
-    """Q ≈ 2 in every dimension, keys at a level whose scaled scores are ≈ ``level`` and one key per
-    16 at ≈ ``peak``: every score fits FP16, but S' of the peak key, shifted by its block's mean
-    score, is ≈ 79 000, and an FP16 S' overflows."""
+def shift_overflow(s1=16, s2=64, d=64, level=-39000.0, peak=40000.0, block_kv=16, seed=0):
+    """Q ≈ 2 in every dimension, keys at a level whose scaled scores are ≈ ``level``, and from the
+    second KV block on one key per 16 at ≈ ``peak``: every score fits FP16, but S' of a peak key
+    shifted near its block's mean score (block 1 has no peak, so the running excess is small until
+    the lag of two blocks has passed) is ≈ 79 000, and an FP16 S' overflows."""
     gen = torch.Generator().manual_seed(seed)
     q = 2 + 0.01 * torch.randn(1, 1, s1, d, generator=gen)
     unit = 2 * d * d ** -0.5  # scaled score per unit of key level
     k = torch.randn(1, 1, s2, d, generator=gen) + level / unit
-    k[..., ::16, :] += (peak - level) / unit
+    k[..., block_kv + 8::16, :] += (peak - level) / unit
     v = torch.randn(1, 1, s2, d, generator=gen)
     return tuple(t.half() for t in (q, k, v))
 
@@ -176,11 +177,11 @@ def shift_overflow(s1=16, s2=64, d=64, level=-39000.0, peak=40000.0, seed=0):
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # the FP16 S' that overflows, on purpose
 @pytest.mark.parametrize("shift", ["prepass", "fused"])
 def test_pasa_rs_safety_net_keeps_overflowing_rows_finite(shift):
-    """Block 1's first pass (ψ at the block mean) overflows FP16 for every row: the golden model
-    recomputes those rows in FP32, and pasa_fp32 is NaN. The kernel takes FP32 S − ψ for those
-    rows and stays finite and as accurate as the golden model but for its FP32 accumulation of
-    Q̂·K' ≈ 40 000 (u = 0: the block's signs mix), which the golden model makes exact: measured
-    kernel/golden RMSE 1.4 (2.8e-3 against 2.0e-3)."""
+    """Blocks 2 and 3 overflow FP16 S' for every row: the golden model recomputes those rows in FP32,
+    and pasa_fp32 is NaN. The kernel takes FP32 S − ψ for those
+    rows and stays finite. Its error is that of its FP32 accumulation of Q̂·K' ≈ 40 000 (u = 0: the
+    block's signs mix), which the golden model makes exact: measured over 4 draws, 0.9-3× the golden
+    model's RMSE and 1.0-1.21× the kernel's own fp32 FlashAttention's on the same accumulator."""
     from pasa_npu import golden
     from pasa_npu.backends import triton as tb
 
@@ -193,12 +194,41 @@ def test_pasa_rs_safety_net_keeps_overflowing_rows_finite(shift):
     assert torch.isnan(torch.from_numpy(p_out)).all()
     out, lse = tb.attention(q, k, v, precision="pasa_rs", beta=None, block_q=128, block_kv=16, scale=0.125,
                             mask=None, shift=shift)
+    f_out, _ = tb.attention(q, k, v, precision="fp32", beta=None, block_q=128, block_kv=16, scale=0.125, mask=None)
     r_out, r_lse = ref64(q, k, v, 0.125, None)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
-    err_k, err_g = rel_rmse(out, r_out), rel_rmse(torch.from_numpy(g_out), r_out)
-    assert err_k <= 1.6 * err_g and err_k < 5e-3, (err_k, err_g)
+    err_k, err_f = rel_rmse(out, r_out), rel_rmse(f_out, r_out)
+    assert err_k <= 1.3 * err_f and err_k < 1e-2, (err_k, err_f)
     # |lse| ≈ 40 000, where an FP32 ulp is 0.004.
     assert float((lse.double() - r_lse).abs().max()) < 0.02
+
+
+def resonance(b=1, n=2, s1=32, s2=200, d=64, phase=180.0, amplitude=34.0, seed=0):
+    """Q/K resonance (pasa_npu.accuracy's hard case, smaller): a cosine shared along D by Q and by K,
+    whose keys sit at 40 ± amplitude·cos(θ + phase); at phase 180° the row maxima of most blocks
+    land far from their lag-2 shift, so that pasa_rs reshifts them."""
+    gen = torch.Generator().manual_seed(seed)
+    theta = 2 * torch.pi * 3 * torch.arange(d) / d
+    amp = lambda *shape: amplitude - 2 + 4 * torch.rand(*shape, 1, generator=gen)  # noqa: E731
+    q = amp(b, n, s1) * torch.cos(theta) + torch.randn(b, n, s1, d, generator=gen)
+    k = 40 + amp(b, n, s2) * torch.cos(theta + torch.pi * phase / 180) + torch.randn(b, n, s2, d, generator=gen)
+    v = torch.randn(b, n, s2, d, generator=gen)
+    return tuple(t.half() for t in (q, k, v))
+
+
+@interpreted
+@pytest.mark.parametrize("shift", ["prepass", "fused"])
+def test_pasa_rs_reshift_on_resonance(shift):
+    """Blocks the golden model reshifts (counted through its stats) are reshifted by the kernel too:
+    it matches the golden model and float64 (measured: kernel/golden RMSE 1.13, both at the level of
+    fp32 FlashAttention)."""
+    from pasa_npu import golden
+
+    q, k, v = resonance()
+    stats = {}
+    golden.attention(q.numpy(), k.numpy(), v.numpy(), precision="pasa_rs", scale=0.125, block_kv=32, stats=stats)
+    assert stats["reshifted_row_blocks"] > 0
+    check_against_golden(q, k, v, precision="pasa_rs", block_kv=32, shift=shift)
 
 
 @interpreted

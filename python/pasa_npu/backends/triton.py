@@ -28,6 +28,7 @@ import os
 import torch
 
 from ..beta import default_beta, shift_entries
+from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
 from ..precision import get_allocation
 
 #: The allocations this backend computes.
@@ -156,7 +157,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         _k.centre_keys_kernel[(n_blocks, b, nkv)](
             k, kp, uk, s2, k.stride(0), k.stride(1), k.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
             uk.stride(0), uk.stride(1), D=d, D_PAD=d_pad, BLOCK_N=block_n, num_warps=4)
-    # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax.
+    # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
+    # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
     q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
     rho = scale / q_mul
 
@@ -188,7 +190,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
         *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3), l_dst.stride(1), l_dst.stride(2),
         l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
-        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, lo, hi, per_split,
+        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho,
+        RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split,
         D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
         STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
         HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET,

@@ -83,7 +83,8 @@ def shift_keys_kernel(K, KP, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
 @triton.jit
 def _centre_block(k, row_ok, n):
     """The ``pasa_rs`` pre-pass on one KV block of n keys (rows where ``row_ok``): K̄, the column
-    mean rounded to FP16; the centring offset u; and K' = K − u in FP16, with no rounding at all.
+    mean rounded to FP16 (0 if not finite); the centring offset u; and K' = K − u in FP16, with no
+    rounding at all.
 
     In a dimension whose keys all have one sign, K − u is exact for every key when
     max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): u is |K̄| clipped to that interval, and 0 where the signs
@@ -91,6 +92,7 @@ def _centre_block(k, row_ok, n):
     the block give K' = 0 (their scores are masked)."""
     kf = k.to(tl.float32)
     kbar = (tl.sum(tl.where(row_ok[:, None], kf, 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
+    kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
     kmax = tl.max(tl.where(row_ok[:, None], kf, float("-inf")), axis=0)
     kmin = tl.min(tl.where(row_ok[:, None], kf, float("inf")), axis=0)
     pos = kmin > 0.0
@@ -175,12 +177,13 @@ def _shifted_scores(q, kc, psi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 def _safety_net(s):
     """S' rounded to FP16, but for the rows whose S' leaves FP16's range in this block (their max is
     +Inf, or every unmasked score is below −65504), which keep the FP32 S − ψ: the golden model's
-    per-row recompute, free here since S − ψ is in registers. Returns the scores and their row max."""
+    per-row recompute, free here since S − ψ is in registers. Returns the scores, their row max and
+    which rows kept FP32."""
     m32 = tl.max(s, axis=1)
     m16 = m32.to(tl.float16).to(tl.float32)  # the max of the FP16 scores: rounding is monotonic
     redo = ((m16 == float("inf")) | (m16 == float("-inf"))) & (m32 != float("-inf"))
     s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
-    return s, tl.where(redo, m32, m16)
+    return s, tl.where(redo, m32, m16), redo
 
 
 @triton.jit
@@ -212,7 +215,8 @@ def attention_kernel(
     Q, K, V, KP, UK, Mask, Out, Lse,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh,
     smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
-    NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, band_lo, band_hi, blocks_per_split,
+    NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
+    blocks_per_split,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
@@ -277,7 +281,7 @@ def attention_kernel(
         psi = _row_shift(lv)
         s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), first, pos, head, row_ok, i_lo, i_hi,
                     band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-        _, m_blk = _safety_net(s)
+        _, m_blk, _ = _safety_net(s)
         e_run = (m_blk + psi) - lv
         e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
         e_lag2 = e_lag1
@@ -294,14 +298,27 @@ def attention_kernel(
             psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
             s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), blk, pos, head, row_ok, i_lo, i_hi,
                         band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-            s, m_blk = _safety_net(s)
-            e_lag2 = e_lag1
-            e_lag1 = (m_blk + psi) - lv
+            s, m_blk, redo = _safety_net(s)
             # The row state lives in block 1's frame C_1 + ψ_1; block j enters it through
             # δ_j = (C_j − C_1) + (ψ_j − ψ_1).
             c1 = tl.where(blk == blk_lo, c, c1)
             psi1 = tl.where(blk == blk_lo, psi, psi1)
             delta = (c - c1) + (psi - psi1)
+            # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the
+            # weight sit near the row max. A row whose block max lands further than reshift_at from
+            # 0, in a block that can matter (its max at most ``relevance`` below the running
+            # maximum, or above it), takes the block's S' again with ψ moved by that max. The tile
+            # computes the product again when one of its rows needs it; the other rows keep their ψ
+            # and get the same S'.
+            far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + delta > m - relevance)
+            if tl.max(far.to(tl.int32), axis=0) > 0:
+                psi = tl.where(far, _row_shift(psi + m_blk), psi)
+                s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), blk, pos, head, row_ok, i_lo, i_hi,
+                            band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
+                s, m_blk, _ = _safety_net(s)
+                delta = (c - c1) + (psi - psi1)
+            e_lag2 = e_lag1
+            e_lag1 = (m_blk + psi) - lv
             m_new = tl.maximum(m, m_blk + delta)
             seen = m_new != float("-inf")
             m_safe = tl.where(seen, m_new, 0.0)
