@@ -86,7 +86,7 @@ def test_pasa_rs_safety_net_keeps_overflowing_rows_finite(shift):
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
     err_k, err_f = rel_rmse(out, r_out), rel_rmse(f_out, r_out)
     assert err_k <= 1.3 * err_f and err_k < 1e-2, (err_k, err_f)
-    assert float((lse.double() - r_lse).abs().max()) < 0.02
+    assert float((lse.double() - r_lse).abs().max()) < 0.05  # |lse| ≈ 60 000, where an FP32 ulp is 0.004
 
 
 def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
