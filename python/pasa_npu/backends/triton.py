@@ -33,8 +33,7 @@ from ..precision import get_allocation
 
 #: The allocations this backend computes.
 PRECISIONS: tuple[str, ...] = ("fp32", "pasa", "pasa_fp32", "pasa_rs")
-#: KV block lengths the kernel accepts for the shifted allocations (PASA's M is block_kv × block_kv;
-#: ``pasa_rs`` centres K per block of block_kv keys).
+#: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
 #: Set in this backend's protocol: fused_attention passes causal/band masks as ``band``.

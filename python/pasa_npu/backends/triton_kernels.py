@@ -1,4 +1,5 @@
-"""Triton kernels of the ``triton`` backend: PASA and FP32-state FlashAttention-2 from one loop.
+"""Triton kernels of the ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2
+from one loop.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
@@ -11,6 +12,16 @@ corrections I·ΔF) and STATE16 (row state m, l, F, O rounded to FP16 after ever
 holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is
 the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
 
+ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
+KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
+into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block, the frame terms
+C = Q̂·u and lv = Q̂·K̄ − C in FP32 from one 16-column product; the shift ψ = 64·FP16(x/64) at lv plus
+the lag-2 running excess, with block 1 computed twice; S' = FP16(Q̂·K'ᵀ − ψ) with ψ in the FP32
+accumulator; the per-row safety net (FP32 S − ψ for a row whose S' leaves FP16's range) and the
+reshift (the product again with ψ moved by the row max) of the golden model; the row state m, l, O in
+FP32 in block 1's frame, block j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale
+lse = ρ·(m + C_1 + ψ_1) + ln l.
+
 Differences from the golden loop (same mathematics, other roundings; the tests bound them):
 * P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
   rather than to the block's own maximum followed by a rescale of P·V (Algorithm 1, lines 12-20);
@@ -22,6 +33,24 @@ Differences from the golden loop (same mathematics, other roundings; the tests b
 * KV blocks that a causal/band mask removes entirely are skipped, so they add no term to F;
 * decode (one tile per KV head) splits the KV blocks over several programs, each with its own F,
   and merges the normalised partial outputs through their true-scale lse.
+
+And for ``pasa_rs``:
+
+* P = FP16(exp(ρ·(S' − (m_new − δ_j)))), FP32 exp relative to the merged maximum moved into block
+  j's frame, l summing the FP32 P; the golden model takes P relative to the block's maximum and
+  rescales P·V and l' by exp(ρ·(m_blk + δ_j − m_new));
+* Q̂·K'ᵀ − ψ and the frame terms C, lv accumulate in the tensor cores' FP32 (the golden model's are
+  exact, then rounded once): where centring leaves Q̂·K' large (u = 0 in a block whose signs mix)
+  that costs what it costs FP32 FlashAttention's Q·Kᵀ. K̄'s column sum is FP32 in the reduction's
+  order, so K̄ may differ by an FP16 ulp: ψ and u move within the ranges that keep them exact;
+* "block 1" (computed twice, the frame of the row state, the start of the lag-2 excess) is the
+  first block a program visits: the first block of its tile's band when a band skips blocks, and
+  each split's first block in decode (split partials merge through their true-scale lse). All rows
+  of a tile visit the same blocks, so each row's ψ, excess and frame come from one sequence of
+  blocks; a row with no key in the first visited block starts with no excess (ψ = lv), as in the
+  golden model. The golden model starts every row at the sequence's first block, masked or not;
+* the reshift computes the product again for the whole tile when one of its rows needs it (the
+  other rows keep their ψ and get the same S').
 """
 
 from __future__ import annotations
