@@ -144,7 +144,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         shift_a, shift_b = diag - off, off
     else:
         inva = shift_a = shift_b = 0.0
-    kp, uk = k, k  # pointers the kernel does not read unless a pre-pass writes them
+    kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
     if alloc.shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
         _k.shift_keys_kernel[(n_blocks, b, nkv)](
@@ -156,6 +156,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         _k.centre_keys_kernel[(n_blocks, b, nkv)](
             k, kp, uk, s2, k.stride(0), k.stride(1), k.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
             uk.stride(0), uk.stride(1), D=d, D_PAD=d_pad, BLOCK_N=block_n, num_warps=4)
+        # Each tile's frame terms for every block, written and read back by its own program.
+        frame = torch.empty(b * nkv, tiles, 2 * n_blocks, block_m, dtype=torch.float32, device=q.device)
     # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
     # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
     q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
@@ -184,11 +186,11 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     else:
         o_dst, l_dst = out[None], lse[None]
     _k.attention_kernel[(tiles, b * nkv, splits)](
-        q, k, v, kp, uk, mask, o_dst, l_dst,
+        q, k, v, kp, uk, frame, mask, o_dst, l_dst,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
-        *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3), l_dst.stride(1), l_dst.stride(2),
-        l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
+        frame.stride(0), frame.stride(1), *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3),
+        l_dst.stride(1), l_dst.stride(2), l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
         nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho,
         RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split,
         D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,

@@ -157,34 +157,26 @@ def centre_keys_kernel(K, KC, UK, S2, skb, skh, sks, scb, sch, scs, sub, suh,
 
 
 @triton.jit
-def _centred_keys(K, KC, UK, k_base, c_base, u_base, blk, sks, scs, S2,
-                  D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, FUSED: tl.constexpr):
-    """Block ``blk``'s centred keys K' (BLOCK_N, D_PAD) and its frame operand (16, D_PAD): rows u and K̄,
-    then zeros (16 rows, the smallest tl.dot operand), all FP16. From the pre-pass's output, or with
-    FUSED computed here from K."""
+def _centred_block_fused(K, q, k_base, blk, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Block ``blk`` centred here from K: its K' (BLOCK_N, D_PAD) FP16 and each row's frame terms,
+    FP32: C = Q̂·u, the centring's share of the scores, and lv = Q̂·K̄ − C, the block's mean score
+    over its centred keys (one product with a 16-row operand: u, K̄ and zeros)."""
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < S2
     d = tl.arange(0, D_PAD)
-    d_ok = d[None, :] < D
+    k = tl.load(K + k_base + cols[:, None] * sks + d[None, :], mask=col_ok[:, None] & (d[None, :] < D), other=0.0)
+    kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
     r = tl.arange(0, 16)[:, None]
-    if FUSED:
-        col_ok = cols < S2
-        k = tl.load(K + k_base + cols[:, None] * sks + d[None, :], mask=col_ok[:, None] & d_ok, other=0.0)
-        kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
-        uk = tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)
-    else:
-        kc = tl.load(KC + c_base + cols[:, None] * scs + d[None, :], mask=d_ok, other=0.0)
-        uk = tl.load(UK + u_base + blk * 2 * D + r * D + d[None, :], mask=(r < 2) & d_ok, other=0.0)
-    return kc, uk
+    cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
+    r = tl.arange(0, 16)[None, :]
+    c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
+    return kc, c, tl.sum(tl.where(r == 1, cl, 0.0), axis=1) - c
 
 
 @triton.jit
-def _frame(q, uk):
-    """Block terms of each row, FP32: C = Q̂·u, the centring's share of the scores, and lv = Q̂·K̄ − C,
-    the block's mean score over its centred keys (one 16-column product on the matrix unit)."""
-    cl = tl.dot(q, tl.trans(uk))
-    r = tl.arange(0, 16)[None, :]
-    c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
-    return c, tl.sum(tl.where(r == 1, cl, 0.0), axis=1) - c
+def _frame_terms(fr, blk, BLOCK_M: tl.constexpr):
+    """Block ``blk``'s frame terms C and Q̂·K̄ of each row, from the tile's table ``fr``."""
+    return tl.load(fr + (2 * blk) * BLOCK_M), tl.load(fr + (2 * blk + 1) * BLOCK_M)
 
 
 @triton.jit
@@ -196,23 +188,13 @@ def _row_shift(x):
 
 
 @triton.jit
-def _shifted_scores(q, kc, psi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Q̂·K'ᵀ − ψ with ψ in the FP32 accumulator from the start (as the cube's augmented column puts
-    it there): the one rounding that follows is _safety_net's to FP16."""
-    return tl.dot(q, tl.trans(kc), tl.zeros([BLOCK_M, BLOCK_N], tl.float32) - psi[:, None])
-
-
-@triton.jit
-def _safety_net(s):
-    """S' rounded to FP16, but for the rows whose S' leaves FP16's range in this block (their max is
-    +Inf, or every unmasked score is below −65504), which keep the FP32 S − ψ: the golden model's
-    per-row recompute, free here since S − ψ is in registers. Returns the scores, their row max and
-    which rows kept FP32."""
-    m32 = tl.max(s, axis=1)
-    m16 = m32.to(tl.float16).to(tl.float32)  # the max of the FP16 scores: rounding is monotonic
+def _fp16_max(m32):
+    """The row max of S' in FP16 (the FP16 rounding of the FP32 max: rounding is monotonic), and the
+    safety net: rows whose S' leaves FP16's range in this block (their max is +Inf, or every
+    unmasked score is below −65504) keep the FP32 S − ψ and its max. Returns (max, FP32 rows)."""
+    m16 = m32.to(tl.float16).to(tl.float32)
     redo = ((m16 == float("inf")) | (m16 == float("-inf"))) & (m32 != float("-inf"))
-    s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
-    return s, tl.where(redo, m32, m16), redo
+    return tl.where(redo, m32, m16), redo
 
 
 @triton.jit
@@ -241,8 +223,8 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, Mask, Out, Lse,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, sfb, sft,
     smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
     blocks_per_split,
@@ -253,7 +235,8 @@ def attention_kernel(
     """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
     FP32 lse, or with SPLIT the partial normalised FP32 output and lse of split ``program_id(2)``
     (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK its
-    (u, K̄) per block (read only with ROW_SHIFT and not FUSED_SHIFT)."""
+    (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each
+    row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT)."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // NKV
@@ -300,54 +283,80 @@ def attention_kernel(
         rl2 = rho * LOG2E
         # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
         q = (q.to(tl.float32) * q_mul).to(tl.float16)
+        if not FUSED_SHIFT:
+            # The frame terms of every block this program visits, ahead of the loop: one 16-column
+            # product per 8 blocks (rows (u, K̄) of the pre-pass's UK) into this tile's slice of FR,
+            # read back one block at a time (two FP32 row vectors) by the loop.
+            fr = FR + tl.program_id(1) * sfb + pid_m * sft + tl.arange(0, BLOCK_M)
+            r16 = tl.arange(0, 16)
+            for g in range(blk_lo, blk_hi, 8):
+                rk = 2 * g + r16
+                uk = tl.load(UK + u_base + rk[:, None] * D + d[None, :], mask=(rk < 2 * blk_hi)[:, None] & d_ok,
+                             other=0.0)
+                tl.store(fr[:, None] + rk[None, :] * BLOCK_M, tl.dot(q, tl.trans(uk)),
+                         mask=(rk < 2 * blk_hi)[None, :])
+            tl.debug_barrier()
         # Block 1, the first block this program visits, a first time with ψ at its mean: how far
         # its maximum lies above the mean starts the running excess. (A program that visits no
         # block reads a valid one and uses nothing of it.)
         first = tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1)
-        kc, uk = _centred_keys(K, KP, UK, k_base, c_base, u_base, first, sks, sps, S2, D, D_PAD, BLOCK_N,
-                               FUSED_SHIFT)
-        c, lv = _frame(q, uk)
+        if FUSED_SHIFT:
+            kc, c, lv = _centred_block_fused(K, q, k_base, first, sks, S2, D, D_PAD, BLOCK_N)
+        else:
+            kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+            c, cbar = _frame_terms(fr, first, BLOCK_M)
+            lv = cbar - c
+            # The loop reads each block's frame terms one block ahead, off the path to its product.
+            c_next, cbar_next = _frame_terms(fr, blk_lo, BLOCK_M)
         psi = _row_shift(lv)
-        s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), first, pos, head, row_ok, i_lo, i_hi,
+        # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an
+        # extra column puts ψ in the accumulator); the one rounding that follows is to FP16.
+        s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], first, pos, head, row_ok, i_lo, i_hi,
                     band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-        _, m_blk, _ = _safety_net(s)
+        m_blk, _ = _fp16_max(tl.max(s, axis=1))
         e_run = (m_blk + psi) - lv
         e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
         e_lag2 = e_lag1
         c1 = tl.zeros([BLOCK_M], tl.float32)
         psi1 = c1
         for blk in range(blk_lo, blk_hi):
-            kc, uk = _centred_keys(K, KP, UK, k_base, c_base, u_base, blk, sks, sps, S2, D, D_PAD, BLOCK_N,
-                                   FUSED_SHIFT)
-            c, lv = _frame(q, uk)
+            cols = blk * BLOCK_N + cols0
+            if FUSED_SHIFT:
+                kc, c, lv = _centred_block_fused(K, q, k_base, blk, sks, S2, D, D_PAD, BLOCK_N)
+            else:
+                kc = tl.load(KP + c_base + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+                c = c_next
+                lv = cbar_next - c_next
+                c_next, cbar_next = _frame_terms(fr, tl.minimum(blk + 1, blk_hi - 1), BLOCK_M)
             # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag
             # the cube/vector pipeline of the NPU needs, kept so that both round alike. A row with
             # no unmasked key yet has no excess and uses ψ_j = lv_j.
             e_run = tl.maximum(e_run, e_lag2)
             psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
-            s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), blk, pos, head, row_ok, i_lo, i_hi,
+            s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], blk, pos, head, row_ok, i_lo, i_hi,
                         band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-            s, m_blk, redo = _safety_net(s)
+            m32 = tl.max(s, axis=1)
+            m_blk, redo = _fp16_max(m32)
             # The row state lives in block 1's frame C_1 + ψ_1; block j enters it through
             # δ_j = (C_j − C_1) + (ψ_j − ψ_1).
             c1 = tl.where(blk == blk_lo, c, c1)
             psi1 = tl.where(blk == blk_lo, psi, psi1)
-            delta = (c - c1) + (psi - psi1)
             # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the
             # weight sit near the row max. A row whose block max lands further than reshift_at from
             # 0, in a block that can matter (its max at most ``relevance`` below the running
-            # maximum, or above it), takes the block's S' again with ψ moved by that max. The tile
-            # computes the product again when one of its rows needs it; the other rows keep their ψ
-            # and get the same S'.
-            far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + delta > m - relevance)
-            if tl.max(far.to(tl.int32), axis=0) > 0:
-                psi = tl.where(far, _row_shift(psi + m_blk), psi)
-                s = _masked(_shifted_scores(q, kc, psi, BLOCK_M, BLOCK_N), blk, pos, head, row_ok, i_lo, i_hi,
-                            band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-                s, m_blk, _ = _safety_net(s)
-                delta = (c - c1) + (psi - psi1)
+            # maximum, or above it), moves ψ by that max. Its S − ψ is still in FP32 registers: the
+            # new one is a subtraction there (the cube computes the product again), and the row max
+            # moves with it exactly, since FP32 rounding is monotonic.
+            far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + ((c - c1) + (psi - psi1)) > m - relevance)
+            psi_far = tl.where(far, _row_shift(psi + m_blk), psi)
+            s = s - (psi_far - psi)[:, None]
+            m_blk, redo = _fp16_max(m32 - (psi_far - psi))
+            psi = psi_far
+            # S' in FP16 but for the safety net's rows.
+            s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
             e_lag2 = e_lag1
             e_lag1 = (m_blk + psi) - lv
+            delta = (c - c1) + (psi - psi1)
             m_new = tl.maximum(m, m_blk + delta)
             seen = m_new != float("-inf")
             m_safe = tl.where(seen, m_new, 0.0)
@@ -356,7 +365,6 @@ def attention_kernel(
             # FP32 exp, one P·V accumulated into O.
             p = tl.exp2((s - (m_safe - delta)[:, None]) * rl2)
             l = alpha * l + tl.sum(p, axis=1)
-            cols = blk * BLOCK_N + cols0
             v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
                         mask=(cols < S2)[:, None] & d_ok, other=0.0)
             o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
