@@ -118,12 +118,13 @@ def _centre_block(k, row_ok, n):
     In a dimension whose keys all have one sign, K − u is exact for every key when
     max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): u is |K̄| clipped to that interval, and 0 where the signs
     mix, where the interval is empty or where the clipped value is not an FP16 number. Rows outside
-    the block give K' = 0 (their scores are masked)."""
-    kf = k.to(tl.float32)
-    kbar = (tl.sum(tl.where(row_ok[:, None], kf, 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
+    the block, which come in as 0, give K' = 0 (their scores are masked)."""
+    # Keys outside the block are loaded as 0: they add nothing to the sum. Max, min and K − u are
+    # exact in FP16, so only the sum needs FP32 (and the block stays in FP16 registers).
+    kbar = (tl.sum(k.to(tl.float32), axis=0) / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
-    kmax = tl.max(tl.where(row_ok[:, None], kf, float("-inf")), axis=0)
-    kmin = tl.min(tl.where(row_ok[:, None], kf, float("inf")), axis=0)
+    kmax = tl.max(tl.where(row_ok[:, None], k, float("-inf")), axis=0).to(tl.float32)
+    kmin = tl.min(tl.where(row_ok[:, None], k, float("inf")), axis=0).to(tl.float32)
     pos = kmin > 0.0
     neg = kmax < 0.0
     lo = tl.where(pos, kmax, -kmin) * 0.5
@@ -131,7 +132,7 @@ def _centre_block(k, row_ok, n):
     mag = tl.maximum(lo, tl.minimum(hi, tl.where(pos, kbar, -kbar)))
     ok = (pos | neg) & (lo <= hi) & (mag.to(tl.float16).to(tl.float32) == mag)
     u = tl.where(ok, tl.where(pos, mag, -mag), 0.0)
-    kc = tl.where(row_ok[:, None], kf - u[None, :], 0.0).to(tl.float16)
+    kc = tl.where(row_ok[:, None], k - u.to(tl.float16)[None, :], 0.0)
     return kc, u, kbar
 
 
