@@ -307,8 +307,6 @@ def attention_kernel(
             kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
             c, cbar = _frame_terms(fr, first, BLOCK_M)
             lv = cbar - c
-            # The loop reads each block's frame terms one block ahead, off the path to its product.
-            c_next, cbar_next = _frame_terms(fr, blk_lo, BLOCK_M)
         psi = _row_shift(lv)
         # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an
         # extra column puts ψ in the accumulator); the one rounding that follows is to FP16.
@@ -326,9 +324,8 @@ def attention_kernel(
                 kc, c, lv = _centred_block_fused(K, q, k_base, blk, sks, S2, D, D_PAD, BLOCK_N)
             else:
                 kc = tl.load(KP + c_base + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
-                c = c_next
-                lv = cbar_next - c_next
-                c_next, cbar_next = _frame_terms(fr, tl.minimum(blk + 1, blk_hi - 1), BLOCK_M)
+                c, cbar = _frame_terms(fr, blk, BLOCK_M)
+                lv = cbar - c
             # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag
             # the cube/vector pipeline of the NPU needs, kept so that both round alike. A row with
             # no unmasked key yet has no excess and uses ψ_j = lv_j.
