@@ -14,13 +14,14 @@ the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.block
 
 ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
 KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
-into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block, the frame terms
-C = Q̂·u and lv = Q̂·K̄ − C in FP32 from one 16-column product; the shift ψ = 64·FP16(x/64) at lv plus
-the lag-2 running excess, with block 1 computed twice; S' = FP16(Q̂·K'ᵀ − ψ) with ψ in the FP32
-accumulator; the per-row safety net (FP32 S − ψ for a row whose S' leaves FP16's range) and the
-reshift (the product again with ψ moved by the row max) of the golden model; the row state m, l, O in
-FP32 in block 1's frame, block j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale
-lse = ρ·(m + C_1 + ψ_1) + ln l.
+into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block the frame
+terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products (with the pre-pass one per 8 blocks,
+into a per-tile table before the loop, so that the loop reads two FP32 row vectors per block besides
+K' and V; fused, one per block); the shift ψ = 64·FP16(x/64) at lv plus the lag-2 running excess,
+block 1 computed twice; S' = FP16(Q̂·K'ᵀ − ψ) from the FP32 product; the per-row safety net (FP32
+S − ψ for a row whose S' leaves FP16's range) and the reshift (ψ moved by the row max of a block
+that lands far from it) of the golden model; the row state m, l, O in FP32 in block 1's frame, block
+j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale lse = ρ·(m + C_1 + ψ_1) + ln l.
 
 Differences from the golden loop (same mathematics, other roundings; the tests bound them):
 * P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
@@ -49,8 +50,9 @@ And for ``pasa_rs``:
   of a tile visit the same blocks, so each row's ψ, excess and frame come from one sequence of
   blocks; a row with no key in the first visited block starts with no excess (ψ = lv), as in the
   golden model. The golden model starts every row at the sequence's first block, masked or not;
-* the reshift computes the product again for the whole tile when one of its rows needs it (the
-  other rows keep their ψ and get the same S').
+* the reshift subtracts the move of ψ from the FP32 S − ψ still in registers, then rounds to FP16
+  (the golden model computes the product again: one FP32 rounding apart), and ψ is subtracted from
+  the FP32 product rather than put in the accumulator before it.
 """
 
 from __future__ import annotations
