@@ -110,11 +110,12 @@ def draw_hard(case: Case, rng: np.random.Generator):
     * sink: Q, K ~ N(x0, am), key 0 raised by 0.4 in every dimension (about 14 above the others);
     * shift_overflow: Q = 2 + N(0, 0.01); keys N(0, 1) plus a level giving scaled scores ≈ x0 and one
       key per block ≈ am (scores in FP16 range whose block-mean shift is not);
-    * spread: Q = ±1 random, K ~ U(−1, 1)·c with c setting scaled scores to about ±am;
+    * spread: Q = ±1 at random, K ~ U(−1, 1)·√3·am/4.5: scaled scores ≈ N(0, (am/4.5)²), the
+      extremes of each head near ±am;
     * long: 4 query rows against LONG_KEYS near-equal keys (Q, K ~ N(0, 0.05)), V ~ N(3, 1) biased;
     * tail, d64 … d256: Q, K ~ N(x0, am) with 1000 keys / head dims 64, 80, 96, 256;
-    * gqa: 8 query heads sharing 2 KV heads; causal: 1000 queries … no: 256 queries, causal
-      mask aligned bottom-right; band: a window of 256 keys; decode: one query row, 8 heads.
+    * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal mask aligned to the
+      last key; band: the same with a window of 256 keys; decode: one query row, 8 heads.
     """
     b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
     dist, x0, am = case.dist, case.x0, case.am
@@ -155,7 +156,7 @@ def draw_hard(case: Case, rng: np.random.Generator):
         k[..., ::128, :] += (am - x0) / unit
     elif dist == "spread":
         q = rng.choice([-1.0, 1.0], qs)
-        k = rng.uniform(-1, 1, ks) * am / np.sqrt(d) * np.sqrt(3)
+        k = rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5
     elif dist == "long":
         q, k = rng.normal(0, 0.05, qs), rng.normal(0, 0.05, ks)
         v = rng.normal(3.0, 1.0, ks)
