@@ -186,6 +186,9 @@ def test_hard_draws_build_the_stated_inputs():
             assert 6.0e4 < abs(np.median(s / scale)) < 9.0e4 and np.sign(np.median(s)) == (1 if case.x0 == 0 else -1)
         if case.dist == "shift_overflow":  # block means ≈ −39 000, one key per block ≈ +40 000
             assert abs(np.median(s) + 39000) < 500 and abs(s[..., 0].mean() - 40000) < 500
+        if case.dist == "spike":  # block 1 at −60 000 with one key at +60 000, then +61 000
+            assert abs(np.median(s[..., :128]) + 60000) < 500 and abs(s[..., 5].mean() - 60000) < 500
+            assert abs(s[..., 128:].mean() - 61000) < 100
         if case.dist == "spread":
             assert 4.5e4 < np.abs(s).max() < 6.6e4
     assert shapes["long"][1][2] >= 128 * 1024 and shapes["long"][0][2] <= 4

@@ -91,7 +91,7 @@ def draw(case: Case, shape, rng: np.random.Generator) -> np.ndarray:
 #: parameters, named per case in :func:`draw_hard`.
 HARD_CASES = (
     Case("resonance", 0, 34), Case("resonance", 180, 34), Case("drift", 10, 1), Case("steps", 20, 1),
-    Case("sink", 3, 1), Case("shift_overflow", -39000, 40000), Case("spread", 0, 60000),
+    Case("sink", 3, 1), Case("shift_overflow", -39000, 40000), Case("spike", -60000, 60000), Case("spread", 0, 60000),
     Case("long", 0, 1), Case("tail", 10, 1), Case("d64", 10, 1), Case("d80", 10, 1), Case("d96", 10, 1),
     Case("d256", 10, 1), Case("gqa", 10, 1), Case("causal", 10, 1), Case("band", 10, 1), Case("decode", 10, 1),
 )
@@ -114,6 +114,9 @@ def draw_hard(case: Case, rng: np.random.Generator):
     * sink: Q, K ~ N(x0, am), key 0 raised by 0.4 in every dimension (about 14 above the others);
     * shift_overflow: Q = 2 + N(0, 0.01); keys N(0, 1) plus a level giving scaled scores ≈ x0 and one
       key per block ≈ am (scores in FP16 range whose block-mean shift is not);
+    * spike: as shift_overflow, but only block 1 holds keys at x0 and one at am; the later keys
+      score am + 1000 ± 1. Block 1's maximum lies ≈ 120 000 above its mean, and the shift learned
+      from it puts every later score ≈ 120 000 below: pasa_rs's safety net (FP32 S) must act;
     * spread: Q = ±1 at random, K ~ U(−1, 1)·√3·am/4.5: scaled scores ≈ N(0, (am/4.5)²), the
       extremes of each head near ±am;
     * long: 4 query rows against LONG_KEYS near-equal keys (Q, K ~ N(0, 0.05)), V ~ N(3, 1) biased;
@@ -158,6 +161,13 @@ def draw_hard(case: Case, rng: np.random.Generator):
         unit = 2 * d / np.sqrt(d)
         k = rng.normal(0, 1, ks) + x0 / unit
         k[..., ::128, :] += (am - x0) / unit
+    elif dist == "spike":
+        q = 2 + rng.normal(0, 0.01, qs)
+        unit = 2 * d / np.sqrt(d)
+        k = rng.normal(0, 1, ks) / 16
+        k[..., :128, :] += x0 / unit
+        k[..., 5, :] += (am - x0) / unit
+        k[..., 128:, :] += (am + 1000) / unit
     elif dist == "spread":
         q = rng.choice([-1.0, 1.0], qs)
         k = rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5

@@ -318,11 +318,13 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
         # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
         # or above it), computes the block's S' again with ψ moved by its max (one more product
-        # for that block; rows not reshifted get the same S' again).
+        # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
+        # to the same value (beyond |ψ| ≈ 8192 the step of ψ exceeds 2·RESHIFT_AT).
         mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
-        far = (abs(m_blk) > RESHIFT_AT) & ~redo & (mb > r(m - relevance))
+        moved = shift(r(psi + m_blk))
+        far = (abs(m_blk) > RESHIFT_AT) & (moved != psi) & ~redo & (mb > r(m - relevance))
         if bool(far.any()):
-            psi = ops.where(far, shift(r(psi + m_blk)), psi)
+            psi = ops.where(far, moved, psi)
             s, m_blk, redo_again, c0, c1 = block(j, psi)
             redo = redo | redo_again
         _count(stats, recomputed=redo, reshifted=far)
