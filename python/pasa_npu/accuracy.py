@@ -452,7 +452,7 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
             for x, r in zip(xs, pts):
                 if r["overflow"]:
                     ax.plot([x], [y], marker="x", ls="none", ms=9, color=colors[p])
-                    ax.annotate(f"NaN {r['nan_pct']:.2g}%", (x, y), textcoords="offset points", xytext=(5, -3),
+                    ax.annotate(f"NaN {r['nan_pct']:.3g}%", (x, y), textcoords="offset points", xytext=(5, -3),
                                 fontsize=7, color=colors[p])
         fixed = f"Am = {cases[0].am:g}" if along == "x0" else f"x0 = {cases[0].x0:g}"
         fixed += ", V centred" if cases[0].dist == "biased" else ""
