@@ -59,8 +59,8 @@ def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | No
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
     log-sum-exp of the scaled scores in the true scale. Rows whose keys are all masked give out 0
     and lse −∞. ``block_q`` only bounds memory: rows are independent, so it changes no rounding.
-    ``stats``: for ``pasa_rs``, a dict whose counters of FP32 recomputes are incremented (see
-    :func:`_query_block_rs`); ignored by the other allocations.
+    ``stats``: for ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are
+    incremented (see :func:`_count` and docs/golden.md); ignored by the other allocations.
     """
     s1, s2 = q.shape[-2], k.shape[-2]
     if alloc.shifted and beta is None:
@@ -197,8 +197,8 @@ def _centre_keys(ops, k, block_kv):
         # In a dimension whose keys all have one sign, K − u is exact in FP16 for every key when
         # max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): take |K̄_j| clipped to that interval. u = 0 where
         # the signs mix (or a key is 0), where the interval is empty, and where the clipped value
-        # is not an FP16 number (a subnormal max|K|/2, or 2·min|K| beyond 65504). Every
-        # operation here is exact in FP32, and K' = K − u needs no rounding at all.
+        # is not an FP16 number (a subnormal max|K|/2, or 2·min|K| beyond 65504). The clip is
+        # exact in FP32, and K' = K − u needs no rounding at all.
         a_lo = ops.where(pos, kmin, -kmax)
         a_hi = ops.where(pos, kmax, -kmin)
         lo, hi = a_hi * 0.5, a_lo * 2.0
@@ -241,7 +241,7 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
     def r(x):  # one vector op's rounding to FP32 (the row state and merge)
         return ops.cast(x, "float32")
 
-    def h(x):  # one vector op's rounding to FP16 (the local softmax), or an FP16 matrix operand
+    def h(x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
         return ops.cast(x, "float16")
 
     e = math.floor(math.log2(scale))
@@ -318,11 +318,13 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
         # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
         # or above it), computes the block's S' again with ψ moved by its max (one more product
-        # for that block; rows not reshifted get the same S' again).
+        # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
+        # to the same value (beyond |ψ| ≈ 8192 the step of ψ exceeds 2·RESHIFT_AT).
         mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
-        far = (abs(m_blk) > RESHIFT_AT) & ~redo & (mb > r(m - relevance))
+        moved = shift(r(psi + m_blk))
+        far = (abs(m_blk) > RESHIFT_AT) & (moved != psi) & ~redo & (mb > r(m - relevance))
         if bool(far.any()):
-            psi = ops.where(far, shift(r(psi + m_blk)), psi)
+            psi = ops.where(far, moved, psi)
             s, m_blk, redo_again, c0, c1 = block(j, psi)
             redo = redo | redo_again
         _count(stats, recomputed=redo, reshifted=far)
