@@ -7,12 +7,13 @@ exceed twice the L2 cache, so small shapes are not timed from cache), and the me
 measurements taken round-robin over the methods (their spread is recorded); decode is timed as
 CUDA-graph replays. TFLOP/s count 4·B·H·S1·S2·D
 (halved for causal). Columns: ``pasa_fp32`` (PASA, FP32 row state: the default), ``pasa`` (all-FP16
-state), ``fp32`` (our FP32-state FlashAttention-2, same kernel without the shift), the same PASA with
-K' = M·K fused into the loop instead of the pre-pass, and SDPA's flash, cuDNN and efficient backends.
-Accuracy: relative RMSE against float64 attention and NaN count, on N(0, 1) inputs and on
-Q, K ~ N(30, 1) (V ~ N(0, 1)), where FP16 Q·Kᵀ overflows. Writes results.json, table.md and gpu.png.
-``pasa_fp32`` takes the backend's default K' variant: the pre-pass for prefill, fused for decode;
-``pasa_fp32_fused`` and ``pasa_fp32_prepass`` force one (timed on SHIFT_SHAPES).
+state), ``pasa_rs`` (row-shifted PASA: centred K, per-row shift, FP32 merge), ``fp32`` (our FP32-state
+FlashAttention-2, same kernel without the shift), the same PASA with K' = M·K fused into the loop
+instead of the pre-pass, and SDPA's flash, cuDNN and efficient backends. Accuracy: relative RMSE
+against float64 attention and NaN count, on N(0, 1) inputs, on Q, K ~ N(30, 1) (V ~ N(0, 1)), where
+FP16 Q·Kᵀ overflows, and on Q/K resonance (RESONANCE). Writes results.json, table.md and gpu.png.
+``pasa_fp32`` and ``pasa_rs`` take the backend's default K' variant: the pre-pass for prefill, fused
+for decode; ``*_fused`` and ``*_prepass`` force one (timed on SHIFT_SHAPES).
 """
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ ROUNDS = 3
 SDPA = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
 OURS = {"pasa_fp32": dict(precision="pasa_fp32"), "pasa": dict(precision="pasa"),
-        "fp32": dict(precision="fp32"), "pasa_fp32_fused": dict(precision="pasa_fp32", shift="fused"),
-        "pasa_fp32_prepass": dict(precision="pasa_fp32", shift="prepass")}
-#: The two K' = M·K variants are timed on these shapes only (the default picks one of them).
+        "pasa_rs": dict(precision="pasa_rs"), "fp32": dict(precision="fp32"),
+        "pasa_fp32_fused": dict(precision="pasa_fp32", shift="fused"),
+        "pasa_fp32_prepass": dict(precision="pasa_fp32", shift="prepass"),
+        "pasa_rs_fused": dict(precision="pasa_rs", shift="fused"),
+        "pasa_rs_prepass": dict(precision="pasa_rs", shift="prepass")}
+#: Variants that force the K' pre-pass or its fused form: timed on SHIFT_SHAPES only (the default
+#: picks one of them).
+VARIANTS = ("pasa_fp32_fused", "pasa_fp32_prepass", "pasa_rs_fused", "pasa_rs_prepass")
+#: The two K' variants are timed on these shapes only.
 SHIFT_SHAPES = ("d64_s4096", "d128_s4096", "d256_s4096", "qwen2_7b", "decode")
 
 
@@ -66,13 +73,21 @@ def method(name):
     return lambda q, k, v, c: sdpa(q, k, v, c, SDPA[name])
 
 
-def inputs(b, h, hkv, s1, s2, d, n_sets, bias=0.0, seed=0):
+def inputs(b, h, hkv, s1, s2, d, n_sets, bias=0.0, seed=0, phase=None):
+    """``n_sets`` draws of (Q, K, V): Q, K ~ N(bias, 1), V ~ N(0, 1); or with ``phase`` (degrees) the
+    Q/K resonance of pasa_npu.accuracy's hard cases: Q = a·cos θ + N(0, 1), K = 40 + a'·cos(θ + phase)
+    + N(0, 1) along the head dim, θ = 2π·3·d/D, a, a' ~ U(32, 36) per row (|Q·Kᵀ| ≈ 600·D)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     sets = []
     for _ in range(n_sets):
         q = torch.randn(b, h, s1, d, device="cuda", generator=gen) + bias
         k = torch.randn(b, hkv, s2, d, device="cuda", generator=gen) + bias
         v = torch.randn(b, hkv, s2, d, device="cuda", generator=gen)
+        if phase is not None:
+            theta = 2 * math.pi * 3 * torch.arange(d, device="cuda") / d
+            amp = lambda *shape: 32 + 4 * torch.rand(*shape, 1, device="cuda", generator=gen)  # noqa: E731
+            q = q - bias + amp(b, h, s1) * torch.cos(theta)  # the N(0, 1) draws plus the resonance
+            k = k - bias + 40 + amp(b, hkv, s2) * torch.cos(theta + math.radians(phase))
         sets.append(tuple(t.half() for t in (q, k, v)))
     return sets
 
@@ -108,13 +123,18 @@ def ref64(q, k, v, causal):
     return torch.softmax(s, -1) @ v
 
 
-def accuracy(names, d, causal, bias):
-    q, k, v = inputs(1, 8, 8, 2048, 2048, d, 1, bias=bias, seed=123)[0]
+#: Accuracy inputs: label -> inputs() keywords.
+ACCURACY_INPUTS = {"N(0,1)": {}, "N(30,1)": dict(bias=30.0), "resonance 0°": dict(phase=0.0),
+                   "resonance 180°": dict(phase=180.0)}
+
+
+def accuracy(names, d, causal, kind):
+    q, k, v = inputs(1, 8, 8, 2048, 2048, d, 1, seed=123, **ACCURACY_INPUTS[kind])[0]
     ref = ref64(q, k, v, causal)
     row = {}
     for name in names:
-        if name == "pasa_fp32_prepass":
-            continue  # the same function as the default pasa_fp32 on prefill shapes
+        if name.endswith("_prepass"):
+            continue  # the same function as the default on prefill shapes
         try:
             out = method(name)(q, k, v, causal).double()
         except RuntimeError as e:
@@ -177,7 +197,7 @@ SWEEP = {
 
 
 def sweep(out_dir, dims):
-    """Time every configuration of SWEEP[d] for d in ``dims`` (fp32 and pasa_fp32, causal and not);
+    """Time every configuration of SWEEP[d] for d in ``dims`` (fp32, pasa_fp32 and pasa_rs, causal and not);
     a configuration that does not compile or fit shared memory is recorded as an error."""
     rows = []
     for d in dims:
@@ -187,7 +207,7 @@ def sweep(out_dir, dims):
             shape, causals = (4, 2048 // d, 2048 // d, 4096, 4096, d), (False, True)
         b, h, hkv, s1, s2, dd = shape
         sets = inputs(*shape, 2 if d == "decode" else 1)
-        for prec in ("fp32", "pasa_fp32"):
+        for prec in ("fp32", "pasa_fp32", "pasa_rs"):
             for causal in causals:
                 for cfg in SWEEP[d]:
                     try:
@@ -225,7 +245,7 @@ def main():
         # up to 13% between two runs of this script, more than within one pass.
         for _ in range(ROUNDS):
             for name in names:
-                if name in ("pasa_fp32_fused", "pasa_fp32_prepass") and cfg["name"] not in SHIFT_SHAPES:
+                if name in VARIANTS and cfg["name"] not in SHIFT_SHAPES:
                     continue
                 try:
                     ms = time_ms(method(name), sets, causal)
@@ -244,9 +264,9 @@ def main():
         del sets
         torch.cuda.empty_cache()
     for d in ((128,) if args.quick else (64, 128, 256)):
-        for bias in (0.0, 30.0):
+        for kind in ACCURACY_INPUTS:
             for causal in (False, True):
-                row = {"d": d, "bias": bias, "causal": causal, **accuracy(names, d, causal, bias)}
+                row = {"d": d, "input": kind, "causal": causal, **accuracy(names, d, causal, kind)}
                 res["accuracy"].append(row)
                 print("accuracy", json.dumps(row), flush=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))
@@ -256,14 +276,16 @@ def main():
 
 def write_table(res, path):
     cols = list(OURS) + list(SDPA)
-    lines = ["| shape (B, H, Hkv, S1, S2, D) | causal | " + " | ".join(cols) + " | pasa_fp32 / fp32 |",
-             "|---|---|" + "---|" * (len(cols) + 1)]
+    ratios = (("pasa_fp32", "fp32"), ("pasa_rs", "fp32"), ("pasa_rs", "sdpa_flash"))
+    lines = ["| shape (B, H, Hkv, S1, S2, D) | causal | " + " | ".join(cols) + " | "
+             + " | ".join(f"{a} / {b}" for a, b in ratios) + " |",
+             "|---|---|" + "---|" * (len(cols) + len(ratios))]
     for r in res["speed"]:
         cells = [(f"{r[c]:.0f}" if r[c] >= 100 else f"{r[c]:.1f}") if isinstance(r.get(c), float)
                  else ("n/a" if c in r else "–") for c in cols]
-        ratio = r["pasa_fp32"] / r["fp32"] if r.get("pasa_fp32") and r.get("fp32") else math.nan
+        cells += [f"{r[a] / r[b]:.2f}" if r.get(a) and r.get(b) else "–" for a, b in ratios]
         lines.append(f"| {r['name']} ({r['b']}, {r['h']}, {r['hkv']}, {r['s1']}, {r['s2']}, {r['d']}) | "
-                     f"{'yes' if r['causal'] else 'no'} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+                     f"{'yes' if r['causal'] else 'no'} | " + " | ".join(cells) + " |")
     spreads = sorted(v for r in res["speed"] for k, v in r.items() if k.endswith("_spread"))
     if spreads:
         lines += ["", f"Spread (max − min) / median of a cell's {ROUNDS} passes: median "
@@ -274,7 +296,7 @@ def write_table(res, path):
         for c in cols:
             x = r.get(c, {})
             cells.append("–" if not x else "n/a" if "error" in x else f"{x['rmse']:.2e} ({x['nan']} NaN)")
-        lines.append(f"| {r['d']} | {'N(30,1)' if r['bias'] else 'N(0,1)'} | {'yes' if r['causal'] else 'no'} | "
+        lines.append(f"| {r['d']} | {r['input']} | {'yes' if r['causal'] else 'no'} | "
                      + " | ".join(cells) + " |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -293,7 +315,7 @@ def plot(res, path):
             ax = axes[ci][di]
             sel = [r for r in rows if r["d"] == d and r["causal"] == causal]
             xs = [r["s1"] for r in sel]
-            for c in ("pasa_fp32", "pasa", "fp32", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
+            for c in ("pasa_fp32", "pasa", "pasa_rs", "fp32", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
                 ys = [r.get(c) if isinstance(r.get(c), float) else math.nan for r in sel]
                 ax.plot(xs, ys, marker="o", label=c)
             ax.set_xscale("log", base=2)

@@ -69,12 +69,14 @@ def test_run_case_matches_a_direct_golden_call_and_shows_the_overflow():
 
 
 def test_study_is_reproducible_and_independent_of_jobs():
-    kw = dict(shape=(1, 1, 16, 128), seed=3, precisions=("fp16_fp32", "pasa"), table4_seeds=2, progress=False)
+    kw = dict(shape=(1, 1, 16, 128), seed=3, precisions=("fp16_fp32", "pasa"), table4_seeds=2, hard_seeds=0,
+              progress=False)
     a = accuracy.run_study(jobs=1, **kw)
     b = accuracy.run_study(jobs=2, **kw)
     # the same draws and FP16 outputs; the float64 reference may differ in its last bits with the
     # number of BLAS threads (one per spawned worker), and with it the RMSE's last digits
-    exact = lambda rows: [{key: val for key, val in r.items() if key not in ("rmse", "max_abs_err")} for r in rows]
+    exact = lambda rows: [{key: val for key, val in r.items() if key not in ("rmse", "max_abs_err", "lse_err")}
+                          for r in rows]
     assert exact(a) == exact(b)
     np.testing.assert_allclose([r["rmse"] for r in a], [r["rmse"] for r in b], rtol=1e-9)
     cases = {(r["dist"], r["x0"], r["am"]) for r in a}
@@ -86,9 +88,10 @@ def test_study_is_reproducible_and_independent_of_jobs():
     assert [r["rmse"] for r in c] != [r["rmse"] for r in a]
 
 
-def _row(case, p, nan, rmse=1e-3, seed=0):
+def _row(case, p, nan, rmse=1e-3, seed=0, lse_err=1e-4, zero_rows=0, recomputed=None):
     return {"dist": case.dist, "x0": case.x0, "am": case.am, "seed": seed, "precision": p, "rmse": rmse,
-            "nan_pct": nan, "overflow": nan > 0, "max_abs_err": 0.0}
+            "nan_pct": nan, "overflow": nan > 0, "max_abs_err": 0.0, "lse_err": lse_err, "zero_rows": zero_rows,
+            "recomputed": recomputed, "reshifted": recomputed}
 
 
 def test_table4_noise_criterion():
@@ -117,15 +120,17 @@ def test_claim_counts_nonzero_mean_cases_without_fa_overflow():
 
 
 def test_outputs_hold_every_row(tmp_path):
-    rows = accuracy.run_study(shape=(1, 1, 16, 128), precisions=("fp16_fp32", "pasa"), table4_seeds=2, jobs=1,
-                              progress=False)
+    rows = accuracy.run_study(shape=(1, 1, 16, 128), precisions=("fp16_fp32", "pasa"), table4_seeds=2, hard_seeds=0,
+                              jobs=1, progress=False)
     summary = accuracy.write_outputs(rows, tmp_path, full=False, shape=(1, 1, 16, 128), seed=0,
                                      precisions=("fp16_fp32", "pasa"))
     with open(tmp_path / "results.csv") as f:
         csv_rows = list(csv.DictReader(f))
     assert len(csv_rows) == len(rows)
     assert float(csv_rows[0]["rmse"]) == pytest.approx(rows[0]["rmse"]) or math.isnan(rows[0]["rmse"])
-    data = json.loads((tmp_path / "results.json").read_text())
+    # strict JSON: fp16_fp32 overflows (NaN RMSE) on several cases, written as null
+    data = json.loads((tmp_path / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert any(r["rmse"] is None and r["overflow"] for r in data["results"])
     assert data["metadata"]["shape"] == [1, 1, 16, 128] and len(data["results"]) == len(rows)
     assert data["table4"] == summary["table4"] and len(data["table4"]) == len(accuracy.TABLE4)
     assert (tmp_path / "table4.csv").read_text().count("\n") == len(accuracy.TABLE4) + 1
@@ -150,6 +155,7 @@ def test_cli_beta_scaled_and_bfloat16(capsys):
 
 @pytest.mark.parametrize("argv", [["beta", "--block-kv", "0"], ["beta", "--dtype", "float8"],
                                   ["accuracy", "--precisions", "fp64"], ["accuracy", "--shape", "1", "2"],
+                                  ["accuracy", "--hard-seeds", "-1"],
                                   ["nothing"]])
 def test_cli_rejects_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -161,7 +167,75 @@ def test_cli_rejects_bad_arguments(argv, capsys):
 def test_cli_accuracy_end_to_end(tmp_path, capsys):
     out_dir = tmp_path / "acc"
     assert cli.main(["accuracy", "--shape", "1", "1", "16", "128", "--out", str(out_dir), "--jobs", "1",
-                     "--no-plots", "--no-progress", "--precisions", "fp16_fp32", "pasa"]) == 0
+                     "--no-plots", "--no-progress", "--precisions", "fp16_fp32", "pasa", "--hard-seeds", "0"]) == 0
     out = capsys.readouterr().out
     assert "Table 4" in out and "pasa: holds on" in out
     assert (out_dir / "results.csv").exists() and not (out_dir / "accuracy.png").exists()
+
+
+def test_hard_draws_build_the_stated_inputs():
+    rng = np.random.default_rng(0)
+    shapes = {}
+    for case in accuracy.HARD_CASES:
+        q, k, v, mask, scale = accuracy.draw_hard(case, rng)
+        shapes[case.dist] = (q.shape, k.shape, None if mask is None else mask.shape)
+        assert v.shape == k.shape and scale == pytest.approx(q.shape[-1] ** -0.5)
+        assert np.isfinite(np.stack([q.astype(np.float16).max(), k.astype(np.float16).max()])).all()
+        s = np.einsum("bhid,bhjd->bhij", q[:, : k.shape[1]], k) * scale  # the scaled scores
+        if case.dist == "resonance":  # Q·Kᵀ near ±75 000 by phase, in FP16 range scaled
+            assert 6.0e4 < abs(np.median(s / scale)) < 9.0e4 and np.sign(np.median(s)) == (1 if case.x0 == 0 else -1)
+        if case.dist == "shift_overflow":  # block means ≈ −39 000, one key per block ≈ +40 000
+            assert abs(np.median(s) + 39000) < 500 and abs(s[..., 0].mean() - 40000) < 500
+        if case.dist == "spike":  # block 1 at −60 000 with one key at +60 000, then +61 000
+            assert abs(np.median(s[..., :128]) + 60000) < 500 and abs(s[..., 5].mean() - 60000) < 500
+            assert abs(s[..., 128:].mean() - 61000) < 100
+        if case.dist == "spread":
+            assert 4.5e4 < np.abs(s).max() < 6.6e4
+    assert shapes["long"][1][2] >= 128 * 1024 and shapes["long"][0][2] <= 4
+    assert shapes["decode"][0][2] == 1 and shapes["gqa"][0][1] == 4 * shapes["gqa"][1][1]
+    assert shapes["tail"][1][2] % 128 and shapes["d80"][0][3] == 80 and shapes["d256"][0][3] == 256
+    assert shapes["causal"][2] == shapes["band"][2] == (256, 1000)
+    with pytest.raises(ValueError, match="hard case"):
+        accuracy.draw_hard(Case("nothing", 0, 0), rng)
+
+
+def test_summary_ratios_failures_and_lse():
+    cs = [Case("resonance", 0, 34), Case("drift", 10, 1), Case("spread", 0, 60000)]
+    rows = []
+    for seed in range(2):
+        for i, c in enumerate(cs):
+            rows.append(_row(c, "fp32", 0, 1e-4, seed, lse_err=1e-5))
+            rows.append(_row(c, "pasa_rs", 0, (1 + i + seed) * 1e-4, seed, lse_err=2e-3 if i == 2 else 1e-4,
+                             recomputed=0.1 * i))
+            rows.append(_row(c, "fp16_fp32", 100.0 if i == 0 else 0, float("nan") if i == 0 else 3e-4, seed,
+                             zero_rows=1 if (i, seed) == (1, 1) else 0))
+    summ = accuracy.summary(rows, ("fp32", "pasa_rs", "fp16_fp32"))
+    assert set(summ["pasa_rs"]) == {"all", "hard"}  # no paper or biased case among the rows
+    rs = summ["pasa_rs"]["hard"]
+    assert rs["draws"] == 6 and rs["failures"] == 0
+    assert rs["median_ratio"] == pytest.approx(2.5) and rs["worst_ratio"] == pytest.approx(4.0)
+    assert rs["worst_case"] == "spread x0=0 am=60000 seed=1"
+    assert rs["lse_within"] == 4 and rs["worst_lse_over_bound"] == pytest.approx(2.0)  # 2e-3 over max(1e-4, 1e-3)
+    assert rs["recomputed_min"] == 0.0 and rs["recomputed_max"] == pytest.approx(0.2)
+    fa = summ["fp16_fp32"]["all"]
+    assert fa["failures"] == 3 and fa["worst_ratio"] == pytest.approx(3.0) and "recomputed_min" not in fa
+    assert summ["fp32"]["all"]["median_ratio"] == 1.0
+    text = accuracy.format_summary(summ)
+    assert "pasa_rs" in text and "spread x0=0 am=60000 seed=1" in text
+
+
+def test_plot_has_a_hard_panel_and_json_is_strict(tmp_path):
+    c = Case("uniform", 30, 0.5)
+    rows = [_row(Case(cc.dist, cc.x0, cc.am), p, 0, 1e-3) for cs in accuracy.sweeps(False).values() for cc in cs
+            for p in ("fp32", "fp16_fp32")]
+    rows = [r if (r["dist"], r["x0"], r["precision"]) != (c.dist, c.x0, "fp16_fp32") else
+            _row(c, "fp16_fp32", 0.03, float("nan")) for r in rows]
+    rows += [_row(h, p, 0, 1e-3, s, lse_err=float("inf") if p == "fp16_fp32" else 1e-4)
+             for h in accuracy.HARD_CASES[:3] for s in range(2) for p in ("fp32", "fp16_fp32")]
+    accuracy.write_outputs(rows, tmp_path, full=False, shape=(1, 1, 16, 128), seed=0,
+                           precisions=("fp32", "fp16_fp32"))
+    data = json.loads((tmp_path / "results.json").read_text(), parse_constant=lambda x: pytest.fail(f"bare {x}"))
+    assert data["metadata"]["hard_seeds"] == 2
+    assert any(r["lse_err"] == "inf" for r in data["results"]) and any(r["rmse"] is None for r in data["results"])
+    assert data["summary"]["fp16_fp32"]["hard"]["draws"] == 6
+    assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

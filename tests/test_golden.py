@@ -19,6 +19,9 @@ Error bounds (relative RMSE of eq. 19 over the whole output, and max |lse − ls
   coefficient I = β/(1−β) ≈ 64; their rounding errors average down by √n over the block, so the
   error is ≈ I/√128 ≈ 5.7× that of fp16_fp32: bound 1e-2 (measured ≤ 3e-3).
 * pasa: pasa_fp32 plus FP16 state and an FP16 tree sum for the mean: bound 1.5e-2 (measured ≤ 4.5e-3).
+* pasa_rs: S' in FP16 like fp16_fp32, but around a per-row shift near the row max (the reshift
+  keeps the block max within 2 of it where it matters), the rest FP32: fp16_fp32's bound 2e-3.
+  lse: 1e-3 (issue 10's target max(10 × fp32's, 1e-3)).
   lse of both PASA allocations adds I·F, F's rounding amplified by I ≈ 64: bound 5e-2 absolute
   (measured ≤ 1.2e-2; ≈ 4× margin).
 """
@@ -34,7 +37,7 @@ from pasa_npu import beta as beta_mod
 from pasa_npu import golden, metrics
 from pasa_npu.precision import PRECISIONS
 
-RMSE_BOUND = {"fp32": 1e-3, "fp16_fp32": 2e-3, "fp16": 3e-3, "pasa_fp32": 1e-2, "pasa": 1.5e-2}
+RMSE_BOUND = {"fp32": 1e-3, "fp16_fp32": 2e-3, "fp16": 3e-3, "pasa_fp32": 1e-2, "pasa": 1.5e-2, "pasa_rs": 2e-3}
 U16 = 2.0**-11
 FP16_MAX = 65504.0
 
@@ -75,6 +78,8 @@ def lse_bound(precision, q, k, scale, mask, s2, block_kv):
         return sb
     if precision == "fp16":
         return sb + 16 * U16
+    if precision == "pasa_rs":
+        return 1e-3  # the target of issue 10: max(10 × fp32's, 1e-3); measured ≤ 2e-4 here
     return 5e-2
 
 
@@ -337,7 +342,7 @@ def test_inf_in_k_is_not_hidden(precision):
     neg = q[0, 0, :, 3] < 0
     assert pos.any() and neg.any()
     assert np.isnan(out[0, 0, pos]).all()
-    if precision.startswith("pasa"):
+    if precision in ("pasa", "pasa_fp32"):
         assert np.isnan(out[0, 0, neg]).all()
     else:
         with np.errstate(invalid="ignore"):

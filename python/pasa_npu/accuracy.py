@@ -7,12 +7,17 @@ overflow. The sweeps are those of Figs 9 and 10; Table 4's NaN percentages of ``
 checked over several seeds, because rows of one head share the same keys and the seed-to-seed
 spread is far wider than binomial noise over rows. A sweep of our own ("biased": Q, K ~ N(x0, 1)
 with a centred V) shows the accuracy of the attention weights, which the paper's distributions hide.
+The "hard" sweep (:data:`HARD_CASES`, several draws each) holds the inputs on which PASA as
+published loses accuracy or overflows, and the shapes, masks and head dims an allocation must
+handle; :func:`summary` gives each allocation's RMSE as a ratio to the fp32 allocation's on the
+same draw (median, worst), its failures (NaN, Inf, zero rows) and its lse errors.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -81,26 +86,150 @@ def draw(case: Case, shape, rng: np.random.Generator) -> np.ndarray:
     return x.astype(np.float32)
 
 
+#: The "hard" sweep: inputs on which PASA as published loses accuracy or overflows (see
+#: docs/accuracy_hard/README.md). Each case fixes its own shape, mask and V; x0 and am are its two
+#: parameters, named per case in :func:`draw_hard`.
+HARD_CASES = (
+    Case("resonance", 0, 34), Case("resonance", 180, 34), Case("drift", 10, 1), Case("steps", 20, 1),
+    Case("sink", 3, 1), Case("shift_overflow", -39000, 40000), Case("spike", -60000, 60000), Case("spread", 0, 60000),
+    Case("long", 0, 1), Case("tail", 10, 1), Case("d64", 10, 1), Case("d80", 10, 1), Case("d96", 10, 1),
+    Case("d256", 10, 1), Case("gqa", 10, 1), Case("causal", 10, 1), Case("band", 10, 1), Case("decode", 10, 1),
+)
+HARD_DISTRIBUTIONS = tuple(dict.fromkeys(c.dist for c in HARD_CASES))
+#: Keys of the "long" case: more than 128k, so that FP16 sums of similar weights overflow.
+LONG_KEYS = 131_072
+
+
+def draw_hard(case: Case, rng: np.random.Generator):
+    """One draw of a hard case: ``(q, k, v, mask, scale)``, float32 arrays (B, N, S, D), mask None or
+    bool (S1, S2) with True = masked out.
+
+    Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
+    V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):
+
+    * resonance: Q = a·c + N(0, 1), K = 40 + a'·cos(θ + x0°) + N(0, 1) along D, c = cos θ,
+      θ = 2π·3·d/D, a, a' ~ U(am − 2, am + 2) per row: Q·Kᵀ ≈ ±75 000 (x0 = 0 or 180°);
+    * drift: Q ~ N(x0, am), K ~ N(x0·(0.5 → 1.5 along the sequence), am);
+    * steps: Q ~ N(x0, am), K ~ N(level_j, am), a random level in [0, x0] per KV block;
+    * sink: Q, K ~ N(x0, am), key 0 raised by 0.4 in every dimension (about 14 above the others);
+    * shift_overflow: Q = 2 + N(0, 0.01); keys N(0, 1) plus a level giving scaled scores ≈ x0 and one
+      key per block ≈ am (scores in FP16 range whose block-mean shift is not);
+    * spike: as shift_overflow, but only block 1 holds keys at x0 and one at am; the later keys
+      score am + 1000 ± 1. Block 1's maximum lies ≈ 120 000 above its mean, and the shift learned
+      from it puts every later score ≈ 120 000 below: pasa_rs's safety net (FP32 S) must act;
+    * spread: Q = ±1 at random, K ~ U(−1, 1)·√3·am/4.5: scaled scores ≈ N(0, (am/4.5)²), the
+      extremes of each head near ±am;
+    * long: 4 query rows against LONG_KEYS near-equal keys (Q, K ~ N(0, 0.05)), V ~ N(3, 1) biased;
+    * tail, d64 … d256: Q, K ~ N(x0, am) with 1000 keys / head dims 64, 80, 96, 256;
+    * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal mask aligned to the
+      last key; band: the same with a window of 256 keys; decode: one query row, 8 heads.
+    """
+    b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
+    dist, x0, am = case.dist, case.x0, case.am
+    mask = None
+    if dist.startswith("d") and dist[1:].isdigit():
+        d = int(dist[1:])
+    elif dist == "gqa":
+        n, nkv = 8, 2
+    elif dist == "decode":
+        n, s1 = 8, 1
+    elif dist in ("causal", "band"):
+        s1 = 256
+    elif dist == "long":
+        n, s1, s2 = 1, 4, LONG_KEYS
+    nkv = nkv or n
+    qs, ks = (b, n, s1, d), (b, nkv, s2, d)
+    v = rng.normal(0.0, 1.0, ks)
+    if dist == "resonance":
+        c = np.cos(2 * np.pi * 3 * np.arange(d) / d)
+        ck = np.cos(2 * np.pi * 3 * np.arange(d) / d + np.deg2rad(x0))
+        q = rng.uniform(am - 2, am + 2, qs[:-1] + (1,)) * c + rng.normal(0, 1, qs)
+        k = 40 + rng.uniform(am - 2, am + 2, ks[:-1] + (1,)) * ck + rng.normal(0, 1, ks)
+    elif dist == "drift":
+        q = rng.normal(x0, am, qs)
+        k = rng.normal(0, am, ks) + x0 * np.linspace(0.5, 1.5, s2)[:, None]
+    elif dist == "steps":
+        q = rng.normal(x0, am, qs)
+        level = rng.uniform(0, x0, -(-s2 // 128)).repeat(128)[:s2]
+        k = rng.normal(0, am, ks) + level[:, None]
+    elif dist == "sink":
+        q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
+        k[..., 0, :] += 0.4
+    elif dist == "shift_overflow":
+        # q ≈ 2 in every dimension, so a key of level L in every dimension scores ≈ 2·L·d·scale.
+        q = 2 + rng.normal(0, 0.01, qs)
+        unit = 2 * d / np.sqrt(d)
+        k = rng.normal(0, 1, ks) + x0 / unit
+        k[..., ::128, :] += (am - x0) / unit
+    elif dist == "spike":
+        q = 2 + rng.normal(0, 0.01, qs)
+        unit = 2 * d / np.sqrt(d)
+        k = rng.normal(0, 1, ks) / 16
+        k[..., :128, :] += x0 / unit
+        k[..., 5, :] += (am - x0) / unit
+        k[..., 128:, :] += (am + 1000) / unit
+    elif dist == "spread":
+        q = rng.choice([-1.0, 1.0], qs)
+        k = rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5
+    elif dist == "long":
+        q, k = rng.normal(0, 0.05, qs), rng.normal(0, 0.05, ks)
+        v = rng.normal(3.0, 1.0, ks)
+    elif dist in ("tail", "gqa", "causal", "band", "decode") or dist[1:].isdigit():
+        q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
+    else:
+        raise ValueError(f"hard case must be one of {HARD_DISTRIBUTIONS}, got {dist!r}")
+    i, j = np.arange(s1)[:, None], np.arange(s2)[None, :]
+    if dist == "causal":
+        mask = j > i + (s2 - s1)
+    elif dist == "band":
+        mask = (j > i + (s2 - s1)) | (j < i + (s2 - s1) - 255)
+    return (*(x.astype(np.float32) for x in (q, k, v)), mask, 1.0 / np.sqrt(d))
+
+
 def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
     """A seed that depends only on (base, case, repetition): results do not depend on order or jobs."""
-    return np.random.SeedSequence([base, DISTRIBUTIONS.index(case.dist), round(case.x0 * 1000),
-                                   round(case.am * 1000), rep])
+    kinds = DISTRIBUTIONS + HARD_DISTRIBUTIONS
+    return np.random.SeedSequence([base, kinds.index(case.dist), round(case.x0 * 1000) % 2**32,
+                                   round(case.am * 1000) % 2**32, rep])
+
+
+def _draw_case(case: Case, rep: int, base_seed: int, shape):
+    """(q, k, v, mask, scale) of one draw: the paper's distributions at ``shape``, or a hard case."""
+    rng = np.random.default_rng(case_seed(base_seed, case, rep))
+    if case.dist in HARD_DISTRIBUTIONS:
+        return draw_hard(case, rng)
+    q, k = (draw(case, shape, rng) for _ in range(2))
+    v = draw(Case(case.dist, 0.0, case.am) if case.dist == "biased" else case, shape, rng)
+    return q, k, v, None, 1.0 / np.sqrt(shape[-1])
 
 
 def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[dict]:
-    """Every allocation on one draw of (Q, K, V): a row per allocation."""
-    rng = np.random.default_rng(case_seed(base_seed, case, rep))
-    q, k = (draw(case, shape, rng) for _ in range(2))
-    v = draw(Case(case.dist, 0.0, case.am) if case.dist == "biased" else case, shape, rng)
-    scale = 1.0 / np.sqrt(shape[-1])
-    ref, _ = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), scale=scale)
+    """Every allocation on one draw of (Q, K, V): a row per allocation.
+
+    Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
+    is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
+    lse64| over rows with a finite float64 lse (NaN if one of those is not finite); zero_rows, the
+    rows that came out all zero where float64 attention is not; for ``pasa_rs``, recomputed and
+    reshifted, the fractions of (row, KV block) passes that took FP32 S or a second shift (None
+    for the other allocations)."""
+    q, k, v, mask, scale = _draw_case(case, rep, base_seed, shape)
+    ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), scale=scale,
+                                    mask=mask)
+    live = np.isfinite(ref_lse)
+    nonzero = (ref != 0).any(-1)
     rows = []
     for p in precisions:
-        out, _ = golden.attention(q, k, v, precision=p, scale=scale)
+        stats = {}
+        out, lse = golden.attention(q, k, v, precision=p, scale=scale, mask=mask, stats=stats)
+        lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
+        rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if stats else None
+              for key in ("recomputed", "reshifted")}
         rows.append({"dist": case.dist, "x0": case.x0, "am": case.am, "seed": rep, "precision": p,
                      "rmse": metrics.rmse(out, ref), "nan_pct": 100.0 * metrics.nan_fraction(out),
                      "overflow": bool(metrics.nonfinite_fraction(out) > 0),
-                     "max_abs_err": metrics.max_abs_error(out, ref)})
+                     "max_abs_err": metrics.max_abs_error(out, ref),
+                     "lse_err": float(np.max(lse_err, initial=0.0)),
+                     "zero_rows": int(((out == 0).all(-1) & nonzero).sum()), **rs})
     return rows
 
 
@@ -109,13 +238,23 @@ def _run_task(task):
 
 
 def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precisions=PRECISIONS,
-              table4_seeds: int | None = None, jobs: int | None = None, progress: bool = True) -> list[dict]:
-    """Run the sweeps (one draw per case) and Table 4's cases (``table4_seeds`` draws each, the
-    first shared with the sweeps). Returns one row per (case, draw, allocation). ``jobs`` > 1 runs
-    cases in that many spawned processes (the caller's main module must be import-safe)."""
+              table4_seeds: int | None = None, hard_seeds: int | None = None, jobs: int | None = None,
+              progress: bool = True) -> list[dict]:
+    """Run the sweeps (one draw per case), Table 4's cases (``table4_seeds`` draws each, the first
+    shared with the sweeps) and the hard cases (``hard_seeds`` draws each, 0 to skip them; their
+    shapes are their own, not ``shape``). Returns one row per (case, draw, allocation). ``jobs`` > 1
+    runs cases in that many spawned processes (the caller's main module must be import-safe)."""
     table4_seeds = (10 if full else 3) if table4_seeds is None else table4_seeds
+    hard_seeds = (5 if full else 3) if hard_seeds is None else hard_seeds
+    for name, val in (("table4_seeds", table4_seeds), ("hard_seeds", hard_seeds)):
+        if not isinstance(val, int) or val < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
     cases = list(dict.fromkeys(c for cs in sweeps(full).values() for c in cs))
-    tasks = [(c, 0, seed, tuple(shape), tuple(precisions)) for c in cases]
+    # The hard cases first, the long one leading: with several workers the longest tasks should
+    # not start last.
+    tasks = [(c, r, seed, tuple(shape), tuple(precisions)) for r in range(hard_seeds)
+             for c in sorted(HARD_CASES, key=lambda c: c.dist != "long")]
+    tasks += [(c, 0, seed, tuple(shape), tuple(precisions)) for c in cases]
     t4_prec = tuple(p for p in ("fp16_fp32", "pasa") if p in precisions)
     tasks += [(c, r, seed, tuple(shape), t4_prec) for c in TABLE4 for r in range(1, table4_seeds)]
     jobs = jobs or 1
@@ -183,18 +322,78 @@ def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
     return result
 
 
+def _failed(r: dict) -> bool:
+    """A failure: NaN or Inf in the output, or a row of zeros where float64 attention has none."""
+    return bool(r["overflow"] or r["zero_rows"])
+
+
+def summary(rows: list[dict], precisions) -> dict[str, dict]:
+    """Per allocation and group ('all', 'paper', 'biased', 'hard'): the ratio of its relative RMSE
+    to the fp32 allocation's on the same draw (median and worst over the draws without failure),
+    the failures (:func:`_failed`), and the lse check: lse_err ≤ max(10 × fp32's lse_err, 1e-3)
+    on how many draws, and the worst lse_err / that bound. For pasa_rs also the range of the
+    recomputed and reshifted fractions. Draws without an fp32 row (Table 4's repetitions) do not
+    count; a group with no draws is left out."""
+    fp32 = {(r["dist"], r["x0"], r["am"], r["seed"]): r for r in rows if r["precision"] == "fp32"}
+    group = lambda d: "hard" if d in HARD_DISTRIBUTIONS else "biased" if d == "biased" else "paper"
+    out = {}
+    for p in precisions:
+        for g in ("all", "paper", "biased", "hard"):
+            pairs = [(r, fp32[key]) for r in rows if r["precision"] == p
+                     for key in [(r["dist"], r["x0"], r["am"], r["seed"])]
+                     if key in fp32 and g in ("all", group(r["dist"]))]
+            if not pairs:
+                continue
+            ok = [(r, f) for r, f in pairs if not _failed(r) and not _failed(f)]
+            ratios = np.array([r["rmse"] / f["rmse"] if f["rmse"] > 0 else 1.0 for r, f in ok])
+            lse_ratio = np.array([r["lse_err"] / max(10 * f["lse_err"], 1e-3) for r, f in ok])
+            entry = {"draws": len(pairs), "failures": sum(_failed(r) for r, _ in pairs),
+                     "median_ratio": float(np.median(ratios)) if ratios.size else float("nan"),
+                     "worst_ratio": float(ratios.max()) if ratios.size else float("nan"),
+                     "worst_case": None, "lse_within": int((lse_ratio <= 1).sum()),
+                     "worst_lse_over_bound": float(lse_ratio.max()) if lse_ratio.size else float("nan")}
+            if ratios.size:
+                w = ok[int(ratios.argmax())][0]
+                entry["worst_case"] = f"{w['dist']} x0={w['x0']:g} am={w['am']:g} seed={w['seed']}"
+            for key in ("recomputed", "reshifted"):
+                vals = [r[key] for r, _ in pairs if r[key] is not None]
+                if vals:
+                    entry[f"{key}_min"], entry[f"{key}_max"] = float(min(vals)), float(max(vals))
+            out.setdefault(p, {})[g] = entry
+    return out
+
+
+def format_summary(summ: dict[str, dict]) -> str:
+    """The summary as a table: one line per allocation and group."""
+    lines = [f"{'allocation':<10} {'group':<7} {'draws':>5} {'median':>8} {'worst':>8} {'failures':>8} "
+             f"{'lse ok':>7} {'lse/bound':>9}  {'recomputed':>13} {'reshifted':>13}  worst case"]
+    for p, groups in summ.items():
+        for g, e in groups.items():
+            rng_ = lambda key: (f"{e[key + '_min']:.3f}–{e[key + '_max']:.3f}" if key + "_min" in e else "")
+            lines.append(f"{p:<10} {g:<7} {e['draws']:>5} {e['median_ratio']:>8.3g} {e['worst_ratio']:>8.3g} "
+                         f"{e['failures']:>8} {e['lse_within']:>3}/{e['draws'] - e['failures']:<3} "
+                         f"{e['worst_lse_over_bound']:>9.3g}  {rng_('recomputed'):>13} {rng_('reshifted'):>13}  "
+                         f"{e['worst_case'] or ''}")
+    return "\n".join(lines)
+
+
 def format_results(rows: list[dict], precisions) -> str:
     """The sweep table: one line per case, RMSE per allocation ('NaN x%' where it overflowed)."""
     first = [r for r in rows if r["seed"] == 0]
     cases = list(dict.fromkeys((r["dist"], r["x0"], r["am"]) for r in first))
     cell = {(r["dist"], r["x0"], r["am"], r["precision"]): r for r in first}
-    lines = [f"{'distribution':<12} {'x0':>5} {'Am':>6} " + " ".join(f"{p:>12}" for p in precisions)]
+    lines = [f"{'distribution':<14} {'x0':>6} {'Am':>6} " + " ".join(f"{p:>12}" for p in precisions)]
     for d, x0, am in cases:
         vals = []
         for p in precisions:
             r = cell[d, x0, am, p]
-            vals.append(f"{r['rmse']:>12.3e}" if not r["overflow"] else f"{'NaN ' + format(r['nan_pct'], '.2f') + '%':>12}")
-        lines.append(f"{d:<12} {x0:>5g} {am:>6g} " + " ".join(vals))
+            if r["overflow"]:
+                vals.append(f"{'NaN ' + format(r['nan_pct'], '.2f') + '%':>12}")
+            elif r["zero_rows"]:
+                vals.append(f"{str(r['zero_rows']) + ' 0-rows':>12}")
+            else:
+                vals.append(f"{r['rmse']:>12.3e}")
+        lines.append(f"{d:<14} {x0:>6g} {am:>6g} " + " ".join(vals))
     return "\n".join(lines)
 
 
@@ -209,8 +408,21 @@ def format_table4(t4: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], full: bool, path: Path, precisions) -> None:
-    """Figs 9-10: RMSE against the mean and against the amplitude, NaN marked at the top."""
+def _json_safe(x):
+    """NaN becomes null and ±Inf the strings "inf"/"-inf": strict JSON has neither."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "") -> None:
+    """Figs 9-10 (RMSE against the mean and against the amplitude) and, where the hard sweep ran,
+    its RMSE ratios to fp32. An allocation whose output holds NaN or Inf is marked by an x above
+    the curves, one height per allocation, labelled with its NaN percentage."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,30 +430,62 @@ def plot(rows: list[dict], full: bool, path: Path, precisions) -> None:
 
     first = [r for r in rows if r["seed"] == 0]
     panels = sweeps(full)
-    rows_ = (len(panels) + 1) // 2
-    fig, axes = plt.subplots(rows_, 2, figsize=(12, 4.5 * rows_))
-    for ax in axes.flat[len(panels):]:
+    hard = [r for r in rows if r["dist"] in HARD_DISTRIBUTIONS]
+    n_panels = len(panels) + bool(hard)
+    rows_ = (n_panels + 1) // 2
+    fig, axes = plt.subplots(rows_, 2, figsize=(13, 4.6 * rows_))
+    for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
+    colors = {p: f"C{i}" for i, p in enumerate(precisions)}
     for ax, (name, cases) in zip(axes.flat, panels.items()):
         along = "x0" if name.endswith("mean") else "am"
-        for p in precisions:
-            pts = [next(r for r in first if r["precision"] == p and (r["dist"], r["x0"], r["am"]) == (c.dist, c.x0, c.am))
-                   for c in cases]
+        cell = {(r["dist"], r["x0"], r["am"], r["precision"]): r for r in first}
+        finite = [cell[c.dist, c.x0, c.am, p]["rmse"] for c in cases for p in precisions
+                  if not cell[c.dist, c.x0, c.am, p]["overflow"]]
+        top = max(finite) if finite else 1.0
+        for i, p in enumerate(precisions):
+            pts = [cell[c.dist, c.x0, c.am, p] for c in cases]
             xs = [getattr(c, along) for c in cases]
             ok = [(x, r["rmse"]) for x, r in zip(xs, pts) if not r["overflow"]]
-            line, = ax.plot(*zip(*ok), marker="o", label=p) if ok else ax.plot([], [], label=p)
-            bad = [x for x, r in zip(xs, pts) if r["overflow"]]
-            if bad:
-                ax.plot(bad, [1.0] * len(bad), marker="x", ls="none", ms=10, color=line.get_color())
-                for x in bad:
-                    ax.annotate("NaN", (x, 1.0), textcoords="offset points", xytext=(4, 4), fontsize=8,
-                                color=line.get_color())
+            ax.plot(*zip(*ok), marker="o", label=p, color=colors[p]) if ok else ax.plot([], [], label=p, color=colors[p])
+            y = top * 4.0 ** (i + 1)  # its own height per allocation: markers never overlap
+            for x, r in zip(xs, pts):
+                if r["overflow"]:
+                    ax.plot([x], [y], marker="x", ls="none", ms=9, color=colors[p])
+                    ax.annotate(f"NaN {r['nan_pct']:.3g}%", (x, y), textcoords="offset points", xytext=(5, -3),
+                                fontsize=7, color=colors[p])
         fixed = f"Am = {cases[0].am:g}" if along == "x0" else f"x0 = {cases[0].x0:g}"
         fixed += ", V centred" if cases[0].dist == "biased" else ""
         ax.set(yscale="log", xlabel="mean x0" if along == "x0" else "amplitude Am", ylabel="relative RMSE (eq. 19)",
-               title=f"{cases[0].dist}, {fixed} (x at 1.0: NaN output)")
+               title=f"{cases[0].dist}, {fixed} (x above the curves: NaN/Inf output)")
         ax.grid(True, which="both", alpha=0.3)
-    axes.flat[0].legend()
+    if hard:
+        ax = axes.flat[len(panels)]
+        names = list(dict.fromkeys(f"{r['dist']} {r['x0']:g}" for r in hard))
+        fp32 = {(r["dist"], r["x0"], r["seed"]): r["rmse"] for r in hard if r["precision"] == "fp32"}
+        for i, p in enumerate(precisions):
+            xs, ys, bad = [], [], []
+            for r in hard:
+                if r["precision"] != p or (r["dist"], r["x0"], r["seed"]) not in fp32:
+                    continue
+                x = names.index(f"{r['dist']} {r['x0']:g}") + (i - len(precisions) / 2) * 0.1
+                if _failed(r):
+                    bad.append(x)
+                else:
+                    xs.append(x)
+                    ys.append(r["rmse"] / fp32[r["dist"], r["x0"], r["seed"]])
+            ax.plot(xs, ys, marker="o", ls="none", ms=4, color=colors[p], label=p)
+            if bad:
+                ax.plot(bad, [3e3 * 2.0**i] * len(bad), marker="x", ls="none", ms=7, color=colors[p])
+        ax.axhline(2, color="k", lw=0.8, ls="--")
+        ax.axhline(10, color="k", lw=0.8, ls=":")
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+        ax.set(yscale="log", ylabel="RMSE / fp32's RMSE, same draw",
+               title="hard cases, every draw (x at top: NaN, Inf or zero rows; dashed 2, dotted 10)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -249,7 +493,8 @@ def plot(rows: list[dict], full: bool, path: Path, precisions) -> None:
 
 def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: int, precisions,
                   plots: bool = True) -> dict:
-    """results.csv, results.json (with metadata), table4.csv and accuracy.png under ``out_dir``."""
+    """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
+    JSON), table4.csv and accuracy.png under ``out_dir``. Returns the JSON's content (with NaN)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -261,15 +506,18 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w = csv.DictWriter(f, fieldnames=list(t4[0]))
             w.writeheader()
             w.writerows(t4)
-    summary = {
-        "metadata": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-                     "grid": "full" if full else "quick", "shape": list(shape), "seed": seed,
-                     "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
-                     "machine": platform.platform(), "processor": platform.processor() or platform.machine()},
-        "results": rows, "table4": t4,
-        "claim": {p: {"holds": h, "cases": n} for p, (h, n) in claim(rows).items()},
-    }
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=1))
+    hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+            "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
+            "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
+            "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count()}
+    result = {"metadata": meta, "results": rows, "table4": t4,
+              "claim": {p: {"holds": h, "cases": n} for p, (h, n) in claim(rows).items()},
+              "summary": summary(rows, precisions)}
+    (out_dir / "results.json").write_text(json.dumps(_json_safe(result), indent=1, allow_nan=False))
     if plots:
-        plot(rows, full, out_dir / "accuracy.png", precisions)
-    return summary
+        title = (f"pasa-npu accuracy ({meta['grid']} grid): sweeps at shape (B, N, S, D) = {tuple(shape)}, "
+                 f"base seed {seed}; hard cases {hard_seeds} draws each")
+        plot(rows, full, out_dir / "accuracy.png", precisions, title=title)
+    return result

@@ -26,6 +26,8 @@ Shapes: ``q`` (..., G, S1, D), ``k``/``v`` (..., 1, S2, D) with the leading dims
 
 from __future__ import annotations
 
+import math
+
 from .beta import default_beta, shift_entries
 from .precision import Allocation
 
@@ -51,21 +53,28 @@ def _shift_matrix(ops, beta: float, n: int, scale: float, like):
 
 
 def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None):
+              block_q: int = 128, block_kv: int = 128, mask=None, stats: dict | None = None):
     """Blockwise attention emulating ``alloc``. Inputs must already hold FP16 values.
 
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
     log-sum-exp of the scaled scores in the true scale. Rows whose keys are all masked give out 0
     and lse −∞. ``block_q`` only bounds memory: rows are independent, so it changes no rounding.
+    ``stats``: for ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are
+    incremented (see :func:`_count` and docs/golden.md); ignored by the other allocations.
     """
     s1, s2 = q.shape[-2], k.shape[-2]
     if alloc.shifted and beta is None:
         beta = default_beta(block_kv, scale)
+    if alloc.row_shifted:
+        keys = _centre_keys(ops, k, block_kv)
     outs, lses = [], []
     for r0 in range(0, s1, block_q):
         r1 = min(r0 + block_q, s1)
         m_rows = None if mask is None else mask[..., r0:r1, :]
-        out, lse = _query_block(ops, q[..., r0:r1, :], k, v, alloc, scale, beta, block_kv, s2, m_rows)
+        if alloc.row_shifted:
+            out, lse = _query_block_rs(ops, q[..., r0:r1, :], keys, v, scale, block_kv, s2, m_rows, stats)
+        else:
+            out, lse = _query_block(ops, q[..., r0:r1, :], k, v, alloc, scale, beta, block_kv, s2, m_rows)
         outs.append(out)
         lses.append(lse)
     return ops.cat(outs, -2), ops.cat(lses, -1)
@@ -154,6 +163,195 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
     return ops.cast(out, "float16"), lse[..., 0]
 
 
+#: pasa_rs reshifts a block whose row max lands further than this from ψ (in units of Q̂·K) ...
+RESHIFT_AT = 2.0
+#: ... unless the block's maximum lies more than this far (in units of the scaled scores) below the
+#: row's running maximum: its weights are then below e⁻⁴ of the largest, and the FP16 rounding of
+#: its scores barely shows in the output.
+RESHIFT_RELEVANCE = 4.0
+
+
+def _centre_keys(ops, k, block_kv):
+    """The pre-pass of ``pasa_rs``, once per KV head and block (shared by every query tile and
+    every query head of a GQA group).
+
+    Returns ``(kc, u, kbar)``: kc (..., 1, S2, D), the keys centred block by block, K'_j = K_j − u_j,
+    FP16 values; u and kbar (..., 1, J, D) for the J blocks: the centring offsets and K̄_j, the
+    FP16 column means.
+    """
+    s2 = k.shape[-2]
+    kcs, us, kbars = [], [], []
+    for c0 in range(0, s2, block_kv):
+        kj = k[..., c0:min(c0 + block_kv, s2), :]
+        n = kj.shape[-2]
+        # K̄_j: the column sum on the matrix unit (a row of ones times K_j: exact, then FP32),
+        # divided by n in FP32 and rounded to FP16, the type of a matrix operand. A non-finite
+        # mean (an Inf key) is replaced by 0: K̄ only places the shift, and an Inf key's score
+        # is ±Inf whatever the shift (a NaN from Inf − Inf would reach every row).
+        kbar = ops.cast(ops.matmul(ops.full((1, n), 1.0, "float32", like=k), kj) / n, "float16")
+        kbar = ops.where(abs(kbar) < float("inf"), kbar, ops.zeros_like(kbar))
+        kt = ops.mT(kj)
+        kmax = ops.mT(ops.rowmax(kt))
+        kmin = -ops.mT(ops.rowmax(-kt))
+        pos, neg = kmin > 0, kmax < 0
+        # In a dimension whose keys all have one sign, K − u is exact in FP16 for every key when
+        # max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): take |K̄_j| clipped to that interval. u = 0 where
+        # the signs mix (or a key is 0), where the interval is empty, and where the clipped value
+        # is not an FP16 number (a subnormal max|K|/2, or 2·min|K| beyond 65504). The clip is
+        # exact in FP32, and K' = K − u needs no rounding at all.
+        a_lo = ops.where(pos, kmin, -kmax)
+        a_hi = ops.where(pos, kmax, -kmin)
+        lo, hi = a_hi * 0.5, a_lo * 2.0
+        mag = ops.maximum(lo, -ops.maximum(-hi, ops.where(pos, -kbar, kbar)))
+        ok = (pos | neg) & (lo <= hi) & (ops.cast(mag, "float16") == mag)
+        u = ops.where(ok, ops.where(pos, mag, -mag), ops.zeros_like(mag))
+        kcs.append(kj - u)
+        us.append(u)
+        kbars.append(kbar)
+    return ops.cat(kcs, -2), ops.cat(us, -2), ops.cat(kbars, -2)
+
+
+def _count(stats, **flags):
+    """Add a block pass's rows, and its tiles (the rows of one query block of one head), to the
+    counters: ``<name>_row_blocks`` and ``<name>_tile_blocks`` for each flag (which rows)."""
+    if stats is None:
+        return
+    some = next(iter(flags.values()))
+    for key, val in (("row_blocks", math.prod(some.shape)), ("tile_blocks", math.prod(some.shape[:-2]))):
+        stats[key] = stats.get(key, 0) + val
+    for name, f in flags.items():
+        for key, val in ((f"{name}_row_blocks", int(f.sum())), (f"{name}_tile_blocks", int((f.sum(-2) > 0).sum()))):
+            stats[key] = stats.get(key, 0) + val
+
+
+def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
+    """Row-shifted PASA (``pasa_rs``) on one block of query rows; docs/golden.md states the rules.
+
+    Scores are tracked in the unit of Q̂·K, Q̂ = Q·2^e with e = ⌊log₂ scale⌋; the softmax multiplies
+    by ρ = scale/2^e ∈ [1, 2). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
+    centring's share, ψ_j a per-row shift and S'_j what the matrix unit rounds to FP16. The row
+    state m (FP32) lives in block 1's frame C_1 + ψ_1; block j enters it through
+    δ_j = (C_j − C_1) + (ψ_j − ψ_1).
+    """
+    if not scale > 0:
+        raise ValueError(f"scale must be positive for pasa_rs, got {scale!r}")
+    kc, u, kbar = keys
+    nblocks = u.shape[-2]
+
+    def r(x):  # one vector op's rounding to FP32 (the row state and merge)
+        return ops.cast(x, "float32")
+
+    def h(x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
+        return ops.cast(x, "float16")
+
+    e = math.floor(math.log2(scale))
+    rho = ops.scalar(scale / 2.0**e, like=q)  # FP32
+    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal
+    # (|Q̂| < 2⁻¹⁴), where it rounds to a multiple of 2⁻²⁴.
+    qh = h(q * 2.0**e)
+    # One GEMM with FP32 out for all blocks: C_j = Q̂·u_j, and lv_j = Q̂·K̄_j − C_j, block j's mean
+    # score over its centred keys.
+    c = ops.matmul(qh, ops.mT(u))
+    lv = r(ops.matmul(qh, ops.mT(kbar)) - c)
+    lim = 65504.0
+
+    def shift(x):
+        # ψ = 64·FP16(x/64): an FP16 value times 64, so that it fits a matrix operand (the extra
+        # column below) over 64× FP16's range; x/64 saturates at ±65504 instead of becoming Inf.
+        x = x * (1.0 / 64)
+        x = ops.where(x > lim, lim, ops.where(x < -lim, -lim, x))
+        return h(x) * 64.0
+
+    def block(j, psi):
+        """Block j's scores for the shift ψ, masked: FP16 S' for most rows, FP32 for the rows
+        recomputed; returns them, their row max and which rows were recomputed."""
+        c0, c1 = (j - 1) * block_kv, min(j * block_kv, s2)
+        kj = kc[..., c0:c1, :]
+        # Q̂·K'ᵀ − ψ on the matrix unit: Q̂ carries an extra column −ψ/64 and K' an extra column
+        # of 64, so ψ is subtracted in the FP32 accumulator, before the one rounding to FP16.
+        qa = ops.cat([qh, psi * (-1.0 / 64)], -1)
+        ka = ops.cat([kj, ops.full((*kj.shape[:-1], 1), 64.0, "float16", like=kj)], -1)
+        s32 = ops.matmul(qa, ops.mT(ka))
+        s16 = h(s32)
+        if mask is not None:
+            s32 = ops.where(mask[..., c0:c1], NEG_INF, s32)
+            s16 = ops.where(mask[..., c0:c1], NEG_INF, s16)
+        m16 = ops.rowmax(s16)
+        # The safety net: a row whose S' left FP16's range in this block (its max is +Inf, or
+        # every unmasked score fell below −65504 and the max is lost) takes this block's S − ψ
+        # from the matrix unit in FP32 instead. The kernel recomputes the block with FP32 out;
+        # every row keeps its own choice, so no row depends on which rows share its tile.
+        redo = (m16 == float("inf")) | (ops.isneginf(m16) & ~ops.isneginf(ops.rowmax(s32)))
+        s = ops.where(redo, s32, s16)
+        return s, ops.rowmax(s), redo, c0, c1
+
+    def excess(m_blk, psi, j):  # block j's row max above its mean, FP32 (−∞ if all masked)
+        return r(r(m_blk + psi) - lv[..., j - 1:j])
+
+    # Block 1 is computed twice: first with ψ at its mean, to learn how far its maximum lies above
+    # the mean (its excess), then in the loop with its own ψ_1 = lv_1 + that excess.
+    psi0 = shift(lv[..., 0:1])
+    _, m_pre, _, _, _ = block(1, psi0)
+    e_run = excess(m_pre, psi0, 1)
+    excesses = []
+    relevance = RESHIFT_RELEVANCE * 2.0**e / scale  # in units of Q̂·K
+
+    shape = (*lv.shape[:-1], 1)
+    m = ops.full(shape, NEG_INF, "float32", like=q)
+    l = ops.full(shape, 0.0, "float32", like=q)
+    o = ops.full((*shape[:-1], v.shape[-1]), 0.0, "float32", like=q)
+
+    def gexp(x, m_new):  # FP32 exp, 0 where the running maximum is still −∞ (see _guarded_exp)
+        return ops.where(ops.isneginf(m_new), 0.0, ops.exp64(ops.where(ops.isneginf(m_new), 0.0, x)))
+
+    for j in range(1, nblocks + 1):
+        # ψ_j = lv_j + the largest excess of blocks ≤ j − 2 (and of block 1's first pass): a lag of
+        # two blocks, so that the matrix unit can run block j's product while the vector unit
+        # finishes block j − 1. A row with no unmasked key yet uses ψ_j = lv_j.
+        if j >= 3:
+            e_run = ops.maximum(e_run, excesses[j - 3])
+        psi = shift(r(lv[..., j - 1:j] + ops.neginf_to_zero(e_run)))
+        s, m_blk, redo, c0, c1 = block(j, psi)
+        if j == 1:
+            c_1, psi_1 = c[..., 0:1], psi
+        # The reshift: the keys that carry the weight sit near the row max, and S' is rounded with
+        # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
+        # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
+        # or above it), computes the block's S' again with ψ moved by its max (one more product
+        # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
+        # to the same value (beyond |ψ| ≈ 8192 the step of ψ exceeds 2·RESHIFT_AT).
+        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
+        moved = shift(r(psi + m_blk))
+        far = (abs(m_blk) > RESHIFT_AT) & (moved != psi) & ~redo & (mb > r(m - relevance))
+        if bool(far.any()):
+            psi = ops.where(far, moved, psi)
+            s, m_blk, redo_again, c0, c1 = block(j, psi)
+            redo = redo | redo_again
+        _count(stats, recomputed=redo, reshifted=far)
+        excesses.append(excess(m_blk, psi, j))
+        # Local softmax in FP32 from the FP16 (or recomputed FP32) scores: S' − m', times ρ, exp;
+        # l' a pairwise FP32 row sum; P enters P·V in FP16.
+        p = r(ops.exp64(r(rho * r(s - ops.neginf_to_zero(m_blk)))))
+        l_blk = _tree_rowsum(ops, p, "float32")
+        p = h(p)
+        # Merge in FP32, block j's maximum moved into block 1's frame by δ_j.
+        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
+        m_new = ops.maximum(m, mb)
+        alpha = gexp(r(rho * r(m - m_new)), m_new)
+        gamma = gexp(r(rho * r(mb - m_new)), m_new)
+        l = r(r(alpha * l) + r(gamma * l_blk))
+        pv = ops.matmul(p, v[..., c0:c1, :])
+        o = r(r(alpha * o) + r(gamma * pv))
+        m = m_new
+
+    empty = l == 0
+    out = h(ops.where(empty, 0.0, o / ops.where(empty, 1.0, l)))
+    # lse = ρ·(m + C_1 + ψ_1) + ln l: the true-scale log-sum-exp, FP32.
+    lse = r(r(rho * r(r(m + c_1) + psi_1)) + ops.log64(l))
+    lse = ops.where(empty, NEG_INF, lse)
+    return out, lse[..., 0]
+
+
 def _guarded_exp(ops, x, m_new, dtype):
     """exp(x) rounded to ``dtype``; 0 where the running maximum is still −∞ (nothing seen yet),
     where x would be −∞ − (−∞) = NaN. The guarded −∞ start replaces the paper's m_0 = 0, which
@@ -163,13 +361,13 @@ def _guarded_exp(ops, x, m_new, dtype):
 
 
 def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-                      block_q: int = 128, block_kv: int = 128, mask=None):
+                      block_q: int = 128, block_kv: int = 128, mask=None, stats: dict | None = None):
     """:func:`attention` on (B, N, S1, D) queries and (B, Nkv, S2, D) keys/values, N % Nkv == 0.
 
     Query heads are grouped as (B, Nkv, N/Nkv, S1, D) against (B, Nkv, 1, S2, D) keys, so a KV head
     (and, for PASA, its shifted K') serves its whole group without being copied. ``mask`` is None or
     broadcastable to (B, N, S1, S2) with full S1 and S2 dims. Returns out (B, N, S1, D) FP16 and
-    lse (B, N, S1) FP32.
+    lse (B, N, S1) FP32. ``stats`` as in :func:`attention`.
     """
     b, n, s1, d = q.shape
     nkv = k.shape[1]
@@ -179,5 +377,6 @@ def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: fl
         heads = mask.shape[1] == n  # a per-head mask splits into (KV head, group member)
         mask = mask.reshape(mask.shape[0], nkv if heads else 1, g if heads else 1, *mask.shape[-2:])
     out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
-                         scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask)
+                         scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
+                         stats=stats)
     return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)

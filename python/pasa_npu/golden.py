@@ -2,7 +2,7 @@
 
 * :func:`reference` is exact attention in float64.
 * :func:`attention` emulates one precision allocation (``fp32``, ``fp16_fp32``, ``fp16``, ``pasa``,
-  ``pasa_fp32``) blockwise, rounding exactly where that allocation rounds (see
+  ``pasa_fp32``, ``pasa_rs``) blockwise, rounding exactly where that allocation rounds (see
   :mod:`pasa_npu.blockwise`, which states the rounding rules once for every backend).
 
 Arrays are (B, N, S, D); K and V may have fewer heads than Q (GQA/MQA); S1 and S2 need not be
@@ -36,6 +36,17 @@ class NumpyOps:
     mT = staticmethod(lambda x: np.swapaxes(x, -1, -2))
     exp = staticmethod(np.exp)
     log = staticmethod(np.log)
+
+    @staticmethod
+    def exp64(x):
+        """FP32 exp evaluated in float64: the correctly rounded FP32 result (but for float64 ties),
+        the same in every library."""
+        return np.exp(np.asarray(x, dtype=np.float64)).astype(np.float32)
+
+    @staticmethod
+    def log64(x):
+        """FP32 log evaluated in float64 (see :meth:`exp64`)."""
+        return np.log(np.asarray(x, dtype=np.float64)).astype(np.float32)
     maximum = staticmethod(np.maximum)
     isneginf = staticmethod(np.isneginf)
     broadcast_shape = staticmethod(np.broadcast_shapes)
@@ -139,7 +150,8 @@ def reference(q, k, v, *, scale: float, mask=None, causal: bool = False):
 
 
 def attention(q, k, v, *, precision: str, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False):
+              block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False,
+              stats: dict | None = None):
     """Blockwise attention emulating the allocation ``precision``.
 
     q: (B, N, S1, D); k, v: (B, Nkv, S2, D) with N % Nkv == 0. Inputs are rounded to FP16 (an
@@ -148,8 +160,17 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     scale). ``mask``: bool, broadcastable to (B, N, S1, S2), True = masked out; ``causal`` adds the
     top-left causal mask. Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the
     true scale. Inf/NaN produced by an overflow propagate exactly as the emulated hardware's would.
+
+    ``stats``: an optional dict that ``pasa_rs`` fills with its safety-net counters (added to any
+    counts already there, so one dict can gather a whole study): ``row_blocks``, the (query row,
+    KV block) passes, block 1's two passes counted; ``recomputed_row_blocks``, those that took FP32
+    S because FP16 S' left its range; ``tile_blocks`` and ``recomputed_tile_blocks``, the same for
+    (tile of ``block_q`` rows of one head, KV block), the unit the kernel recomputes. The other
+    allocations leave it unchanged.
     """
     alloc = get_allocation(precision)
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be None or a dict, got {type(stats).__name__}")
     q, k, v, mask = _check_qkv(q, k, v, mask)
     for name, val in (("block_q", block_q), ("block_kv", block_kv)):
         if not isinstance(val, (int, np.integer)) or val < 1:
@@ -159,5 +180,5 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
         q16, k16, v16 = (NumpyOps.cast(x, "float16") for x in (q, k, v))
         out, lse = blockwise.grouped_attention(NumpyOps, q16, k16, v16, alloc=alloc, scale=float(scale),
                                                beta=beta, block_q=int(block_q), block_kv=int(block_kv),
-                                               mask=mask)
+                                               mask=mask, stats=stats)
     return out.astype(np.float16), lse.astype(np.float32)

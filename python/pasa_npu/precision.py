@@ -24,6 +24,10 @@ class Allocation:
         recompute inside the loop): fused_attention's safety net has nothing to check.
     kernel_key: the AscendC kernel's tiling key for this allocation (op_kernel/pasa_tiling_data.h's
         PASA_TILING_KEY_*), None where the kernel does not implement it.
+    row_shifted: row-shifted PASA (``pasa_rs``, docs/golden.md): K centred exactly per block, a
+        per-row shift near the running maximum subtracted in the FP32 accumulator before the FP16
+        rounding of S', the local softmax in FP16 and the merge in ``state``; blocks whose S' leaves
+        FP16's range are recomputed with FP32 S. Exclusive with ``shifted``.
     """
 
     name: str
@@ -34,6 +38,7 @@ class Allocation:
     description: str
     overflow_free: bool = False
     kernel_key: int | None = None
+    row_shifted: bool = False
 
 
 ALLOCATIONS: dict[str, Allocation] = {
@@ -52,6 +57,10 @@ ALLOCATIONS: dict[str, Allocation] = {
         Allocation("pasa_fp32", "float16", "float32", "float32", True,
                    "PASA with FP16 S' and P, FP32 row state (m, l, F) and FP32 output accumulation",
                    kernel_key=1),
+        Allocation("pasa_rs", "float16", "float32", "float32", False,
+                   "row-shifted PASA: exactly centred K, FP16 S' shifted per row near its running maximum, "
+                   "FP16 local softmax, FP32 merge and output, FP32 recompute of a block whose S' overflows",
+                   row_shifted=True),
     )
 }
 
@@ -61,6 +70,7 @@ PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
 DEFAULT_PRECISION = "pasa_fp32"
 # The blockwise loop relies on it: scores enter the softmax without a second rounding.
 assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())
+assert all(not (a.shifted and a.row_shifted) for a in ALLOCATIONS.values())
 
 
 def get_allocation(precision: str) -> Allocation:

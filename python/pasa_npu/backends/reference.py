@@ -38,6 +38,20 @@ class TorchOps:
     mT = staticmethod(lambda x: x.transpose(-1, -2))
     exp = staticmethod(torch.exp)
     log = staticmethod(torch.log)
+
+    @staticmethod
+    def exp64(x):
+        # FP32 exp evaluated in float64 (NumpyOps.exp64): the same FP32 result as NumPy's.
+        # Where the device has no float64 (NPU), its float32 exp stands in.
+        if x.device.type in _FLOAT64_DEVICES:
+            return torch.exp(x.double()).float()
+        return torch.exp(x)
+
+    @staticmethod
+    def log64(x):
+        if x.device.type in _FLOAT64_DEVICES:
+            return torch.log(x.double()).float()
+        return torch.log(x)
     maximum = staticmethod(torch.maximum)
     isneginf = staticmethod(torch.isneginf)
     zeros_like = staticmethod(torch.zeros_like)

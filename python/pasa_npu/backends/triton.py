@@ -1,6 +1,9 @@
-"""The ``triton`` backend: PASA and FP32-state FlashAttention-2 as one Triton kernel, for CUDA tensors.
+"""The ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2 as one Triton kernel,
+for CUDA tensors.
 
-Allocations: ``pasa`` (FP16 S', FP16 row state and output), ``pasa_fp32`` (FP16 S' and P, FP32 row
+Allocations: ``pasa_rs`` (row-shifted PASA: exactly centred keys, a per-row shift subtracted in the
+FP32 accumulator before the one FP16 rounding of S', FP32 state, the overflow recompute in
+registers), ``pasa`` (FP16 S', FP16 row state and output), ``pasa_fp32`` (FP16 S' and P, FP32 row
 state and output) and ``fp32`` (FlashAttention-2 with FP32 scores and state: the same kernel with no
 shift, the baseline PASA's overhead is measured against). The kernels and how they round:
 :mod:`pasa_npu.backends.triton_kernels`.
@@ -22,11 +25,13 @@ With ``TRITON_INTERPRET=1`` set before Triton is imported, the same kernels run 
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 
 from ..beta import default_beta, shift_entries
+from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
 from ..precision import Allocation, get_allocation
 from ..problem import Job, Problem
 from . import run_jobs
@@ -48,7 +53,7 @@ except ImportError:  # triton is optional: is_available() reports it
 def computes(alloc: Allocation) -> bool:
     """The kernel computes FP32 scores (FlashAttention-2) or PASA's shifted FP16 scores; the unshifted
     FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference backend runs."""
-    return alloc.score == "float32" or alloc.shifted
+    return alloc.score == "float32" or alloc.shifted or alloc.row_shifted
 
 
 def is_available(device: torch.device | None = None) -> bool:
@@ -60,10 +65,11 @@ def is_available(device: torch.device | None = None) -> bool:
     return cuda or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
-def _config(d_pad: int, shifted: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
+def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
-    rounding; BLOCK_N is PASA's block length n (M depends on it) and free for fp32."""
-    block_n = block_kv if shifted else (128 if d_pad <= 128 else 64)
+    rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
+    depend on it) and free for fp32."""
+    block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
     # The best configurations measured at S = 4096 (docs/benchmarks/gpu_notes.md).
@@ -116,7 +122,10 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         if t.dtype != torch.float16 or t.ndim != 4 or t.device != q.device:
             raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton', got "
                              f"{t.dtype} of shape {tuple(t.shape)} on {t.device}")
-    if alloc.shifted and block_kv not in BLOCK_KV:
+    if alloc.row_shifted and not scale > 0:
+        raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
+    blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
+    if blocked and block_kv not in BLOCK_KV:
         raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                          f"backend='triton', got {block_kv}")
     b, n, s1, d = q.shape
@@ -124,7 +133,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     g = n // nkv
     d_pad = max(16, triton.next_power_of_2(d))
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    block_m, block_n, warps, stages = _config(d_pad, alloc.shifted, block_kv, g * s1)
+    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1)
     if config is not None:
         block_m, warps, stages, forced_splits = config
     n_blocks = triton.cdiv(s2, block_n)
@@ -141,12 +150,24 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         shift_a, shift_b = diag - off, off
     else:
         inva = shift_a = shift_b = 0.0
-    kp = k
+    kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
     if alloc.shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
         _k.shift_keys_kernel[(n_blocks, b, nkv)](
             k, kp, s2, k.stride(0), k.stride(1), k.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
             shift_a, shift_b, D=d, D_PAD=d_pad, BLOCK_N=block_n, num_warps=4)
+    if alloc.row_shifted and shift == "prepass":
+        kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
+        uk = torch.empty(b, nkv, n_blocks, 2, d, dtype=torch.float16, device=q.device)
+        _k.centre_keys_kernel[(n_blocks, b, nkv)](
+            k, kp, uk, s2, k.stride(0), k.stride(1), k.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
+            uk.stride(0), uk.stride(1), D=d, D_PAD=d_pad, BLOCK_N=block_n, num_warps=4)
+        # Each tile's frame terms for every block, written and read back by its own program.
+        frame = torch.empty(b * nkv, tiles, 2 * n_blocks, block_m, dtype=torch.float32, device=q.device)
+    # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
+    # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
+    q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
+    rho = scale / q_mul
 
     has_mask = mask is not None
     if has_mask:
@@ -171,13 +192,14 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     else:
         o_dst, l_dst = out[None], lse[None]
     _k.attention_kernel[(tiles, b * nkv, splits)](
-        q, k, v, kp, mask, o_dst, l_dst,
+        q, k, v, kp, uk, frame, mask, o_dst, l_dst,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2),
-        *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3), l_dst.stride(1), l_dst.stride(2),
-        l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
-        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), lo, hi, per_split,
-        D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted,
+        v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
+        frame.stride(0), frame.stride(1), *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3),
+        l_dst.stride(1), l_dst.stride(2), l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
+        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho,
+        RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split,
+        D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
         STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
         HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET,
         num_warps=warps, num_stages=stages)
@@ -213,7 +235,7 @@ class TritonBackend:
             return "the Triton kernel does not read a block_table yet (PageAttention)"
         if not computes(problem.alloc):
             return f"precision {problem.alloc.name!r} is not one it computes ({', '.join(_computed())})"
-        if problem.alloc.shifted and problem.block_kv not in BLOCK_KV:
+        if (problem.alloc.shifted or problem.alloc.row_shifted) and problem.block_kv not in BLOCK_KV:
             return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
         return None
 

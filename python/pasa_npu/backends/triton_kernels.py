@@ -1,4 +1,5 @@
-"""Triton kernels of the ``triton`` backend: PASA and FP32-state FlashAttention-2 from one loop.
+"""Triton kernels of the ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2
+from one loop.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
@@ -11,6 +12,17 @@ corrections I·ΔF) and STATE16 (row state m, l, F, O rounded to FP16 after ever
 holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is
 the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
 
+ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
+KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
+into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block the frame
+terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products (with the pre-pass one per 8 blocks,
+into a per-tile table before the loop, so that the loop reads two FP32 row vectors per block besides
+K' and V; fused, one per block); the shift ψ = 64·FP16(x/64) at lv plus the lag-2 running excess,
+block 1 computed twice; S' = FP16(Q̂·K'ᵀ − ψ) from the FP32 product; the per-row safety net (FP32
+S − ψ for a row whose S' leaves FP16's range) and the reshift (ψ moved by the row max of a block
+that lands far from it) of the golden model; the row state m, l, O in FP32 in block 1's frame, block
+j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale lse = ρ·(m + C_1 + ψ_1) + ln l.
+
 Differences from the golden loop (same mathematics, other roundings; the tests bound them):
 * P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
   rather than to the block's own maximum followed by a rescale of P·V (Algorithm 1, lines 12-20);
@@ -22,6 +34,25 @@ Differences from the golden loop (same mathematics, other roundings; the tests b
 * KV blocks that a causal/band mask removes entirely are skipped, so they add no term to F;
 * decode (one tile per KV head) splits the KV blocks over several programs, each with its own F,
   and merges the normalised partial outputs through their true-scale lse.
+
+And for ``pasa_rs``:
+
+* P = FP16(exp(ρ·(S' − (m_new − δ_j)))), FP32 exp relative to the merged maximum moved into block
+  j's frame, l summing the FP32 P; the golden model takes P relative to the block's maximum and
+  rescales P·V and l' by exp(ρ·(m_blk + δ_j − m_new));
+* Q̂·K'ᵀ − ψ and the frame terms C, lv accumulate in the tensor cores' FP32 (the golden model's are
+  exact, then rounded once): where centring leaves Q̂·K' large (u = 0 in a block whose signs mix)
+  that costs what it costs FP32 FlashAttention's Q·Kᵀ. K̄'s column sum is FP32 in the reduction's
+  order, so K̄ may differ by an FP16 ulp: ψ and u move within the ranges that keep them exact;
+* "block 1" (computed twice, the frame of the row state, the start of the lag-2 excess) is the
+  first block a program visits: the first block of its tile's band when a band skips blocks, and
+  each split's first block in decode (split partials merge through their true-scale lse). All rows
+  of a tile visit the same blocks, so each row's ψ, excess and frame come from one sequence of
+  blocks; a row with no key in the first visited block starts with no excess (ψ = lv), as in the
+  golden model. The golden model starts every row at the sequence's first block, masked or not;
+* the reshift subtracts the move of ψ from the FP32 S − ψ still in registers, then rounds to FP16
+  (the golden model computes the product again: one FP32 rounding apart), and ψ is subtracted from
+  the FP32 product rather than put in the accumulator before it.
 """
 
 from __future__ import annotations
@@ -81,18 +112,134 @@ def shift_keys_kernel(K, KP, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
 
 
 @triton.jit
+def _centre_block(k, row_ok, n):
+    """The ``pasa_rs`` pre-pass on one KV block of n keys (rows where ``row_ok``): K̄, the column
+    mean rounded to FP16 (0 if not finite); the centring offset u; and K' = K − u in FP16, with no
+    rounding at all.
+
+    In a dimension whose keys all have one sign, K − u is exact for every key when
+    max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): u is |K̄| clipped to that interval, and 0 where the signs
+    mix, where the interval is empty or where the clipped value is not an FP16 number. Rows outside
+    the block, which come in as 0, give K' = 0 (their scores are masked)."""
+    # Keys outside the block are loaded as 0: they add nothing to the sum. Max, min and K − u are
+    # exact in FP16, so only the sum needs FP32 (and the block stays in FP16 registers).
+    kbar = (tl.sum(k.to(tl.float32), axis=0) / n).to(tl.float16).to(tl.float32)
+    kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
+    kmax = tl.max(tl.where(row_ok[:, None], k, float("-inf")), axis=0).to(tl.float32)
+    kmin = tl.min(tl.where(row_ok[:, None], k, float("inf")), axis=0).to(tl.float32)
+    pos = kmin > 0.0
+    neg = kmax < 0.0
+    lo = tl.where(pos, kmax, -kmin) * 0.5
+    hi = tl.where(pos, kmin, -kmax) * 2.0
+    mag = tl.maximum(lo, tl.minimum(hi, tl.where(pos, kbar, -kbar)))
+    ok = (pos | neg) & (lo <= hi) & (mag.to(tl.float16).to(tl.float32) == mag)
+    u = tl.where(ok, tl.where(pos, mag, -mag), 0.0)
+    kc = tl.where(row_ok[:, None], k - u.to(tl.float16)[None, :], 0.0)
+    return kc, u, kbar
+
+
+@triton.jit
+def centre_keys_kernel(K, KC, UK, S2, skb, skh, sks, scb, sch, scs, sub, suh,
+                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Pre-pass of ``pasa_rs`` for every KV block, once per KV head (not once per query tile):
+    K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16."""
+    blk = tl.program_id(0)
+    b = tl.program_id(1)
+    h = tl.program_id(2)
+    rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < S2
+    d = tl.arange(0, D_PAD)
+    d_ok = d < D
+    k = tl.load(K + b * skb + h * skh + rows[:, None] * sks + d[None, :], mask=row_ok[:, None] & d_ok[None, :],
+                other=0.0)
+    kc, u, kbar = _centre_block(k, row_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
+    tl.store(KC + b * scb + h * sch + rows[:, None] * scs + d[None, :], kc, mask=d_ok[None, :])
+    uk = UK + b * sub + h * suh + blk * 2 * D + d
+    tl.store(uk, u.to(tl.float16), mask=d_ok)
+    tl.store(uk + D, kbar.to(tl.float16), mask=d_ok)
+
+
+@triton.jit
+def _centred_block_fused(K, q, k_base, blk, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Block ``blk`` centred here from K: its K' (BLOCK_N, D_PAD) FP16 and each row's frame terms,
+    FP32: C = Q̂·u, the centring's share of the scores, and lv = Q̂·K̄ − C, the block's mean score
+    over its centred keys (one product with a 16-row operand: u, K̄ and zeros)."""
+    cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < S2
+    d = tl.arange(0, D_PAD)
+    k = tl.load(K + k_base + cols[:, None] * sks + d[None, :], mask=col_ok[:, None] & (d[None, :] < D), other=0.0)
+    kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
+    r = tl.arange(0, 16)[:, None]
+    cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
+    r = tl.arange(0, 16)[None, :]
+    c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
+    return kc, c, tl.sum(tl.where(r == 1, cl, 0.0), axis=1) - c
+
+
+@triton.jit
+def _frame_terms(fr, blk, BLOCK_M: tl.constexpr):
+    """Block ``blk``'s frame terms C and Q̂·K̄ of each row, from the tile's table ``fr``."""
+    return tl.load(fr + (2 * blk) * BLOCK_M), tl.load(fr + (2 * blk + 1) * BLOCK_M)
+
+
+@triton.jit
+def _row_shift(x):
+    """ψ = 64·FP16(x/64), x/64 saturated at ±65504: an FP16 value times 64, so that it would fit a
+    matrix operand (the cube's extra column) over 64× FP16's range."""
+    y = tl.minimum(tl.maximum(x * (1.0 / 64), -65504.0), 65504.0)
+    return y.to(tl.float16).to(tl.float32) * 64.0
+
+
+@triton.jit
+def _fp16_max(m32):
+    """The row max of S' in FP16 (the FP16 rounding of the FP32 max: rounding is monotonic), and the
+    safety net: rows whose S' leaves FP16's range in this block (their max is +Inf, or every
+    unmasked score is below −65504) keep the FP32 S − ψ and its max. Returns (max, FP32 rows)."""
+    m16 = m32.to(tl.float16).to(tl.float32)
+    redo = ((m16 == float("inf")) | (m16 == float("-inf"))) & (m32 != float("-inf"))
+    return tl.where(redo, m32, m16), redo
+
+
+@triton.jit
+def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
+            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr):
+    """Scores of block ``blk`` with masked keys at −∞. Element masks only where a block is not wholly
+    kept: the S2 tail, the band's edges, a user mask (read in place, broadcast through its strides)."""
+    cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < S2
+    c0 = blk * BLOCK_N
+    partial = c0 + BLOCK_N > S2
+    if HAS_BAND:
+        partial = partial | (c0 - i_hi < band_lo) | (c0 + BLOCK_N - 1 - i_lo > band_hi)
+    if HAS_MASK:
+        mk = tl.load(Mask + m_base + head[:, None] * smh + pos[:, None] * sms + cols[None, :] * smk,
+                     mask=row_ok[:, None] & col_ok[None, :], other=1)
+        s = tl.where(mk == 0, s, float("-inf"))
+    if partial:
+        keep = col_ok[None, :]
+        if HAS_BAND:
+            rel = cols[None, :] - pos[:, None]
+            keep = keep & (rel >= band_lo) & (rel <= band_hi)
+        s = tl.where(keep, s, float("-inf"))
+    return s
+
+
+@triton.jit
 def attention_kernel(
-    Q, K, V, KP, Mask, Out, Lse,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, sfb, sft,
     smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
-    NKV, S1, S2, G, scale, inva, shift_a, shift_b, band_lo, band_hi, blocks_per_split,
+    NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
+    blocks_per_split,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SHIFTED: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
+    SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
 ):
     """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
     FP32 lse, or with SPLIT the partial normalised FP32 output and lse of split ``program_id(2)``
-    (split strides ``sop``, ``slp``)."""
+    (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK its
+    (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each
+    row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT)."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // NKV
@@ -129,70 +276,149 @@ def attention_kernel(
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
-    f = tl.zeros([BLOCK_M], tl.float32)
     o = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     cols0 = tl.arange(0, BLOCK_N)
-    for blk in range(blk_lo, blk_hi):
-        cols = blk * BLOCK_N + cols0
-        col_ok = cols < S2
-        if SHIFTED:
+    m_base = b * smb
+    if ROW_SHIFT:
+        k_base = b * skb + hkv * skh
+        c_base = b * spb + hkv * sph
+        u_base = b * sub + hkv * suh
+        rl2 = rho * LOG2E
+        # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
+        q = (q.to(tl.float32) * q_mul).to(tl.float16)
+        if not FUSED_SHIFT:
+            # The frame terms of every block this program visits, ahead of the loop: one 16-column
+            # product per 8 blocks (rows (u, K̄) of the pre-pass's UK) into this tile's slice of FR,
+            # read back one block at a time (two FP32 row vectors) by the loop.
+            fr = FR + tl.program_id(1) * sfb + pid_m * sft + tl.arange(0, BLOCK_M)
+            r16 = tl.arange(0, 16)
+            for g in range(blk_lo, blk_hi, 8):
+                rk = 2 * g + r16
+                uk = tl.load(UK + u_base + rk[:, None] * D + d[None, :], mask=(rk < 2 * blk_hi)[:, None] & d_ok,
+                             other=0.0)
+                tl.store(fr[:, None] + rk[None, :] * BLOCK_M, tl.dot(q, tl.trans(uk)),
+                         mask=(rk < 2 * blk_hi)[None, :])
+            tl.debug_barrier()
+        # Block 1, the first block this program visits, a first time with ψ at its mean: how far
+        # its maximum lies above the mean starts the running excess. (A program that visits no
+        # block reads a valid one and uses nothing of it.)
+        first = tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1)
+        if FUSED_SHIFT:
+            kc, c, lv = _centred_block_fused(K, q, k_base, first, sks, S2, D, D_PAD, BLOCK_N)
+        else:
+            kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+            c, cbar = _frame_terms(fr, first, BLOCK_M)
+            lv = cbar - c
+        psi = _row_shift(lv)
+        # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an
+        # extra column puts ψ in the accumulator); the one rounding that follows is to FP16.
+        s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], first, pos, head, row_ok, i_lo, i_hi,
+                    band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
+        m_blk, _ = _fp16_max(tl.max(s, axis=1))
+        e_run = (m_blk + psi) - lv
+        e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        e_lag2 = e_lag1
+        c1 = tl.zeros([BLOCK_M], tl.float32)
+        psi1 = c1
+        for blk in range(blk_lo, blk_hi):
+            cols = blk * BLOCK_N + cols0
             if FUSED_SHIFT:
-                src = tl.minimum(cols, S2 - 1)  # a tail block repeats its last key
-                k = tl.load(K + b * skb + hkv * skh + src[:, None] * sks + d[None, :], mask=d_ok, other=0.0)
-                kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
+                kc, c, lv = _centred_block_fused(K, q, k_base, blk, sks, S2, D, D_PAD, BLOCK_N)
             else:
-                kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
-            # S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted.
-            s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
-            # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
-            mean = _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
-        else:
-            k = tl.load(K + b * skb + hkv * skh + cols[:, None] * sks + d[None, :],
-                        mask=col_ok[:, None] & d_ok, other=0.0)
-            s = tl.dot(q, tl.trans(k)) * scale
-        # Element masks only where a block is not wholly kept: the S2 tail, the band's edges, a user mask.
-        c0 = blk * BLOCK_N
-        partial = c0 + BLOCK_N > S2
-        if HAS_BAND:
-            partial = partial | (c0 - i_hi < band_lo) | (c0 + BLOCK_N - 1 - i_lo > band_hi)
-        if HAS_MASK:
-            mk = tl.load(Mask + b * smb + head[:, None] * smh + pos[:, None] * sms + cols[None, :] * smk,
-                         mask=row_ok[:, None] & col_ok[None, :], other=1)
-            s = tl.where(mk == 0, s, float("-inf"))
-        if partial:
-            keep = col_ok[None, :]
-            if HAS_BAND:
-                rel = cols[None, :] - pos[:, None]
-                keep = keep & (rel >= band_lo) & (rel <= band_hi)
-            s = tl.where(keep, s, float("-inf"))
-        m_blk = tl.max(s, axis=1)
-        if SHIFTED:
-            # Welford mean F_j = F + (S̄' − F)/j and the corrections to the common reference I·F_j.
-            j = (blk - blk_lo + 1).to(tl.float32)
-            f_new = _round(f + _round(_round(mean - f, STATE16) / j, STATE16), STATE16)
-            d_prev = tl.where(j == 1.0, 0.0, _round(inva * _round(f - f_new, STATE16), STATE16))
-            d_cur = _round(inva * _round(mean - f_new, STATE16), STATE16)
-            f = f_new
-            m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
-        else:
-            d_prev = 0.0
-            d_cur = 0.0
-            m_new = tl.maximum(m, m_blk)
-        seen = m_new != float("-inf")
-        m_safe = tl.where(seen, m_new, 0.0)
-        # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
-        alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), STATE16, FP16_EXP), 0.0)
-        # P relative to the merged maximum: S' + Δ'_cur − m_new.
-        p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), STATE16, FP16_EXP)
-        l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
-        v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
-                    mask=col_ok[:, None] & d_ok, other=0.0)
-        if STATE16:
-            pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
-            o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
-        else:
+                kc = tl.load(KP + c_base + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+                c, cbar = _frame_terms(fr, blk, BLOCK_M)
+                lv = cbar - c
+            # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag
+            # the cube/vector pipeline of the NPU needs, kept so that both round alike. A row with
+            # no unmasked key yet has no excess and uses ψ_j = lv_j.
+            e_run = tl.maximum(e_run, e_lag2)
+            psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
+            s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], blk, pos, head, row_ok, i_lo, i_hi,
+                        band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
+            m32 = tl.max(s, axis=1)
+            m_blk, redo = _fp16_max(m32)
+            # The row state lives in block 1's frame C_1 + ψ_1; block j enters it through
+            # δ_j = (C_j − C_1) + (ψ_j − ψ_1).
+            c1 = tl.where(blk == blk_lo, c, c1)
+            psi1 = tl.where(blk == blk_lo, psi, psi1)
+            # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the
+            # weight sit near the row max. A row whose block max lands further than reshift_at from
+            # 0, in a block that can matter (its max at most ``relevance`` below the running
+            # maximum, or above it), moves ψ by that max. Its S − ψ is still in FP32 registers: the
+            # new one is a subtraction there (the cube computes the product again), and the row max
+            # moves with it exactly, since FP32 rounding is monotonic.
+            far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + ((c - c1) + (psi - psi1)) > m - relevance)
+            psi_far = tl.where(far, _row_shift(psi + m_blk), psi)
+            s = s - (psi_far - psi)[:, None]
+            m_blk, redo = _fp16_max(m32 - (psi_far - psi))
+            psi = psi_far
+            # S' in FP16 but for the safety net's rows.
+            s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
+            e_lag2 = e_lag1
+            e_lag1 = (m_blk + psi) - lv
+            delta = (c - c1) + (psi - psi1)
+            m_new = tl.maximum(m, m_blk + delta)
+            seen = m_new != float("-inf")
+            m_safe = tl.where(seen, m_new, 0.0)
+            alpha = tl.where(seen, tl.exp2((m - m_safe) * rl2), 0.0)
+            # P relative to the merged maximum, moved into block j's frame: one FP16 rounding of the
+            # FP32 exp, one P·V accumulated into O.
+            p = tl.exp2((s - (m_safe - delta)[:, None]) * rl2)
+            l = alpha * l + tl.sum(p, axis=1)
+            v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
+                        mask=(cols < S2)[:, None] & d_ok, other=0.0)
             o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
-        m = m_new
+            m = m_new
+    else:
+        f = tl.zeros([BLOCK_M], tl.float32)
+        for blk in range(blk_lo, blk_hi):
+            cols = blk * BLOCK_N + cols0
+            col_ok = cols < S2
+            if SHIFTED:
+                if FUSED_SHIFT:
+                    src = tl.minimum(cols, S2 - 1)  # a tail block repeats its last key
+                    k = tl.load(K + b * skb + hkv * skh + src[:, None] * sks + d[None, :], mask=d_ok, other=0.0)
+                    kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
+                else:
+                    kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+                # S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted.
+                s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
+                # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
+                mean = _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
+            else:
+                k = tl.load(K + b * skb + hkv * skh + cols[:, None] * sks + d[None, :],
+                            mask=col_ok[:, None] & d_ok, other=0.0)
+                s = tl.dot(q, tl.trans(k)) * scale
+            s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
+                        BLOCK_N, HAS_MASK, HAS_BAND)
+            m_blk = tl.max(s, axis=1)
+            if SHIFTED:
+                # Welford mean F_j = F + (S̄' − F)/j and the corrections to the common reference I·F_j.
+                j = (blk - blk_lo + 1).to(tl.float32)
+                f_new = _round(f + _round(_round(mean - f, STATE16) / j, STATE16), STATE16)
+                d_prev = tl.where(j == 1.0, 0.0, _round(inva * _round(f - f_new, STATE16), STATE16))
+                d_cur = _round(inva * _round(mean - f_new, STATE16), STATE16)
+                f = f_new
+                m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
+            else:
+                d_prev = 0.0
+                d_cur = 0.0
+                m_new = tl.maximum(m, m_blk)
+            seen = m_new != float("-inf")
+            m_safe = tl.where(seen, m_new, 0.0)
+            # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
+            alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), STATE16, FP16_EXP), 0.0)
+            # P relative to the merged maximum: S' + Δ'_cur − m_new.
+            p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), STATE16, FP16_EXP)
+            l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
+            v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
+                        mask=col_ok[:, None] & d_ok, other=0.0)
+            if STATE16:
+                pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
+                o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
+            else:
+                o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
+            m = m_new
 
     empty = l == 0.0
     if STATE16:
@@ -200,9 +426,14 @@ def attention_kernel(
     else:
         out = o / tl.where(empty, 1.0, l)[:, None]
     out = tl.where(empty[:, None], 0.0, out)
-    lse = m + tl.log(tl.where(empty, 1.0, l))
-    if SHIFTED:
-        lse = lse + inva * f
+    lse = tl.log(tl.where(empty, 1.0, l))
+    if ROW_SHIFT:
+        # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
+        lse = rho * ((m + c1) + psi1) + lse
+    else:
+        lse = m + lse
+        if SHIFTED:
+            lse = lse + inva * f
     lse = tl.where(empty, float("-inf"), lse)
     o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
