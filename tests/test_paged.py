@@ -52,7 +52,7 @@ def _inputs(b, n, nkv, s1, s2, d, seed, mean=0.0):
 
 #: Allocations, and whether their output and lse are held to float64 here (PASA's Algorithm 1 recovers
 #: its lse through I·F, off by ~1e-2 on these inputs: it is held to equality with dense decode only).
-PRECISIONS = [("fp32", True), ("pasa_fp32", False)]
+PRECISIONS = [("fp32", True), ("pasa_fp32", False), ("pasa_rs", True)]
 
 
 @pytest.mark.parametrize("four_d", [False, True])

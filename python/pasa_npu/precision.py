@@ -60,7 +60,7 @@ ALLOCATIONS: dict[str, Allocation] = {
         Allocation("pasa_rs", "float16", "float32", "float32", False,
                    "row-shifted PASA: exactly centred K, FP16 S' shifted per row near its running maximum, "
                    "FP16 local softmax, FP32 merge and output, FP32 recompute of a block whose S' overflows",
-                   row_shifted=True),
+                   row_shifted=True, overflow_free=True),
     )
 }
 
