@@ -79,3 +79,20 @@ def test_fia_sentinels_no_key_and_padded_rows():
 def test_bad_partials_are_refused(outs, lses, match):
     with pytest.raises(ValueError, match=match):
         merge_partials(outs, lses)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the GPU machine)")
+def test_cuda_merge_runs_the_triton_combine_and_agrees_with_the_torch_merge():
+    g = torch.Generator().manual_seed(3)
+    outs = torch.randn(5, 2, 3, 7, 64, generator=g)
+    lses = torch.randn(5, 2, 3, 7, generator=g) * 10
+    lses[0, 0, 0, 0] = float("inf")                       # a padded row
+    lses[:, 1, 2, 3] = float("-inf")                      # a row with no key anywhere
+    lses[1, 1, 0] = LSE_NO_KEY                            # no key in one part
+    want_o, want_l = merge_partials(outs, lses, out_dtype=torch.float16)
+    got_o, got_l = merge_partials(outs.cuda(), lses.cuda(), out_dtype=torch.float16)
+    assert torch.equal(torch.isposinf(got_l.cpu()), torch.isposinf(want_l))
+    assert torch.allclose(got_o.cpu().float(), want_o.float(), atol=2e-3, rtol=2e-3)
+    finite = torch.isfinite(want_l)
+    assert torch.allclose(got_l.cpu()[finite], want_l[finite], rtol=1e-6, atol=1e-5)
+    assert torch.isneginf(got_l[1, 2, 3]).item() and torch.all(got_o[1, 2, 3] == 0)

@@ -49,6 +49,7 @@ def test_other_devices_are_refused_with_the_accepted_ones():
 
 def _problem(**kw):
     q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
+    kw.setdefault("precision", "pasa_fp32")
     return make_problem(q, q, q, num_heads=2, input_layout=kw.pop("input_layout", "BNSD"), **kw)
 
 
@@ -64,7 +65,7 @@ def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision)
 def test_other_kv_block_lengths_and_tnd_are_refused():
     assert "KV block is 128" in npu.BACKEND.supports(_problem(block_kv=64))
     q = torch.zeros(4, 2, 16, dtype=torch.float16)
-    tnd = make_problem(q, q, q, num_heads=2, input_layout="TND", actual_seq_lengths=[4],
+    tnd = make_problem(q, q, q, num_heads=2, input_layout="TND", actual_seq_lengths=[4], precision="pasa",
                        actual_seq_lengths_kv=[4])
     assert "input_layout must be one of ('BNSD', 'BSH', 'BSND', 'BNSD_BSND')" in npu.BACKEND.supports(tnd)
 
@@ -229,7 +230,7 @@ def test_fia_matrix_through_the_kernel_equals_the_reference(case, precision):
 def test_npu_is_as_accurate_as_the_reference_against_float64():
     b, n, nkv, s1, s2, d = 2, 4, 2, 70, 200, 64
     q, k, v = _qkv("BNSD", b, n, nkv, s1, s2, d, seed=4, mean=2.0)
-    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=d ** -0.5)
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=d ** -0.5, precision="pasa_fp32")
     out, _ = pasa_npu.fused_attention(q, k, v, backend="npu", **kw)
     ref, _ = pasa_npu.fused_attention(q, k, v, backend="reference", **kw)
     f64, _ = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=d ** -0.5)

@@ -410,14 +410,13 @@ def test_cpp_default_beta_equals_python(block_kv):
 def test_empty_inputs_follow_fia():
     """FIA: an empty key/value gives output 0 and the no-key lse; an empty query returns at once."""
     q = np.ones((2, 2, 5, 64), np.float16)
-    out, lse = npu_host_model.run(q, q[:, :, :0], q[:, :, :0], num_heads=2, input_layout="BNSD",
-                                  softmax_lse_flag=True)
+    kw = dict(num_heads=2, precision="pasa_fp32", input_layout="BNSD", softmax_lse_flag=True)
+    out, lse = npu_host_model.run(q, q[:, :, :0], q[:, :, :0], **kw)
     assert out.shape == q.shape and not out.any()
     assert (lse == np.float32(LSE_NO_KEY)).all() and lse.shape == (2, 2, 5, 1)
-    _, lse = npu_host_model.run(q, q[:, :, :0], q[:, :, :0], num_heads=2, input_layout="BNSD",
-                                actual_seq_lengths=[5, 2], softmax_lse_flag=True)
+    _, lse = npu_host_model.run(q, q[:, :, :0], q[:, :, :0], actual_seq_lengths=[5, 2], **kw)
     assert (lse[1, :, 2:] == LSE_PADDED_ROW).all() and (lse[1, :, :2] == np.float32(LSE_NO_KEY)).all()
-    out, lse = npu_host_model.run(q[:, :, :0], q, q, num_heads=2, input_layout="BNSD", softmax_lse_flag=True)
+    out, lse = npu_host_model.run(q[:, :, :0], q, q, **kw)
     assert out.shape == (2, 2, 0, 64) and lse.shape == (2, 2, 0, 1)
 
 
@@ -468,16 +467,16 @@ def test_lse_placeholder_and_kinds():
     rng = np.random.default_rng(3)
     q = rng.standard_normal((1, 70, 128)).astype(np.float16)
     k = rng.standard_normal((1, 150, 128)).astype(np.float16)
-    out, lse = npu_host_model.run(q, k, k, num_heads=2, scale=0.125)
+    out, lse = npu_host_model.run(q, k, k, num_heads=2, precision="pasa_fp32", scale=0.125)
     assert isinstance(out, np.ndarray) and out.shape == q.shape
     assert lse.dtype == np.float32 and lse.shape == (1,) and lse[0] == 0.0
     out_t, _ = npu_host_model.run(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(k), num_heads=2,
-                                  scale=0.125)
+                                  precision="pasa_fp32", scale=0.125)
     assert isinstance(out_t, torch.Tensor)
     np.testing.assert_array_equal(out_t.numpy(), out)  # deterministic, whatever the input kind
     # float32 inputs within FP16's range run as FP16 and come back as float32
     out32, _ = npu_host_model.run(q.astype(np.float32), k.astype(np.float32), k.astype(np.float32), num_heads=2,
-                                  scale=0.125)
+                                  precision="pasa_fp32", scale=0.125)
     assert out32.dtype == np.float32
     np.testing.assert_array_equal(out32, out.astype(np.float32))
 
@@ -524,7 +523,7 @@ def _small():
 ])
 def test_bad_arguments(kwargs, error, words):
     q, k = _small()
-    kw = {**dict(num_heads=2, input_layout="BNSD", scale=0.125), **kwargs}
+    kw = {**dict(num_heads=2, input_layout="BNSD", scale=0.125, precision="pasa_fp32"), **kwargs}
     with pytest.raises(error, match=words):
         npu_host_model.run(q, k, k, **kw)
 

@@ -157,7 +157,7 @@ def test_cli_scan_writes_table_json_png(minilm, tmp_path, capsys):
     path, _, _ = minilm
     assert main(["scan", str(path), "--prompt", "A short prompt.", "--out", str(tmp_path), "--verify"]) == 0
     text = capsys.readouterr().out
-    assert "max|QK^T|" in text and "288 of 288" in text
+    assert "max|QK^T|" in text and "360 of 360" in text  # 72 heads x 5 allocations
     data = json.loads((tmp_path / "scan.json").read_text())
     assert len(data["heads"]) == 72 and data["overflowing_heads"]["fp16"] == {"nan": 0, "-inf": 0}
     assert (tmp_path / "scan.png").read_bytes()[:4] == b"\x89PNG"

@@ -7,7 +7,8 @@ log-sum-exp ``lse_p``::
     lse = log Σ_p exp(lse_p),      out = Σ_p exp(lse_p − lse) · o_p
 
 (the blocked-reduction combiner; it needs each ``lse_p`` in the true scale, which is why every
-backend returns it so). The merge runs in FP32 whatever the partials' dtype.
+backend returns it so). The merge runs in FP32 whatever the partials' dtype: on CUDA tensors in one
+Triton kernel (the one the Triton backend's split-KV decode uses), elsewhere in PyTorch ops.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def merge_partials(outs: Sequence[torch.Tensor] | torch.Tensor, lses: Sequence[t
         raise ValueError(f"each lse must have its output's shape without the last dim: outs {tuple(outs_t.shape)}, "
                          f"lses {tuple(lses_t.shape)}")
     out_dtype = outs_t.dtype if out_dtype is None else out_dtype
+    if outs_t.is_cuda:
+        from .backends import triton as triton_backend
+
+        if triton_backend.is_available(outs_t.device):
+            return triton_backend.combine(outs_t, lses_t, out_dtype)
     lse = lses_t.to(torch.float32)
     padded = torch.isposinf(lse).any(0)
     top = lse.amax(0)

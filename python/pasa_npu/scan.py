@@ -23,7 +23,9 @@ defines every column):
   rows turn NaN. ``"-inf"``: only scores below −65520 overflow (fp16, fp16_fp32): those keys get
   weight 0, silently; harmless where they had no weight anyway, wrong where they had (a row whose
   every key overflows gets output 0). ``"ok"``: nothing overflows. Criteria: fp16_fp32 the attended
-  Q·Kᵀ; fp16 the attended Q·Kᵀ and Q·Kᵀ·scale; pasa_fp32 S'; pasa S' and the corrections.
+  Q·Kᵀ; fp16 the attended Q·Kᵀ and Q·Kᵀ·scale; pasa_fp32 S'; pasa S' and the corrections; pasa_rs
+  (the default allocation) none: it recomputes with FP32 scores any block whose S' would overflow,
+  so only inputs beyond FP16's range make it "nan".
 
 All statistics are computed in float64 on the FP16-rounded Q, K, V that the kernels would receive.
 """
@@ -45,7 +47,7 @@ __all__ = ["Capture", "HeadStats", "capture", "scan_capture", "scan_model", "ver
 #: The smallest magnitude that rounds to Inf in FP16 (round to nearest even past 65504).
 FP16_INF_AT = 65520.0
 FP16_MAX = 65504.0
-VERDICT_PRECISIONS = ("fp16", "fp16_fp32", "pasa", "pasa_fp32")
+VERDICT_PRECISIONS = ("fp16", "fp16_fp32", "pasa", "pasa_fp32", "pasa_rs")
 _SCAN_NAME = "pasa_scan"
 
 
@@ -160,6 +162,7 @@ def overflow_verdicts(qk_max: float, qk_min: float, scale: float, max_shifted: f
         "fp16_fp32": plain(1.0),
         "pasa": "nan" if max(max_shifted, max_corr) >= FP16_INF_AT else "ok",
         "pasa_fp32": "nan" if max_shifted >= FP16_INF_AT else "ok",
+        "pasa_rs": "ok",  # a block whose S' would overflow is recomputed with FP32 scores
     }
 
 

@@ -25,6 +25,7 @@ With ``TRITON_INTERPRET=1`` set before Triton is imported, the same kernels run 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -32,6 +33,7 @@ import torch
 
 from ..beta import default_beta, shift_entries
 from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
+from ..merge import merge_partials
 from ..precision import Allocation, get_allocation
 from ..problem import Job, Problem
 from . import run_jobs
@@ -96,8 +98,25 @@ def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
         return min(n_blocks, 2)
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    sms = _multiprocessors(torch.cuda.current_device())
     return max(1, min(n_blocks, triton.next_power_of_2(-(-sms // heads))))
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool) -> tuple[float, float, float]:
+    """(I, a, b) of PASA's shift for the kernel: M = a·I + b·J with FP16 entries, I = β/(1−β) (in FP16
+    for FP16 state)."""
+    beta = default_beta(block_kv, scale) if beta is None else beta
+    diag, off = shift_entries(beta, block_kv, "float16", scale)
+    inva = beta / (1.0 - beta)
+    if state16:
+        inva = float(torch.tensor(inva, dtype=torch.float16))
+    return inva, diag - off, off
 
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
@@ -142,12 +161,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         shift = "fused" if tiles == 1 else "prepass"
 
     if alloc.shifted:
-        beta = default_beta(block_kv, scale) if beta is None else beta
-        diag, off = shift_entries(beta, block_kv, "float16", scale)
-        inva = beta / (1.0 - beta)
-        if alloc.state == "float16":
-            inva = float(torch.tensor(inva, dtype=torch.float16))
-        shift_a, shift_b = diag - off, off
+        inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
     else:
         inva = shift_a = shift_b = 0.0
     kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
@@ -203,11 +217,21 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
         HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET,
         num_warps=warps, num_stages=stages)
-    if splits > 1:
-        rows = b * n * s1
-        _k.combine_kernel[(triton.cdiv(rows, 64),)](
-            o_dst, l_dst, out, lse, rows, splits, D=d, D_PAD=d_pad, BLOCK_R=64,
-            SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    if splits > 1:  # decode's split-KV partials, merged through their true-scale lse
+        return merge_partials(o_dst, l_dst, out_dtype=torch.float16)
+    return out, lse
+
+
+def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pasa_npu.merge.merge_partials` in one kernel: outs (P, ..., D) and lses (P, ...), FP32."""
+    splits, d = outs.shape[0], outs.shape[-1]
+    rows = lses[0].numel()
+    outs, lses = outs.float().contiguous(), lses.float().contiguous()
+    out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
+    lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
+    _k.combine_kernel[(triton.cdiv(rows, 64),)](
+        outs, lses, out, lse, rows, splits, D=d, D_PAD=max(16, triton.next_power_of_2(d)), BLOCK_R=64,
+        SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
     return out, lse
 
 

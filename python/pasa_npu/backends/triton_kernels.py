@@ -451,6 +451,9 @@ def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, D: tl.constexpr, 
     row_ok = rows < n_rows
     lse_s = tl.load(PartLse + sp[None, :] * n_rows + rows[:, None],
                     mask=row_ok[:, None] & (sp[None, :] < n_splits), other=float("-inf"))
+    # A row that is padding (lse +inf, FIA's padded query row) in any partial stays padding.
+    padded = tl.max(tl.where(lse_s == float("inf"), 1, 0), axis=1) > 0
+    lse_s = tl.where(lse_s == float("inf"), float("-inf"), lse_s)
     mx = tl.max(lse_s, axis=1)
     any_key = mx != float("-inf")
     w = tl.exp(lse_s - tl.where(any_key, mx, 0.0)[:, None])
@@ -461,7 +464,8 @@ def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, D: tl.constexpr, 
         po = tl.load(PartO + (s * n_rows + rows[:, None]) * D + d[None, :],
                      mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
         acc += ws[:, None] * po
-    out = tl.where(any_key[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
+    out = tl.where(any_key[:, None] & ~padded[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
     tl.store(Out + rows[:, None] * D + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
     lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), float("-inf"))
+    lse = tl.where(padded, float("inf"), lse)
     tl.store(Lse + rows, lse, mask=row_ok)
