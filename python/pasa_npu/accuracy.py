@@ -481,7 +481,7 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
         ax.axhline(10, color="k", lw=0.8, ls=":")
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
         ax.set(yscale="log", ylabel="RMSE / fp32's RMSE, same draw",
-               title="hard cases, every draw (x at top: NaN, Inf or zero rows; dashed 2, dotted 10)")
+               title="hard cases, every draw (x: NaN, Inf or zero rows; lines at 2 and 10)")
         ax.grid(True, which="both", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     if title:
