@@ -21,7 +21,7 @@ Error bounds (relative RMSE of eq. 19 over the whole output, and max |lse − ls
 * pasa: pasa_fp32 plus FP16 state and an FP16 tree sum for the mean: bound 1.5e-2 (measured ≤ 4.5e-3).
 * pasa_rs: S' in FP16 like fp16_fp32, but around a per-row shift near the row max (the reshift
   keeps the block max within 2 of it where it matters), the rest FP32: fp16_fp32's bound 2e-3.
-  lse: 1e-3 (issue 10's target max(10 × fp32's, 1e-3)).
+  lse: 1e-3 (the package's target max(10 × fp32's, 1e-3)).
   lse of both PASA allocations adds I·F, F's rounding amplified by I ≈ 64: bound 5e-2 absolute
   (measured ≤ 1.2e-2; ≈ 4× margin).
 """
@@ -79,7 +79,7 @@ def lse_bound(precision, q, k, scale, mask, s2, block_kv):
     if precision == "fp16":
         return sb + 16 * U16
     if precision == "pasa_rs":
-        return 1e-3  # the target of issue 10: max(10 × fp32's, 1e-3); measured ≤ 2e-4 here
+        return 1e-3  # the package's target: max(10 × fp32's, 1e-3); measured ≤ 2e-4 here
     return 5e-2
 
 

@@ -26,8 +26,9 @@ class Allocation:
         PASA_TILING_KEY_*), None where the kernel does not implement it.
     row_shifted: row-shifted PASA (``pasa_rs``, docs/golden.md): K centred exactly per block, a
         per-row shift near the running maximum subtracted in the FP32 accumulator before the FP16
-        rounding of S', the local softmax in FP16 and the merge in ``state``; blocks whose S' leaves
-        FP16's range are recomputed with FP32 S. Exclusive with ``shifted``.
+        rounding of S', the local softmax and the merge in ``state`` (P enters P·V in FP16); a block
+        whose row max lands far from the shift is shifted again, and one whose S' leaves FP16's range
+        is recomputed with FP32 S. Exclusive with ``shifted``.
     """
 
     name: str
@@ -59,7 +60,8 @@ ALLOCATIONS: dict[str, Allocation] = {
                    kernel_key=1),
         Allocation("pasa_rs", "float16", "float32", "float32", False,
                    "row-shifted PASA: exactly centred K, FP16 S' shifted per row near its running maximum, "
-                   "FP16 local softmax, FP32 merge and output, FP32 recompute of a block whose S' overflows",
+                   "FP32 softmax, merge and output, a second shift where a block's max lands far from it, FP32 "
+                   "recompute of a block whose S' overflows",
                    row_shifted=True, overflow_free=True),
     )
 }
