@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from pasa_npu import fused_attention
+from pasa_npu import DEFAULT_PRECISION, fused_attention
 from pasa_npu.distributed import (ring_attention, ring_ulysses_attention, shard_sequence, ulysses_attention,
                                   unshard_sequence)
 
@@ -53,7 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--modes", default="ring,ulysses", help=f"comma-separated, of {MODES} (default %(default)s)")
     p.add_argument("--masks", default="full,causal", help="comma-separated, of full, causal (default %(default)s)")
-    p.add_argument("--precision", default="pasa_fp32", help="fused_attention's precision (default %(default)s)")
+    p.add_argument("--precision", default=DEFAULT_PRECISION, help="fused_attention's precision (default %(default)s)")
     p.add_argument("--fa-backend", default=None, help="fused_attention's backend (default: by device)")
     p.add_argument("--inputs", choices=("random", "biased"), default="random",
                    help="random: Q, K, V ~ N(0, 1); biased: Q, K ~ N(30, 1), V ~ N(0, 1)")
