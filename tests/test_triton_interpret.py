@@ -301,3 +301,23 @@ def test_bad_arguments_are_refused(kw, exc, match):
     args = dict(precision="pasa", beta=None, block_q=16, block_kv=16, scale=0.25, mask=None) | kw
     with pytest.raises(exc, match=match):
         tb.attention(q, k, v, **args)
+
+
+@interpreted
+def test_pasa_rs_long_sequences_take_the_fused_form_instead_of_a_quadratic_frame_table(monkeypatch):
+    """The pre-pass's frame table grows as S1·S2: past its limit the kernel computes the frame terms
+    block by block (the fused form), with the same results up to rounding."""
+    q = (torch.randn(1, 2, 40, 32) + 3).half()
+    k = (torch.randn(1, 2, 100, 32) + 3).half()
+    v = torch.randn(1, 2, 100, 32).half()
+    kw = dict(precision="pasa_rs", beta=None, block_q=16, block_kv=16, scale=32 ** -0.5, mask=None)
+    from pasa_npu.backends import triton as tb
+
+    pre, _ = tb.attention(q, k, v, shift="prepass", **kw)
+    monkeypatch.setattr(tb, "_FRAME_LIMIT", 8)
+    with pytest.raises(ValueError, match="frame table"):
+        tb.attention(q, k, v, shift="prepass", **kw)
+    auto, _ = tb.attention(q, k, v, **kw)
+    fused, _ = tb.attention(q, k, v, shift="fused", **kw)
+    assert torch.equal(auto, fused)
+    assert (auto.float() - pre.float()).abs().max() < 2e-3

@@ -41,6 +41,8 @@ from . import run_jobs
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
+#: The most FP32 values pasa_rs's pre-pass frame table may hold (1 GiB; int32 offsets stay valid).
+_FRAME_LIMIT = 1 << 28
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
@@ -157,8 +159,15 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         block_m, warps, stages, forced_splits = config
     n_blocks = triton.cdiv(s2, block_n)
     tiles = triton.cdiv(g * s1, block_m)
+    # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
+    # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
+    # form, which computes them block by block, runs instead.
+    frame_elems = b * nkv * tiles * 2 * n_blocks * block_m if alloc.row_shifted else 0
     if shift is None:
-        shift = "fused" if tiles == 1 else "prepass"
+        shift = "fused" if tiles == 1 or frame_elems > _FRAME_LIMIT else "prepass"
+    elif shift == "prepass" and frame_elems > _FRAME_LIMIT:
+        raise ValueError(f"shift='prepass' for precision={precision!r} needs a frame table of {frame_elems} FP32 "
+                         f"values here, more than {_FRAME_LIMIT}: use shift='fused' (or None)")
 
     if alloc.shifted:
         inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
