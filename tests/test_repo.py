@@ -29,7 +29,8 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_readme_api_example_runs_and_says_true():
-    """The README's example: PASA is finite and accurate where FP16 FlashAttention gives NaN."""
+    """The README's example, over 5 seeds: finite, within 2x of FP32 FlashAttention's error against
+    float64, where FP16 FlashAttention gives NaN."""
     import torch
 
     import pasa_npu
@@ -37,16 +38,19 @@ def test_readme_api_example_runs_and_says_true():
 
     readme = (ROOT / "README.md").read_text()
     code = re.findall(r"```python\n(.*?)```", readme.split("## API", 1)[1], flags=re.S)[0]
-    ns: dict = {}
-    torch.manual_seed(0)
-    exec(code, ns)
-    q, k, v, out, lse = (ns[x] for x in ("q", "k", "v", "out", "lse"))
-    assert out.shape == q.shape and out.dtype == torch.float16 and lse.shape == (*q.shape[:3], 1)
-    ref, ref_lse = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=q.shape[-1] ** -0.5)
-    assert torch.isfinite(out).all() and metrics.rmse(out, ref) < 1e-2
-    fa, _ = pasa_npu.fused_attention(q, k, v, num_heads=q.shape[1], input_layout="BNSD",
-                                     scale=q.shape[-1] ** -0.5, precision="fp16", safety_net=False)
-    assert torch.isnan(fa).any()
+    for seed in range(5):
+        ns: dict = {}
+        torch.manual_seed(seed)
+        exec(code, ns)
+        q, k, v, out, lse = (ns[x] for x in ("q", "k", "v", "out", "lse"))
+        assert out.shape == q.shape and out.dtype == torch.float16 and lse.shape == (*q.shape[:3], 1)
+        kw = dict(num_heads=q.shape[1], input_layout="BNSD", scale=q.shape[-1] ** -0.5)
+        ref, _ = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=kw["scale"])
+        fa32, _ = pasa_npu.fused_attention(q, k, v, precision="fp32", **kw)
+        assert torch.isfinite(out).all()
+        assert metrics.rmse(out, ref) <= 2 * metrics.rmse(fa32, ref), seed
+        fa16, _ = pasa_npu.fused_attention(q, k, v, precision="fp16", safety_net=False, **kw)
+        assert torch.isnan(fa16).any()
 
 
 def test_golden_model_needs_numpy_only():
