@@ -8,6 +8,7 @@ Builds host_model_tests once, in the CMake tree all C++ tests share (tests/cmake
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(cmake_tree.tools_missing() is not None,
                                  reason=f"C++ tests need CMake and g++: {cmake_tree.tools_missing()}")]
 
+ROOT = Path(__file__).resolve().parents[1]
 AIV0 = "AIV 0 (block 0, sub-block 0)"
 
 # case -> the exact message prefix "<core>: <api>: <cause>"
