@@ -162,10 +162,15 @@ TilingResult ComputeTiling(const TilingInput& in) {
     if (S1 > (1 << 24) || S2 > (1 << 24)) Bad("sequence lengths must be <= 2^24");
     if (!(std::isfinite(in.scale) && in.scale > 0)) Bad("scale must be a positive finite number");
     if (!(in.beta < 1.0) || std::isnan(in.beta)) Bad("beta must be negative (default) or in [0, 1)");
-    bool fp32State;
-    if (in.precision == "pasa") fp32State = false;
-    else if (in.precision == "pasa_fp32") fp32State = true;
-    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", got \"" + in.precision + "\"");
+    // The allocation (python/pasa_npu/precision.py): its tiling key, the row state's type, and whether
+    // K is shifted (PASA: the K' pre-pass and M) or not (FlashAttention).
+    uint32_t key;
+    if (in.precision == "pasa") key = PASA_TILING_KEY_FP16_STATE;
+    else if (in.precision == "pasa_fp32") key = PASA_TILING_KEY_FP32_STATE;
+    else if (in.precision == "fp16_fp32") key = PASA_TILING_KEY_FLASH_FP16_SCORE;
+    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", \"fp16_fp32\", got \"" + in.precision + "\"");
+    const bool fp32State = key != PASA_TILING_KEY_FP16_STATE;
+    const bool shifted = key != PASA_TILING_KEY_FLASH_FP16_SCORE;
     if (in.sparseMode < 0 || in.sparseMode > 4) Bad("sparse_mode must be one of 0, 1, 2, 3, 4");
     const bool hasMask = !in.maskShape.empty();
     if (hasMask) {
@@ -201,14 +206,16 @@ TilingResult ComputeTiling(const TilingInput& in) {
         t.kvBatchStride = S2 * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
     }
     t.scale = (float)in.scale;
-    double beta = in.beta < 0 ? DefaultBeta(kBlockKv, in.scale) : in.beta;
-    double diag, off;
-    ShiftEntries(beta, kBlockKv, in.scale, &diag, &off);
-    t.beta = (float)beta;
-    t.invariance = (float)(beta / (1.0 - beta));
-    t.shiftDiag = (float)diag;
-    t.shiftOff = (float)off;
-    t.precision = fp32State ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE;
+    if (shifted) {  // FlashAttention has no M: beta, I and M's entries stay 0, and any scale is accepted
+        double beta = in.beta < 0 ? DefaultBeta(kBlockKv, in.scale) : in.beta;
+        double diag, off;
+        ShiftEntries(beta, kBlockKv, in.scale, &diag, &off);
+        t.beta = (float)beta;
+        t.invariance = (float)(beta / (1.0 - beta));
+        t.shiftDiag = (float)diag;
+        t.shiftOff = (float)off;
+    }
+    t.precision = key;
 
     Plan plan{};
     bool found = false;
@@ -261,7 +268,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.totalTasks = tasks;
     t.tasksPerCore = CeilDiv(tasks, pl.aicNum);
     t.blockDim = CeilDiv(tasks, t.tasksPerCore);
-    t.prepassItems = (uint64_t)B * NKV * t.numKvBlocks;
+    t.prepassItems = shifted ? (uint64_t)B * NKV * t.numKvBlocks : 0;
     t.prepassPerCore = CeilDiv(t.prepassItems, t.blockDim);
     const uint64_t rowsAll = (uint64_t)B * N * S1;
     t.combineRowsPerAiv = t.kvSplits > 1 ? CeilDiv(rowsAll, 2ull * t.blockDim) : 0;
@@ -271,13 +278,14 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.wsStatusOffset = off0;
     off0 = AlignUp(off0 + 2ull * t.blockDim * 32, kWsAlign);
     t.wsKShiftOffset = off0;
-    off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * D * 2, kWsAlign);
+    if (shifted) off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * D * 2, kWsAlign);
     t.wsScoreSlot = (uint64_t)t.blockQ * kBlockKv * 2;
     t.wsProbSlot = t.wsScoreSlot;
     t.wsPvSlot = (uint64_t)t.blockQ * D * (fp32State ? 4 : 2);
     t.wsCoreOffset = off0;
-    // S'[2], P[2], PV[2], then M (n x n FP16, written by the core's AIVs for its pre-pass)
-    t.wsCoreStride = AlignUp(2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + (uint64_t)kBlockKv * kBlockKv * 2, kWsAlign);
+    // S'[2], P[2], PV[2], then M (n x n FP16, written by the core's AIVs for its pre-pass; PASA only)
+    const uint64_t shiftSlot = shifted ? (uint64_t)kBlockKv * kBlockKv * 2 : 0;
+    t.wsCoreStride = AlignUp(2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot, kWsAlign);
     off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);
     t.wsPartialOffset = off0;
     if (t.kvSplits > 1) {

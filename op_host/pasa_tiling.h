@@ -8,6 +8,8 @@
 //   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
 //   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
 //               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
+//   2026-11-23  precision "fp16_fp32" (PASA_TILING_KEY_FLASH_FP16_SCORE): no K' region, no M slot, no
+//               pre-pass items; beta, invariance and M's entries 0.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -53,7 +55,7 @@ struct TilingInput {
     // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
     // The kernel reads them from GM as int64; these copies only validate and size the plan.
     std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
-    std::string precision = "pasa_fp32";  // "pasa" or "pasa_fp32"
+    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32" or "fp16_fp32" (FlashAttention, no shift)
     PlatformInfo platform;
 };
 

@@ -7,6 +7,8 @@
 //   AIC  PV_j = P_j V_j              -> GM slot PV[j%2] (FP16 "pasa", FP32 "pasa_fp32") flag PV_READY
 //   AIV  O = alpha_j O + gamma_j PV_j
 // The AIC runs S'_{j+1} while the AIVs do the softmax of block j (two slots of each kind).
+// FlashAttention ("fp16_fp32", pasa_allocation.h) has no pre-pass: the AIC reads K_j from GM and writes
+// the unscaled S_j = Q K_j^T, the AIVs scale it, and O = alpha_j O + PV_j.
 #ifndef PASA_COMMON_H
 #define PASA_COMMON_H
 

@@ -34,7 +34,7 @@ public:
     }
 
     TQue<TPosition::A1, 1> qL1_;   // the query block (or M in the pre-pass)
-    TQue<TPosition::B1, 1> kL1_;   // K' (or raw K in the pre-pass)
+    TQue<TPosition::B1, 1> kL1_;   // K' (PASA), K (FlashAttention, and PASA's pre-pass)
     TQue<TPosition::B1, 1> vL1_;   // V
     TQue<TPosition::A1, 1> pL1_;   // P
 

@@ -1,4 +1,5 @@
-// The AIC program of one task: S'_j = Q K'_j^T (FP16 through Fixpipe) and PV_j = P_j V_j, handed to and
+// The AIC program of one task: S'_j = Q K'_j^T (PASA: K' from the pre-pass) or S_j = Q K_j^T
+// (FlashAttention: K straight from GM, unscaled), FP16 through Fixpipe, and PV_j = P_j V_j, handed to and
 // from the two AIVs through per-core GM slots and mode-2 cross-core flags. The AIC computes S'_{j+1}
 // before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
 // Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
@@ -6,20 +7,24 @@
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
+#include "pasa_allocation.h"
 #include "pasa_cube_ops.h"
 
 namespace pasa_kernel {
 
-template <typename PvT>
+template <class Policy>
 class CubeStage {
 public:
-    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR value,
+    using PvT = typename Policy::ElementAccumulator;
+
+    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                 GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
         qGm_.SetGlobalBuffer((__gm__ half*)query);
         vGm_.SetGlobalBuffer((__gm__ half*)value);
-        kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
+        if constexpr (Policy::SHIFTED) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
+        else kGm_.SetGlobalBuffer((__gm__ half*)key);
         slots_.Init(*t, workspace, core);
         // K chunk of P V: one L0B buffer holds kc x D FP16
         kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
@@ -42,8 +47,17 @@ public:
 private:
     __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q, uint32_t mp, uint32_t j) {
         const uint32_t d = t_->headDim;
-        LocalTensor<half> kt = cube_->LoadRows(cube_->kL1_, kShiftGm_[KShiftIndex(*t_, k.b, k.kvHead, k.kvBlock0 + j)],
-                                               BLOCK_KV, BLOCK_KV, d, d);
+        const uint32_t jb = k.kvBlock0 + j;
+        LocalTensor<half> kt;
+        if constexpr (Policy::SHIFTED) {
+            // K' blocks are already padded to BLOCK_KV rows by the pre-pass
+            kt = cube_->LoadRows(cube_->kL1_, kGm_[KShiftIndex(*t_, k.b, k.kvHead, jb)], BLOCK_KV, BLOCK_KV, d, d);
+        } else {
+            // a tail block's padded K rows repeat its last key; the AIVs mask their S columns
+            const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
+            kt = cube_->LoadRows(cube_->kL1_, kGm_[KvOffset(*t_, k.b, k.kvHead, jb * BLOCK_KV)], keys, BLOCK_KV, d,
+                                 t_->kvRowStride);
+        }
         LocalTensor<float> c = cube_->Gemm(q, mp, d, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);
         cube_->template ToGm<half>(slots_.score[j % 2], c, mp, mp, BLOCK_KV, BLOCK_KV);
@@ -67,7 +81,8 @@ private:
 
     const PasaTilingData* t_;
     CubeOps* cube_;
-    GlobalTensor<half> qGm_, vGm_, kShiftGm_;
+    GlobalTensor<half> qGm_, vGm_;
+    GlobalTensor<half> kGm_;  // K' in the workspace (PASA) or the key input (FlashAttention)
     SlotTensors<PvT> slots_;
     uint32_t kcPv_;
 };

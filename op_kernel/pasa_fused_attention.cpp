@@ -1,8 +1,10 @@
 // Entry of the PASA fused-attention kernel (KERNEL_TYPE_MIX_AIC_1_2, Atlas A2): tiling-key dispatch
-// between the "pasa" (FP16 state) and "pasa_fp32" (FP32 row state) allocations, and the AIC / AIV
-// programs. See pasa_common.h for the data flow and op_host/pasa_tiling.h for the tiling.
+// between the allocations of pasa_allocation.h ("pasa", "pasa_fp32" and the FlashAttention baseline
+// "fp16_fp32"), and the AIC / AIV programs. See pasa_common.h for the data flow and
+// op_host/pasa_tiling.h for the tiling.
 #include "kernel_operator.h"
 #include "pasa_tiling_data.h"
+#include "pasa_allocation.h"
 #include "pasa_shift_matmul.h"
 #include "pasa_cube_stage.h"
 #include "pasa_vector_softmax.h"
@@ -10,9 +12,9 @@
 
 using namespace pasa_kernel;
 
-template <typename T>
-__aicore__ inline void RunPasa(const PasaTilingData& t, GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR mask,
-                               GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR out, GM_ADDR lse, GM_ADDR ws) {
+template <class Policy>
+__aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_ADDR key, GM_ADDR value,
+                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR out, GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
@@ -21,9 +23,9 @@ __aicore__ inline void RunPasa(const PasaTilingData& t, GM_ADDR query, GM_ADDR k
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
         cube.Init(&pipe, t.blockQ * t.headDim * 2, BLOCK_KV * t.headDim * 2, BLOCK_KV * BLOCK_KV * 2);
-        ShiftPrepass(t, cube, key, ws, lenKv, core);
-        CubeStage<T> stage;
-        stage.Init(&t, &cube, query, value, ws, core);
+        if constexpr (Policy::SHIFTED) ShiftPrepass(t, cube, key, ws, lenKv, core);
+        CubeStage<Policy> stage;
+        stage.Init(&t, &cube, query, key, value, ws, core);
         const uint32_t first = core * t.tasksPerCore;
         const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
         for (uint32_t id = first; id < last; ++id) stage.Run(DecodeTask(t, id, lenQ, lenKv));
@@ -32,9 +34,9 @@ __aicore__ inline void RunPasa(const PasaTilingData& t, GM_ADDR query, GM_ADDR k
         const uint32_t aiv = GetBlockIdx();
         const uint32_t core = aiv / GetTaskRatio();
         const uint32_t sub = GetSubBlockIdx();
-        VectorSoftmax<T> softmax;
+        VectorSoftmax<Policy> softmax;
         softmax.Init(&t, &pipe, mask, out, lse, ws, core, sub);
-        WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
+        if constexpr (Policy::SHIFTED) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
         const uint32_t first = core * t.tasksPerCore;
         const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
         for (uint32_t id = first; id < last; ++id) softmax.Run(DecodeTask(t, id, lenQ, lenKv));
@@ -54,10 +56,13 @@ extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADD
     GET_TILING_DATA_WITH_STRUCT(PasaTilingData, td, tiling);
     GM_ADDR ws = GetUserWorkspace(workspace);
     if (TILING_KEY_IS(PASA_TILING_KEY_FP16_STATE)) {
-        RunPasa<half>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv, attentionOut,
-                      softmaxLse, ws);
+        RunAttention<PasaFp16State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
+                                    attentionOut, softmaxLse, ws);
     } else if (TILING_KEY_IS(PASA_TILING_KEY_FP32_STATE)) {
-        RunPasa<float>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv, attentionOut,
-                       softmaxLse, ws);
+        RunAttention<PasaFp32State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
+                                    attentionOut, softmaxLse, ws);
+    } else if (TILING_KEY_IS(PASA_TILING_KEY_FLASH_FP16_SCORE)) {
+        RunAttention<FlashFp16ScoreFp32State>(td, query, key, value, attenMask, actualSeqLengths,
+                                              actualSeqLengthsKv, attentionOut, softmaxLse, ws);
     }
 }

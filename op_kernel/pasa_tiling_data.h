@@ -21,6 +21,7 @@
 // tiling keys (the kernel dispatches on them with TILING_KEY_IS)
 #define PASA_TILING_KEY_FP16_STATE 0   // allocation "pasa": S', P, m, l, F, O all FP16
 #define PASA_TILING_KEY_FP32_STATE 1   // allocation "pasa_fp32": FP16 S' and P, FP32 m, l, F, O
+#define PASA_TILING_KEY_FLASH_FP16_SCORE 2  // allocation "fp16_fp32": FlashAttention, FP16 S and P, FP32 m, l, O
 
 // input_layout codes
 #define PASA_LAYOUT_BNSD 0
@@ -41,7 +42,7 @@ struct PasaTilingData {
     uint64_t qBatchStride, qHeadStride, qRowStride;     // query and attention_out (same layout)
     uint64_t kvBatchStride, kvHeadStride, kvRowStride;  // key and value
     // ---- PASA constants ----
-    float scale;               // softmax scale (folded into M)
+    float scale;               // softmax scale (PASA: folded into M; FlashAttention: S times scale on the AIV)
     float beta;                // the shift coefficient actually used
     float invariance;          // I = beta / (1 - beta), in float; the kernel rounds it to the state type
     float shiftDiag;           // M's diagonal (1 - beta/n)*scale, already rounded to FP16 (exact in float)
@@ -69,12 +70,12 @@ struct PasaTilingData {
     uint32_t kvBlocksPerSplit; // KV blocks per split
     uint32_t totalTasks;
     uint32_t tasksPerCore;
-    uint32_t prepassItems;
+    uint32_t prepassItems;     // 0 for FlashAttention (no K')
     uint32_t prepassPerCore;
     uint32_t combineRowsPerAiv;
     // ---- GM workspace layout (byte offsets from the user workspace) ----
     uint64_t wsStatusOffset;   // uint32 status word per AIV (32-byte stride): bit 0 = Inf seen in S'
-    uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][D]
+    uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][D] (empty for FlashAttention)
     uint64_t wsCoreOffset;     // per-AI-core ping-pong slots, wsCoreStride bytes each
     uint64_t wsCoreStride;
     uint64_t wsScoreSlot;      // bytes of one S' slot (blockQ x blockKv FP16), 2 slots

@@ -1,13 +1,19 @@
-// The AIV program: PASA's online softmax (Algorithm 1, steps 3-6) on the S' rows of this vector core,
-// the O update with the PV product, the final normalisation O/l and the true-scale lse, in exactly
-// the order and the roundings of python/pasa_npu/blockwise.py:
-//   T = half  ("pasa"):      S', P, m, l, F, I, O, PV all FP16; every vector op rounds to FP16
-//   T = float ("pasa_fp32"): S' and P (into P V) FP16; m, l, F, I, O, PV and the softmax in FP32
+// The AIV program: the online softmax on the S' (S) rows of this vector core, the O update with the PV
+// product, the final normalisation O/l and the true-scale lse, in exactly the order and the roundings
+// of python/pasa_npu/blockwise.py, for the allocation policy of pasa_allocation.h (T = its
+// ElementAccumulator: the type of the softmax, of m, l, F, I, O and of PV):
+//   "pasa"      (shifted, T = half):  every vector op rounds to FP16
+//   "pasa_fp32" (shifted, T = float): S' and P (into P V) FP16, the rest FP32
+//   "fp16_fp32" (FlashAttention, T = float): S and P FP16, the rest FP32
 // Rows are independent; the AIV with sub-block index 0 takes the first ceil(rows/2) rows of the
-// query block, the other the rest. Each block: S' in, mean over all n columns (before any mask),
-// masks (user mask, padded tail columns, causal/band from indices), row max, Welford update of F,
-// corrections Δ'prev = I(F_{j-1} - F_j), Δ'cur = I(S̄'_j - F_j), m/l update with the guarded -inf
-// start, P = exp(S' - m') out to the cube; then O = α O + γ (P V) when the cube's PV arrives.
+// query block, the other the rest.
+// PASA (Algorithm 1, steps 3-6), per block: S' in, mean over all n columns (before any mask), masks
+// (user mask, padded tail columns, causal/band from indices), row max, Welford update of F, corrections
+// Δ'prev = I(F_{j-1} - F_j), Δ'cur = I(S̄'_j - F_j), m/l update with the guarded -inf start,
+// P = exp(S' - m') out to the cube; then O = α O + γ (P V) when the cube's PV arrives.
+// FlashAttention-2 (eqs. 4-7), per block: S in, S·scale, masks, row max, m_j = max(m_{j-1}, m'),
+// P = exp(S - m_j) out to the cube, α = exp(m_{j-1} - m_j) (guarded), l_j = α l_{j-1} + rowsum P;
+// then O = α O + P V.
 //
 // Overflow (an Inf in S', the paper's "adaptive mechanism" case): the documented alternative to a
 // recompute path. The values follow the golden model (Inf/NaN propagate as the hardware's would), and
@@ -15,18 +21,24 @@
 // which the binding reads to fall back to a wider path. Detection costs nothing per block: a row's
 // running pseudo-average F stays finite iff every block mean S̄' of that row was finite, and S̄' is
 // finite iff no S' of the row is ±Inf (|S'/n| <= 65504/n, so the sum itself cannot overflow).
+// FlashAttention has no F: there a row's running maximum m turns +Inf (then NaN) iff some S of the row
+// overflowed upward; an S that overflowed downward weighs 0, as a masked key does (and as in the golden
+// model), and is not reported.
 #ifndef PASA_VECTOR_SOFTMAX_H
 #define PASA_VECTOR_SOFTMAX_H
 
+#include "pasa_allocation.h"
 #include "pasa_common.h"
 
 namespace pasa_kernel {
 
 enum class RowOp { SUB, MUL, DIV };
 
-template <typename T>
+template <class Policy>
 class VectorSoftmax {
 public:
+    using T = typename Policy::ElementAccumulator;
+
     __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR mask, GM_ADDR out, GM_ADDR lse,
                                 GM_ADDR workspace, uint32_t core, uint32_t sub) {
         t_ = t;
@@ -34,6 +46,7 @@ public:
         d_ = t->headDim;
         rm_ = t->blockQ / 2;
         inva_ = (T)t->invariance;
+        scale_ = (T)t->scale;
         const uint32_t st = sizeof(T);
         pipe->InitBuffer(sQue_, 2, rm_ * BLOCK_KV * 2);
         pipe->InitBuffer(pQue_, 2, rm_ * BLOCK_KV * 2);
@@ -257,12 +270,81 @@ private:
             s = sT_;
         }
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV);
-        // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
-        Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
-        Bar();
-        TreeRowSum(mean_, work_);
+        const int32_t rv = (int32_t)ROW_VEC;
+        if constexpr (Policy::SHIFTED) {
+            // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
+            Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
+            Bar();
+            TreeRowSum(mean_, work_);
+        } else {
+            // S = Q K^T left the cube unscaled; the scale is one multiplication rounded to T
+            Muls(s, s, scale_, cnt);
+            Bar();
+        }
         ApplyMasks(k, s, c0, keys);
         RowMax(mBlk_, s);
+        if constexpr (Policy::SHIFTED) {
+            ShiftedRowState(j);
+            // P' = exp(S' - m') relative to the block's own max (m' -> lowest finite where the row is all -inf)
+            Maxs(tmp1_, mBlk_, Lowest<T>(), rv);
+        } else {
+            // m_j = max(m_{j-1}, m'); P = exp(S - m_j) (m_j -> lowest finite where the row is all -inf so far)
+            Max(mNew_, m_, mBlk_, rv);
+            Bar();
+            Maxs(tmp1_, mNew_, Lowest<T>(), rv);
+        }
+        Bar();
+        Broadcast(tmp1_);
+        RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
+        Bar();
+        LocalTensor<half> p = pQue_.template AllocTensor<half>();
+        if (sizeof(T) == 2) {
+            Exp(p.template ReinterpretCast<T>(), s, cnt);
+            Bar();
+            TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
+        } else {
+            Exp(pT_, s, cnt);
+            Bar();
+            Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);  // P enters P V in FP16
+            Bar();
+            TreeRowSum(lBlk_, pT_);
+        }
+        pQue_.EnQue(p);
+        sQue_.FreeTensor(s16);
+        if constexpr (Policy::SHIFTED) {
+            // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
+            Sub(tmp1_, m_, mNew_, rv);
+            Sub(tmp2_, mBlk_, mNew_, rv);
+            Bar();
+            Add(tmp1_, tmp1_, dPrev_, rv);
+            Add(tmp2_, tmp2_, dCur_, rv);
+            Bar();
+            GuardedExp(alpha_[slot], tmp1_);
+            GuardedExp(gamma_[slot], tmp2_);
+            Mul(tmp1_, alpha_[slot], l_, rv);
+            Mul(tmp2_, gamma_[slot], lBlk_, rv);
+            Bar();
+            Add(l_, tmp1_, tmp2_, rv);
+        } else {
+            // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
+            Sub(tmp1_, m_, mNew_, rv);
+            Bar();
+            GuardedExp(alpha_[slot], tmp1_);
+            Mul(tmp1_, alpha_[slot], l_, rv);
+            Bar();
+            Add(l_, tmp1_, lBlk_, rv);
+        }
+        Muls(m_, mNew_, (T)1, rv);
+        Bar();
+        p = pQue_.template DeQue<half>();
+        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
+        pQue_.FreeTensor(p);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+    }
+
+    // PASA steps 4-6 of block j (0-based) from its mean S̄'_j (mean_) and row max m' (mBlk_): F_j in f_,
+    // the corrections Δ'prev, Δ'cur and the new running maximum m_j in mNew_.
+    __aicore__ inline void ShiftedRowState(uint32_t j) {
         // Step 4: Welford mean F_j = F_{j-1} + (S̄'_j - F_{j-1}) / j; F_1 = S̄'_1.
         // Step 5: Δ'prev = I(F_{j-1} - F_j) (0 for j = 1), Δ'cur = I(S̄'_j - F_j).
         const int32_t rv = (int32_t)ROW_VEC;
@@ -290,48 +372,9 @@ private:
         Add(tmp2_, mBlk_, dCur_, rv);
         Bar();
         Max(mNew_, tmp1_, tmp2_, rv);
-        // P' = exp(S' - m') relative to the block's own max (m' -> lowest finite where the row is all -inf)
-        Maxs(tmp1_, mBlk_, Lowest<T>(), rv);
-        Bar();
-        Broadcast(tmp1_);
-        RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
-        Bar();
-        LocalTensor<half> p = pQue_.template AllocTensor<half>();
-        if (sizeof(T) == 2) {
-            Exp(p.template ReinterpretCast<T>(), s, cnt);
-            Bar();
-            TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
-        } else {
-            Exp(pT_, s, cnt);
-            Bar();
-            Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);  // P enters P V in FP16
-            Bar();
-            TreeRowSum(lBlk_, pT_);
-        }
-        pQue_.EnQue(p);
-        sQue_.FreeTensor(s16);
-        // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
-        Sub(tmp1_, m_, mNew_, rv);
-        Sub(tmp2_, mBlk_, mNew_, rv);
-        Bar();
-        Add(tmp1_, tmp1_, dPrev_, rv);
-        Add(tmp2_, tmp2_, dCur_, rv);
-        Bar();
-        GuardedExp(alpha_[slot], tmp1_);
-        GuardedExp(gamma_[slot], tmp2_);
-        Mul(tmp1_, alpha_[slot], l_, rv);
-        Mul(tmp2_, gamma_[slot], lBlk_, rv);
-        Bar();
-        Add(l_, tmp1_, tmp2_, rv);
-        Muls(m_, mNew_, (T)1, rv);
-        Bar();
-        p = pQue_.template DeQue<half>();
-        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
-        pQue_.FreeTensor(p);
-        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
     }
 
-    // O = α O + γ PV (each product and the sum rounded to T).
+    // O = α O + γ PV (PASA) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
     __aicore__ inline void Update(uint32_t j) {
         const uint32_t slot = j % 2;
         CrossCoreWaitFlag(FLAG_PV_READY);
@@ -343,15 +386,18 @@ private:
         Broadcast(alpha_[slot]);
         RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
         Bar();
-        Broadcast(gamma_[slot]);
-        RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
-        Bar();
+        if constexpr (Policy::SHIFTED) {
+            Broadcast(gamma_[slot]);
+            RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
+            Bar();
+        }
         Add(oAcc_, oAcc_, pv, (int32_t)(rows_ * d_));
         Bar();
         pvQue_.FreeTensor(pv);
     }
 
-    // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l + I F (FP32; -inf for l = 0).
+    // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l (+ I F for PASA) in FP32,
+    // -inf for l = 0.
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
         CompareScalar(bits_, l_, (T)0, CMPMODE::NE, ROW_VEC);
@@ -364,20 +410,22 @@ private:
         if (sizeof(T) == 2) {
             Cast(fa_, m_, RoundMode::CAST_NONE, ROW_VEC);
             Cast(fb_, l_, RoundMode::CAST_NONE, ROW_VEC);
-            Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
+            if constexpr (Policy::SHIFTED) Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
         } else {
             Muls(fa_, m_.template ReinterpretCast<float>(), 1.0f, rv);
             Muls(fb_, l_.template ReinterpretCast<float>(), 1.0f, rv);
-            Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
+            if constexpr (Policy::SHIFTED) Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
         }
         Bar();
         Ln(fb_, fb_, rv);
-        Muls(fc_, fc_, (float)inva_, rv);
+        if constexpr (Policy::SHIFTED) Muls(fc_, fc_, (float)inva_, rv);
         Bar();
         Add(fa_, fa_, fb_, rv);
         Bar();
-        Add(fa_, fa_, fc_, rv);
-        Bar();
+        if constexpr (Policy::SHIFTED) {
+            Add(fa_, fa_, fc_, rv);
+            Bar();
+        }
         Select(fa_, bits_, fa_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Bar();
         CheckOverflow();
@@ -389,8 +437,13 @@ private:
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
         for (uint32_t i = 0; i < valid_; ++i) {
-            const float v = (float)f_.GetValue(i);
-            if (!(v - v == 0.0f)) overflow_ = true;  // Inf or NaN
+            if constexpr (Policy::SHIFTED) {
+                const float f = (float)f_.GetValue(i);
+                if (!(f - f == 0.0f)) overflow_ = true;  // F is Inf or NaN
+            } else {
+                const float m = (float)m_.GetValue(i);
+                if (!(m < PosInf<float>())) overflow_ = true;  // m is +Inf or NaN (-Inf: every key masked)
+            }
         }
     }
 
@@ -441,7 +494,7 @@ private:
 
     const PasaTilingData* t_;
     uint32_t sub_, d_, rm_, r0_ = 0, rows_ = 0, valid_ = 0;
-    T inva_;
+    T inva_, scale_;
     bool overflow_ = false;
     TQue<TPosition::VECIN, 1> sQue_, pvQue_, maskQue_;
     TQue<TPosition::VECOUT, 1> pQue_, outQue_, lseQue_;

@@ -19,6 +19,10 @@ import torch
 import pasa_npu
 from pasa_npu import golden, metrics
 from pasa_npu.backends import npu
+from pasa_npu.precision import ALLOCATIONS
+
+#: The allocations the kernel implements (those with a tiling key).
+PRECISIONS = tuple(name for name, a in ALLOCATIONS.items() if a.kernel_key is not None)
 
 # (B, N, Nkv, S1, S2, D, mask, bias): bias is added to Q and K (FP16 FA overflows at 30).
 CASES = [
@@ -55,12 +59,14 @@ def main() -> int:
         return 3
     rng = np.random.default_rng(0)
     failed = 0
-    for case in CASES:
-        for precision in npu.PRECISIONS:
-            ok, line = check(case, precision, rng)
-            failed += not ok
-            print(("ok   " if ok else "FAIL ") + line)
-    print(f"npu_check: {failed} of {len(CASES) * len(npu.PRECISIONS)} cases failed")
+    runs = [(case, precision) for case in CASES for precision in PRECISIONS
+            # FlashAttention's unscaled FP16 S overflows on biased inputs by design (the case PASA is for)
+            if ALLOCATIONS[precision].shifted or case[-1] == 0.0]
+    for case, precision in runs:
+        ok, line = check(case, precision, rng)
+        failed += not ok
+        print(("ok   " if ok else "FAIL ") + line)
+    print(f"npu_check: {failed} of {len(runs)} cases failed")
     return 1 if failed else 0
 
 

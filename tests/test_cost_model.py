@@ -58,6 +58,18 @@ def test_counts_match_the_hand_count():
         assert aiv["cross_core_waits"] >= 2 and aiv["cross_core_sets"] >= 2
 
 
+def test_flash_baseline_counts_have_no_shift():
+    """FlashAttention ("fp16_fp32"): no M, no K' = M K; S = Q K^T from K itself, PV out in FP32. blockQ is
+    64 on this D, so two tasks of 64 rows on two AI cores, each reading K and V once."""
+    counters = _count({}, precision="fp16_fp32")
+    assert len(counters) == 2 * 3
+    for aic in counters[:2]:
+        assert aic["mmad_calls"] == 2
+        assert aic["cube_fractals"] == 4 * 8 * 4 + 4 * 4 * 8  # S (64 x 64 x 128), PV (64 x 128 x 64)
+        assert aic["mte2_bytes"] == Q_BYTES // 2 + K_BYTES + P_BYTES // 2 + V_BYTES
+        assert aic["fix_bytes"] == S_BYTES // 2 + 2 * PV_BYTES // 2
+
+
 def test_pipe_cycles_follow_the_unit_costs():
     cost = dict(cube_cycles_per_fractal=1.0, l0a_bytes_per_cycle=256.0, l0b_bytes_per_cycle=128.0,
                 gm_bytes_per_cycle=64.0)
@@ -110,10 +122,12 @@ def test_model_small_case_runs_in_full_and_reports_a_rate():
     assert 0 < r.tflops_serial <= r.tflops_overlap < cost_model.PEAK_TFLOPS
 
 
-def test_scaled_model_agrees_with_a_full_run():
-    # The reduced-run scaling on a shape small enough to run in full: within 15%.
-    full = cost_model.model(1, 4, 2, 512, 512, 64, precision="pasa")
-    scaled = cost_model.model(1, 4, 2, 512, 512, 64, precision="pasa", full_run_limit=0)
+@pytest.mark.parametrize("precision", ["pasa", "fp16_fp32"])
+def test_scaled_model_agrees_with_a_full_run(precision):
+    # The reduced-run scaling on a shape small enough to run in full: within 15% (FlashAttention has no
+    # K' pre-pass: its fixed part is once per core).
+    full = cost_model.model(1, 4, 2, 512, 512, 64, precision=precision)
+    scaled = cost_model.model(1, 4, 2, 512, 512, 64, precision=precision, full_run_limit=0)
     assert scaled.method.startswith("scaled")
     assert scaled.seconds_overlap == pytest.approx(full.seconds_overlap, rel=0.15)
     assert scaled.seconds_serial == pytest.approx(full.seconds_serial, rel=0.15)

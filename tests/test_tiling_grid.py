@@ -19,13 +19,13 @@ pytestmark = [pytest.mark.slow,
 
 # section -> minimum number of checks (about 90% of what the grids in test_tiling.cpp perform today)
 SECTIONS = {
-    "grid": 10_000_000,     # D {64,80,96,128,256} x 7 S1 x 6 S2 (to 128k) x GQA 1-16 x 2 precisions
+    "grid": 23_000_000,     # D {64,80,96,128,256} x 7 S1 x 6 S2 (to 128k) x GQA 1-16 x 3 allocations
     "decode": 50_000,       # S1 = 1, split-KV coverage and the combine step
     "platforms": 200_000,   # fewer cores / smaller memories
     "layouts": 10_000,      # BNSD/BSH/BSND x sparse modes 0-4 x lengths
     "beta": 300,
     "errors": 30,           # bad inputs raise std::invalid_argument naming the argument
-    "head_dims": 15_000,    # D 16..256 step 16 x 2 precisions: every plan within the usable 184 KB UB
+    "head_dims": 15_000,    # D 16..256 step 16 x 3 allocations: every plan within the usable 184 KB UB
 }
 
 

@@ -108,12 +108,14 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
     const PasaTilingData& t = r.data;
     const pasa::PlatformInfo& pl = in.platform;
-    const bool fp32 = in.precision == "pasa_fp32";
+    const bool fp32 = in.precision != "pasa";          // FP32 row state, O and PV
+    const bool shifted = in.precision != "fp16_fp32";  // PASA: K' pre-pass and M; else FlashAttention
 
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
     CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
-    CHECK(r.tilingKey == (fp32 ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
+    CHECK(r.tilingKey == (!shifted ? PASA_TILING_KEY_FLASH_FP16_SCORE
+                                   : fp32 ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
     CHECK(t.precision == r.tilingKey);
     CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);
     CHECK(r.workspaceBytes == t.workspaceBytes);
@@ -214,12 +216,12 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         CHECK(f == l);
     }
 
-    // K' pre-pass: items (b, h, j) split over the cores.
-    CHECK(t.prepassItems == (uint64_t)d.B * d.NKV * t.numKvBlocks);
+    // K' pre-pass: items (b, h, j) split over the cores (none for FlashAttention).
+    CHECK(t.prepassItems == (shifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks : 0));
     CHECK((uint64_t)t.prepassPerCore * t.blockDim >= t.prepassItems);
 
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
-    const uint64_t kshift = (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * d.D * 2;
+    const uint64_t kshift = shifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * d.D * 2 : 0;
     const uint64_t slotMin = 2 * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
     CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
@@ -238,7 +240,12 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         CHECK(t.wsPartialLseOffset <= t.workspaceBytes);
     }
 
-    // ---- PASA constants -----------------------------------------------------------------------
+    // ---- PASA constants (FlashAttention has none: all 0) ---------------------------------------
+    if (!shifted) {
+        CHECK(t.beta == 0.0f && t.invariance == 0.0f && t.shiftDiag == 0.0f && t.shiftOff == 0.0f);
+        CHECK(t.scale == (float)in.scale);
+        return;
+    }
     CHECK(t.beta >= 0.0f && t.beta < 1.0f);
     CHECK(std::fabs(t.invariance - t.beta / (1.0 - t.beta)) <= 1e-5 * t.invariance + 1e-7);
     CHECK(t.scale == (float)in.scale);
@@ -253,7 +260,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
 
 // ---- sections -------------------------------------------------------------------------------------
 
-// D x S1 x S2 x GQA ratio x precision, prefill and decode, lengths up to 128k.
+// D x S1 x S2 x GQA ratio x allocation, prefill and decode, lengths up to 128k.
 void SectionGrid() {
     const int64_t Ds[] = {64, 80, 96, 128, 256};
     const int64_t S1s[] = {1, 17, 128, 129, 1000, 8192, 131072};
@@ -263,7 +270,7 @@ void SectionGrid() {
         for (int64_t S1 : S1s)
             for (int64_t S2 : S2s)
                 for (int64_t g : ratios)
-                    for (const char* prec : {"pasa", "pasa_fp32"}) {
+                    for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32"}) {
                         // Long queries with few heads keep the task list small enough to enumerate.
                         const int64_t nkv = S1 >= 8192 ? 1 : 2, B = S1 >= 8192 ? 1 : 2;
                         Dims d{B, nkv * g, nkv, S1, S2, D};
@@ -320,14 +327,14 @@ void SectionPlatforms() {
                 }
 }
 
-// Every head dim the op accepts (16..256, step 16), both precisions: each A2 plan fits the UB TPipe
+// Every head dim the op accepts (16..256, step 16), every allocation: each A2 plan fits the UB TPipe
 // offers (184 KB - 256 B: the vector APIs' scratch takes the top 8 KB) and L1 less 256 B. The
 // largest plans are printed, so the margin is visible in the test log.
 void SectionHeadDims() {
     uint64_t worstUb = 0, worstL1 = 0;
     std::string worstUbCase, worstL1Case;
     for (int64_t D = 16; D <= 256; D += 16)
-        for (const char* prec : {"pasa", "pasa_fp32"})
+        for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32"})
             for (int64_t S1 : {1, 128, 4096})
                 for (int64_t g : {1, 8}) {
                     Dims d{1, 2 * g, 2, S1, 4096, D};
@@ -417,7 +424,6 @@ void SectionErrors() {
             CHECK(std::string(e.what()).find(name) != std::string::npos);
         }
     };
-    (void)d;
     expect("layout TND", [](auto& in) { in.inputLayout = "TND"; }, "input_layout");
     expect("3-D query for BNSD", [](auto& in) { in.queryShape = {2, 256, 1024}; }, "query");
     expect("5-D key", [](auto& in) { in.keyShape = {2, 2, 300, 128, 1}; }, "key");
@@ -446,6 +452,12 @@ void SectionErrors() {
     expect("beta 1", [](auto& in) { in.beta = 1.0; }, "beta");
     expect("beta NaN", [](auto& in) { in.beta = std::nan(""); }, "beta");
     expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");
+    // FlashAttention has no M: a scale PASA refuses is planned
+    for (double scale : {1e6, 1e-4}) {
+        pasa::TilingInput in = MakeInput(d, "BNSD", "fp16_fp32");
+        in.scale = scale;
+        CheckPlan(in, d);
+    }
     expect("sparse_mode 5", [](auto& in) { in.sparseMode = 5; }, "sparse_mode");
     expect("sparse_mode -1", [](auto& in) { in.sparseMode = -1; }, "sparse_mode");
     expect("mode 1 without mask", [](auto& in) { in.sparseMode = 1; }, "atten_mask");

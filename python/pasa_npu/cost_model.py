@@ -28,6 +28,7 @@ import sys
 import numpy as np
 
 from . import npu_host_model
+from .precision import ALLOCATIONS
 
 #: Clock of the AI cores. An estimate: public figures for 910B parts (about 313-376 FP16 TFLOP/s with
 #: 20-24 AI cores of 4096 FP16 MACs a cycle) imply about 1.8-1.9 GHz; no primary source is at hand.
@@ -163,9 +164,10 @@ def _block_q(head_dim, precision, layout) -> int:
     return int(t["blockQ"])
 
 
-def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim) -> float:
-    """Unique off-chip traffic: Q, K, V, the output once, K' written and read once (FP16)."""
-    elems = batch * head_dim * (2 * num_heads * seq_q + 4 * num_kv_heads * seq_kv)
+def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted=True) -> float:
+    """Unique off-chip traffic: Q, K, V, the output once, and for PASA K' written and read once (FP16)."""
+    kv_passes = 4 if shifted else 2
+    elems = batch * head_dim * (2 * num_heads * seq_q + kv_passes * num_kv_heads * seq_kv)
     return 2.0 * elems / HBM_BYTES_PER_S
 
 
@@ -179,7 +181,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     bq = _block_q(head_dim, precision, layout)
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
-    hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim)
+    shifted = ALLOCATIONS[precision].shifted
+    hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
     kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
     if batch * num_heads * nq * nkb <= full_run_limit:
         counters = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw)
@@ -189,14 +192,15 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     if seq_q == 1:
         raise ValueError("decode shapes too large for a full run are not scaled (split-KV changes the schedule)")
     # Reduced runs on one AI core (ai_cores=1): one head, one or two query blocks, the full KV length.
-    # T(1 task) = P + t(nb), T(2 tasks) = P + 2 t(nb): t(nb) per task, P the pre-pass of nkb K' blocks.
+    # T(1 task) = P + t(nb), T(2 tasks) = P + 2 t(nb): t(nb) per task, P the pre-pass of nkb K' blocks
+    # (FlashAttention: no pre-pass, P is the launch's fixed cost, once per core).
     def one_core(q_blocks, kv_len):
         c = _count(1, 1, 1, q_blocks * bq, kv_len, head_dim, **{**kw, "sparse_mode": 0}, ai_cores=1)
         return np.array(_clocks(c)), c
     t1, c1 = one_core(1, seq_kv)
     t2, c2 = one_core(2, seq_kv)
     per_task_full = t2 - t1
-    prepass_per_block = (2 * t1 - t2) / nkb
+    fixed = 2 * t1 - t2
     if sparse_mode == 0:
         def per_task(nb):
             return per_task_full
@@ -211,11 +215,12 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     tasks = batch * num_heads * nq
     per_core = -(-tasks // AI_CORES)
     block_dim = -(-tasks // per_core)
-    prepass_items = -(-(batch * num_kv_heads * nkb) // block_dim)
+    prepass_items = -(-(batch * num_kv_heads * nkb) // block_dim) if shifted else 0
+    core_fixed = fixed / nkb * prepass_items if shifted else fixed
     core_time = np.zeros(2)
     diag = seq_kv - seq_q if sparse_mode == 3 else 0
     for core in range(block_dim):
-        total = prepass_per_block * prepass_items
+        total = core_fixed
         for task in range(core * per_core, min((core + 1) * per_core, tasks)):
             qb = task % nq
             last_row = min(seq_q, (qb + 1) * bq)
@@ -225,9 +230,10 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     # The pipes of one task (2 tasks less 1 task): the AIC, and the busier AIV.
     aic = {p: c2[0]["pipe_cycles"][p] - c1[0]["pipe_cycles"][p] for p in PIPES}
     aiv = {p: max(c2[i]["pipe_cycles"][p] - c1[i]["pipe_cycles"][p] for i in (1, 2)) for p in PIPES}
+    fixed_kind, prepass = ("per-K'-block", f" + {prepass_items} K' blocks each") if shifted else ("fixed", "")
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
-              f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if sparse_mode else ''}) -> per-task and per-K'-block "
-              f"times; full launch = {block_dim} cores x {per_core} tasks + {prepass_items} K' blocks each; "
+              f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if sparse_mode else ''}) -> per-task and {fixed_kind} "
+              f"times; full launch = {block_dim} cores x {per_core} tasks{prepass}; "
               f"pipe cycles are one task's ({nkb} KV blocks)")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 
@@ -249,7 +255,8 @@ def _row(name, shape, precision, r: Result) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pasa_npu.cost_model", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--paper", action="store_true", help="the paper's shapes, both allocations (markdown)")
+    ap.add_argument("--paper", action="store_true",
+                    help="the paper's shapes, every allocation the kernel has, and their time over fp16_fp32's (markdown)")
     ap.add_argument("--pipes", action="store_true", help="also print the cycles per pipe behind each row")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--num-heads", type=int, default=8)
@@ -280,9 +287,11 @@ def main(argv=None) -> int:
         shape = (args.batch, args.num_heads, args.num_kv_heads or args.num_heads, args.seq_q,
                  args.seq_kv or args.seq_q, args.head_dim)
         cases = [("call", shape, args.precision)]
+    results = {}
     for name, shape, prec in cases:
         r = model(*shape, layout=args.layout, precision=prec,
                   sparse_mode=0 if args.paper else args.sparse_mode, costs=costs)
+        results[name, prec] = r
         print(_row(name, shape, prec, r))
         print(f"|  | method: {r.method}; unique HBM traffic alone: {r.hbm_bound_seconds * 1e3:.3f} ms | | | | |")
         if args.pipes:
@@ -290,7 +299,26 @@ def main(argv=None) -> int:
                 cells = ", ".join(f"{p} {pipes[p]:.0f}" for p in PIPES if pipes.get(p))
                 print(f"|  | {side} cycles per pipe: {cells} | | | | |")
         sys.stdout.flush()
+    if args.paper:
+        _print_ratios(results)
     return 0
+
+
+#: The FlashAttention the PASA allocations are compared with: FP16 S, FP32 softmax and O (tiling key 2).
+BASELINE = "fp16_fp32"
+
+
+def _print_ratios(results: dict) -> None:
+    """Modelled time of each allocation over the baseline's, per shape (< 1: faster than the baseline)."""
+    others = [p for p in npu_host_model.PRECISIONS if p != BASELINE]
+    print()
+    print(f"| case | " + " | ".join(f"{p} / {BASELINE} (overlap – serial)" for p in others) + " |")
+    print("|---|" + "---|" * len(others))
+    for name, *_ in PAPER_SHAPES:
+        base = results[name, BASELINE]
+        cells = [f"{results[name, p].seconds_overlap / base.seconds_overlap:.2f} – "
+                 f"{results[name, p].seconds_serial / base.seconds_serial:.2f}" for p in others]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
