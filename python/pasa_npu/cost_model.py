@@ -248,7 +248,6 @@ PAPER_SHAPES = (
 
 def _row(name, shape, precision, r: Result) -> str:
     b, n, nkv, s1, s2, d = shape
-    pipes = lambda c: ", ".join(f"{p} {c[p] / 1e6:.2f}" for p in PIPES if c.get(p))
     return (f"| {name} | {b}x{n}x{s1}x{d}, Nkv {nkv}, S2 {s2} | {precision} | {r.seconds_overlap * 1e3:.3f} – "
             f"{r.seconds_serial * 1e3:.3f} | {r.tflops_serial:.1f} – {r.tflops_overlap:.1f} | {r.bottleneck} |")
 
@@ -312,7 +311,7 @@ def _print_ratios(results: dict) -> None:
     """Modelled time of each allocation over the baseline's, per shape (< 1: faster than the baseline)."""
     others = [p for p in npu_host_model.PRECISIONS if p != BASELINE]
     print()
-    print(f"| case | " + " | ".join(f"{p} / {BASELINE} (overlap – serial)" for p in others) + " |")
+    print("| case | " + " | ".join(f"{p} / {BASELINE} (overlap – serial)" for p in others) + " |")
     print("|---|" + "---|" * len(others))
     for name, *_ in PAPER_SHAPES:
         base = results[name, BASELINE]
