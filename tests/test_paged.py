@@ -231,3 +231,17 @@ def test_triton_paged_refusals_say_why():
         attention(q, kc, vc, kv_info=torch.tensor([40, 20]), **args)
     with pytest.raises(ValueError, match="block_table must be a"):
         attention(q, kc, vc, kv_info=torch.zeros(2, 3, dtype=torch.int32), **dict(args, block_table=table.long()))
+
+
+def test_triton_paged_fp32_takes_several_query_tiles():
+    """fp32 has no pre-pass, so a paged call with more rows than one query tile (20 queries, the
+    interpreter's tile is 16 rows) runs in the kernel too: bottom-right causal, equal to dense."""
+    rng = np.random.default_rng(6)
+    b, n, nkv, s1, d, page = 2, 2, 1, 20, 32, 16
+    lens = [45, 26]
+    q, k, v = _inputs(b, n, nkv, s1, max(lens), d, seed=6)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d=True)
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, lens, page, "fp32", nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_float64(out, lse, q, k, v, lens, "fp32", mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))
