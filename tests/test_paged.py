@@ -141,3 +141,107 @@ def test_paged_tnd_and_kernels_without_tables_say_so():
     with pytest.raises(ValueError, match="backend='npu': the AscendC kernel does not walk a block_table yet"):
         pasa_npu.fused_attention(q, kc, vc, block_table=table, backend="npu", precision="pasa_fp32", **kw)
     assert math.isfinite(float(pasa_npu.fused_attention(q, kc, vc, block_table=table, **kw)[0].float().sum()))
+
+
+# --- the Triton kernel reading the caches through the table (tests/conftest.py: the interpreter on CPU) ---
+
+TRITON_PRECISIONS = ["fp32", "pasa_fp32", "pasa", "pasa_rs"]
+#: Output error (RMS relative to float64) and lse error each allocation is held to against float64 on these
+#: inputs (keys with mean 2: the case PASA is for). PASA's Algorithm 1 recovers lse through I·F (off by ~1e-2
+#: here), so its lse is held to equality with the dense kernel only.
+TRITON_BOUNDS = {"fp32": (1e-3, 2e-3), "pasa_fp32": (1.5e-2, None), "pasa": (1.5e-2, None), "pasa_rs": (1e-3, 2e-3)}
+
+
+def _triton_pair(q, kc, vc, table, k, v, lens, page, precision, nkv, **extra):
+    """The paged call (one kernel over all batches) and the dense one (one call per batch), both Triton."""
+    n, d = q.shape[1], q.shape[3]
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=d ** -0.5, softmax_lse_flag=True,
+              actual_seq_lengths_kv=lens, precision=precision, backend="triton", block_kv=16, **extra)
+    paged = pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=page, **kw)
+    return paged, pasa_npu.fused_attention(q, k, v, **kw)
+
+
+def _check_float64(out, lse, q, k, v, lens, precision, mask_of=None):
+    err_bound, lse_bound = TRITON_BOUNDS[precision]
+    d = q.shape[-1]
+    for i, c in enumerate(lens):
+        mask = None if mask_of is None else mask_of(c)
+        if c == 0 or (mask is not None and mask.all()):
+            continue
+        ref, ref_lse = golden.reference(q[i:i + 1].numpy(), k[i:i + 1, :, :c].numpy(), v[i:i + 1, :, :c].numpy(),
+                                        scale=d ** -0.5, mask=mask)
+        live = np.isfinite(ref_lse[0])
+        got = out[i].float().numpy()
+        err = np.sqrt(((got - ref[0]) ** 2).mean() / (ref[0] ** 2).mean())
+        assert err < err_bound, (i, err)
+        if lse_bound is not None:
+            assert np.abs(lse[i, ..., 0].numpy()[live] - ref_lse[0][live]).max() < lse_bound
+
+
+@pytest.mark.parametrize("precision", TRITON_PRECISIONS)
+@pytest.mark.parametrize("four_d", [False, True])
+def test_triton_paged_decode_equals_triton_dense(precision, four_d):
+    """Decode, GQA 4:1, shuffled pages, batch 1 sharing batch 0's first page, partial last pages and an
+    empty batch. The kernel's KV blocks and splits follow each batch's own key positions, not its pages,
+    so under the interpreter (two splits, as for each dense call) paged and dense are bit-identical. On a
+    GPU the paged call picks its split count for B·Nkv programs, the dense calls for Nkv each: fp32 then
+    differs by the split merge's rounding, PASA by its per-split blocks (within the float64 bounds)."""
+    rng = np.random.default_rng(3)
+    b, n, nkv, d, page = 4, 8, 2, 32, 16
+    lens = [48, 21, 0, 37]
+    q, k, v = _inputs(b, n, nkv, 1, max(lens), d, seed=3, mean=2.0)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d, share=True)
+    k[1, :, :page], v[1, :, :page] = k[0, :, :page], v[0, :, :page]
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, lens, page, precision, nkv)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    assert torch.all(out[2] == 0) and torch.all(lse[2] < -1e38)  # no key: out 0 and FIA's lowest lse
+    _check_float64(out, lse, q, k, v, lens, precision)
+
+
+@pytest.mark.parametrize("precision", TRITON_PRECISIONS)
+def test_triton_paged_spec_decode_bottom_right_causal(precision):
+    """Speculative decoding: 4 new tokens per sequence, GQA 2:1, sparse_mode 3 (bottom-right causal over
+    each batch's own length: the band moves with it); a batch of 3 keys leaves its first query row with
+    none (out 0 and FIA's lowest lse, as the dense call gives)."""
+    rng = np.random.default_rng(4)
+    b, n, nkv, s1, d, page = 3, 4, 2, 4, 32, 16
+    lens = [70, 3, 37]
+    q, k, v = _inputs(b, n, nkv, s1, max(lens), d, seed=4, mean=2.0)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d=False)
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, lens, page, precision, nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    assert torch.all(out[1, :, 0] == 0) and torch.all(lse[1, :, 0] < -1e38)
+    _check_float64(out, lse, q, k, v, lens, precision,
+                   mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))
+
+
+def test_triton_paged_refusals_say_why():
+    q, kc, vc, table, kw = _bad_setup()
+    with pytest.raises(ValueError, match="backend='triton': a full atten_mask with block_table"):
+        pasa_npu.fused_attention(q, kc, vc, block_table=table, backend="triton",
+                                 atten_mask=torch.zeros(1, 64, dtype=torch.bool), **kw)
+    long_q = torch.randn(2, 2, 17, 16).half()  # 17 rows per KV head: more than one query tile
+    with pytest.raises(ValueError, match="needs one query tile per KV head"):
+        pasa_npu.fused_attention(long_q, kc, vc, block_table=table, backend="triton", precision="pasa_fp32", **kw)
+    from pasa_npu.backends.triton import attention
+    args = dict(precision="fp32", beta=None, block_q=16, block_kv=16, scale=0.25, mask=None, block_table=table,
+                page=16)
+    with pytest.raises(ValueError, match="kv_info must be a contiguous"):
+        attention(q, kc, vc, kv_info=torch.tensor([40, 20]), **args)
+    with pytest.raises(ValueError, match="block_table must be a"):
+        attention(q, kc, vc, kv_info=torch.zeros(2, 3, dtype=torch.int32), **dict(args, block_table=table.long()))
+
+
+def test_triton_paged_fp32_takes_several_query_tiles():
+    """fp32 has no pre-pass, so a paged call with more rows than one query tile (20 queries, the
+    interpreter's tile is 16 rows) runs in the kernel too: bottom-right causal, equal to dense."""
+    rng = np.random.default_rng(6)
+    b, n, nkv, s1, d, page = 2, 2, 1, 20, 32, 16
+    lens = [45, 26]
+    q, k, v = _inputs(b, n, nkv, s1, max(lens), d, seed=6)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d=True)
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, lens, page, "fp32", nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_float64(out, lse, q, k, v, lens, "fp32", mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))

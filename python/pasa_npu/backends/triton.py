@@ -123,13 +123,21 @@ def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool)
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
               scale: float, mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
-              shift: str | None = None, config: tuple[int, int, int, int | None] | None = None):
+              shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
+              block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None):
     """q (B, N, S1, D) float16; k, v (B, Nkv, S2, D) float16 with N % Nkv == 0; mask None or bool
     broadcastable to (B, N, S1, S2), True = masked out; band None or (lo, hi). Returns out
     (B, N, S1, D) float16 and lse (B, N, S1) float32 true-scale (−∞ and out 0 for a row with no key).
     ``block_q`` is ignored (the kernel picks its row tile; rows are independent). ``config``
     (BLOCK_M, num_warps, num_stages, KV splits or None) overrides the heuristics (the benchmark's
-    sweep)."""
+    sweep).
+
+    PageAttention: with ``block_table`` (B, max_blocks) int32, k and v are caches of pages of ``page``
+    keys, (num_blocks, page, Nkv·D) or (num_blocks, Nkv, page, D), read in place through the table
+    (the shift is fused: the pre-passes do not read tables), and ``kv_info`` (B, 3) int32 on q's device
+    holds each batch's key length and its band (lo, hi) (ignored unless ``band`` is not None, which
+    then only says that there is a band); ``mask`` must be None."""
+    paged = block_table is not None
     if not is_available(q.device):
         raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
                            f"for CPU tensors), got a tensor on {q.device}")
@@ -140,9 +148,12 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     if shift is not None and shift not in SHIFT_MODES:
         raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype != torch.float16 or t.ndim != 4 or t.device != q.device:
-            raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton', got "
-                             f"{t.dtype} of shape {tuple(t.shape)} on {t.device}")
+        if t.dtype != torch.float16 or t.ndim not in ((3, 4) if paged and name != "q" else (4,)) \
+                or t.device != q.device:
+            raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
+                             f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
+    if paged:
+        _check_paged(q, k, v, block_table, page, kv_info, mask, shift)
     if alloc.row_shifted and not scale > 0:
         raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
     blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
@@ -150,10 +161,20 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                          f"backend='triton', got {block_kv}")
     b, n, s1, d = q.shape
-    nkv, s2 = k.shape[1], k.shape[2]
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if paged:
+        # Strides of (block, head, row): the kernel addresses either cache layout through them.
+        nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
+        k_str, v_str = ((t.stride(0), t.stride(1), t.stride(2)) if t.ndim == 4 else (t.stride(0), d, t.stride(1))
+                        for t in (k, v))
+        s2 = block_table.shape[1] * page  # the longest any batch can be: sizes the grid's splits
+        shift = "fused"
+    else:
+        nkv, s2 = k.shape[1], k.shape[2]
+        k_str, v_str = k.stride()[:3], v.stride()[:3]
+        block_table, kv_info = q, q  # pointers the kernel does not read
     g = n // nkv
     d_pad = max(16, triton.next_power_of_2(d))
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1)
     if config is not None:
         block_m, warps, stages, forced_splits = config
@@ -215,20 +236,45 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     else:
         o_dst, l_dst = out[None], lse[None]
     _k.attention_kernel[(tiles, b * nkv, splits)](
-        q, k, v, kp, uk, frame, mask, o_dst, l_dst,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
+        q, k, v, kp, uk, frame, mask, o_dst, l_dst, block_table, kv_info, block_table.stride(0),
+        q.stride(0), q.stride(1), q.stride(2), *k_str, *v_str, kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
         frame.stride(0), frame.stride(1), *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3),
         l_dst.stride(1), l_dst.stride(2), l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
         nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho,
         RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split,
         D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
         STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
-        HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET,
+        HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page if paged else 1,
         num_warps=warps, num_stages=stages)
     if splits > 1:  # decode's split-KV partials, merged through their true-scale lse
         return merge_partials(o_dst, l_dst, out_dtype=torch.float16)
     return out, lse
+
+
+def _check_paged(q, k, v, block_table, page, kv_info, mask, shift):
+    """The PageAttention arguments of :func:`attention` (a ValueError naming the one that is wrong)."""
+    b, _, _, d = q.shape
+    if block_table.dtype != torch.int32 or block_table.ndim != 2 or block_table.shape[0] != b \
+            or block_table.device != q.device:
+        raise ValueError(f"block_table must be a (B = {b}, max_blocks) int32 tensor on q's device, got "
+                         f"{block_table.dtype} of shape {tuple(block_table.shape)} on {block_table.device}")
+    if not isinstance(page, int) or page < 1:
+        raise ValueError(f"page must be a positive int with block_table, got {page!r}")
+    if kv_info is None or kv_info.dtype != torch.int32 or tuple(kv_info.shape) != (b, 3) \
+            or not kv_info.is_contiguous() or kv_info.device != q.device:
+        got = None if kv_info is None else f"{kv_info.dtype} of shape {tuple(kv_info.shape)} on {kv_info.device}"
+        raise ValueError(f"kv_info must be a contiguous ({b}, 3) int32 tensor (key length, band lo, band hi per "
+                         f"batch) on q's device with block_table, got {got}")
+    if mask is not None:
+        raise ValueError("mask must be None with block_table: the paged kernel takes causal and band masks as a "
+                         "band only")
+    if shift == "prepass":
+        raise ValueError("shift='prepass' cannot read a block_table: use shift='fused' (or None) with block_table")
+    for name, t in (("k", k), ("v", v)):
+        want = (page, t.shape[2]) if t.ndim == 3 else (t.shape[1], page, d)
+        if tuple(t.shape[1:]) != want or (t.ndim == 3 and t.shape[2] % d) or t.shape != k.shape:
+            raise ValueError(f"{name} must be a page cache (num_blocks, {page}, Nkv·{d}) or (num_blocks, Nkv, {page}, "
+                             f"{d}) shaped like k, got {tuple(t.shape)}")
 
 
 def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,7 +297,8 @@ def _computed() -> tuple[str, ...]:
 
 
 class TritonBackend:
-    """Dense jobs; causal and band sparse modes reach the kernel as a band (never materialised)."""
+    """Dense jobs, and PageAttention in one call over all batches; causal and band sparse modes reach the
+    kernel as a band (never materialised)."""
 
     name = "triton"
 
@@ -264,16 +311,52 @@ class TritonBackend:
         return None
 
     def supports(self, problem: Problem) -> str | None:
-        if problem.paged:
-            return "the Triton kernel does not read a block_table yet (PageAttention)"
         if not computes(problem.alloc):
             return f"precision {problem.alloc.name!r} is not one it computes ({', '.join(_computed())})"
-        if (problem.alloc.shifted or problem.alloc.row_shifted) and problem.block_kv not in BLOCK_KV:
+        blocked = problem.alloc.shifted or problem.alloc.row_shifted
+        if blocked and problem.block_kv not in BLOCK_KV:
             return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
+        if problem.paged:
+            if problem.user_mask is not None:
+                return ("a full atten_mask with block_table (PageAttention): the paged kernel takes causal and band "
+                        "sparse modes (2, 3, 4) only")
+            if problem.q_lens is not None:
+                return ("per-batch query lengths (actual_seq_lengths) with block_table (PageAttention): the paged "
+                        "kernel takes every query row of every batch")
+            rows = problem.s1 * (problem.num_heads // problem.num_kv_heads)
+            block_m = _config(max(16, triton.next_power_of_2(problem.head_dim)), blocked, problem.block_kv, rows)[0]
+            if blocked and rows > block_m:
+                return (f"a paged {problem.alloc.name!r} call needs one query tile per KV head (S1·N/Nkv = {rows} "
+                        f"rows, at most {block_m}): longer queries run PASA's shift as a pre-pass, which does not "
+                        "read a block_table")
         return None
 
     def run(self, problem: Problem):
+        if problem.paged:
+            return _run_paged(problem)
         return run_jobs(problem, _attend, takes_band=True)
+
+
+def _run_paged(problem: Problem):
+    """One kernel call over every batch, reading the caches through the block table in place. Each
+    batch's key length and band (a bottom-right band depends on the length) go to the device as one
+    (B, 3) int32 tensor: a host-to-device copy of 12·B bytes per call, since ``problem.kv_lens`` are
+    host integers."""
+    info, any_band = [], False
+    for c in problem.kv_lens:
+        band = problem.band(problem.s1, c)
+        any_band |= band is not None
+        lo, hi = (None, None) if band is None else band
+        # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
+        info.append((c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
+    if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0:
+        return problem.padded_results()
+    kv_info = torch.tensor(info, dtype=torch.int32).to(problem.device)
+    # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
+    return attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
+                     block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale, mask=None,
+                     band=(0, 0) if any_band else None, block_table=problem.block_table.to(torch.int32),
+                     page=problem.page, kv_info=kv_info)
 
 
 def _attend(job: Job, problem: Problem):

@@ -160,14 +160,30 @@ def centre_keys_kernel(K, KC, UK, S2, skb, skh, sks, scb, sch, scs, sub, suh,
 
 
 @triton.jit
-def _centred_block_fused(K, q, k_base, blk, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Block ``blk`` centred here from K: its K' (BLOCK_N, D_PAD) FP16 and each row's frame terms,
-    FP32: C = Q̂·u, the centring's share of the scores, and lv = Q̂·K̄ − C, the block's mean score
-    over its centred keys (one product with a 16-row operand: u, K̄ and zeros)."""
+def _kv_rows(Table, b, stt, rows, row_ok, sb, ss, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """Offsets of key/value rows ``rows`` of batch ``b`` (rows where ``row_ok`` are read). Dense: ``sb`` is
+    the batch stride, ``ss`` the row stride. PAGED (PageAttention): row r lives in row r % PAGE of cache
+    block Table[b, r // PAGE], ``sb`` the cache's block stride; int64, since a cache may hold more than
+    2³¹ elements. The table is read only for valid rows (entries past a batch's pages may be garbage)."""
+    if PAGED:
+        page_id = tl.load(Table + b * stt + rows // PAGE, mask=row_ok, other=0)
+        return page_id.to(tl.int64) * sb + (rows % PAGE) * ss
+    else:
+        return b * sb + rows * ss
+
+
+@triton.jit
+def _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
+                         BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """Block ``blk`` centred here from K (head offset ``k_head``, rows through :func:`_kv_rows`): its K'
+    (BLOCK_N, D_PAD) FP16 and each row's frame terms, FP32: C = Q̂·u, the centring's share of the
+    scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys (one product with a 16-row
+    operand: u, K̄ and zeros)."""
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < S2
     d = tl.arange(0, D_PAD)
-    k = tl.load(K + k_base + cols[:, None] * sks + d[None, :], mask=col_ok[:, None] & (d[None, :] < D), other=0.0)
+    k_rows = _kv_rows(Table, b, stt, cols, col_ok, skb, sks, PAGED, PAGE)
+    k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=col_ok[:, None] & (d[None, :] < D), other=0.0)
     kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
     r = tl.arange(0, 16)[:, None]
     cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
@@ -226,7 +242,7 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, FR, Mask, Out, Lse,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVLen, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, sfb, sft,
     smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
@@ -234,17 +250,30 @@ def attention_kernel(
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr,
 ):
     """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
     FP32 lse, or with SPLIT the partial normalised FP32 output and lse of split ``program_id(2)``
     (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK its
     (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each
-    row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT)."""
+    row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT).
+
+    PAGED (PageAttention; FUSED_SHIFT, no user mask): K and V are caches of blocks of PAGE rows read
+    through Table (B, max_blocks) int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block
+    strides and ``skh``/``sks`` (``svh``/``svs``) their head and row strides, so that both cache layouts
+    are a choice of strides. KVLen (B, 3) int32 holds each batch's key length and band (lo, hi), which
+    replace S2, band_lo and band_hi (a bottom-right band moves with the length). The splits divide each
+    batch's own KV blocks, as they would for a dense call on that batch alone."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // NKV
     hkv = tl.program_id(1) % NKV
     split = tl.program_id(2)
+    if PAGED:
+        S2 = tl.load(KVLen + 3 * b)
+        band_lo = tl.load(KVLen + 3 * b + 1)
+        band_hi = tl.load(KVLen + 3 * b + 2)
+        blocks_per_split = tl.cdiv(tl.cdiv(S2, BLOCK_N), tl.num_programs(2))
 
     # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -280,7 +309,7 @@ def attention_kernel(
     cols0 = tl.arange(0, BLOCK_N)
     m_base = b * smb
     if ROW_SHIFT:
-        k_base = b * skb + hkv * skh
+        k_head = hkv * skh
         c_base = b * spb + hkv * sph
         u_base = b * sub + hkv * suh
         rl2 = rho * LOG2E
@@ -302,9 +331,10 @@ def attention_kernel(
         # Block 1, the first block this program visits, a first time with ψ at its mean: how far
         # its maximum lies above the mean starts the running excess. (A program that visits no
         # block reads a valid one and uses nothing of it.)
-        first = tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1)
+        first = tl.maximum(tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1), 0)
         if FUSED_SHIFT:
-            kc, c, lv = _centred_block_fused(K, q, k_base, first, sks, S2, D, D_PAD, BLOCK_N)
+            kc, c, lv = _centred_block_fused(K, q, k_head, first, b, Table, stt, skb, sks, S2, D, D_PAD,
+                                                 BLOCK_N, PAGED, PAGE)
         else:
             kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
             c, cbar = _frame_terms(fr, first, BLOCK_M)
@@ -323,7 +353,8 @@ def attention_kernel(
         for blk in range(blk_lo, blk_hi):
             cols = blk * BLOCK_N + cols0
             if FUSED_SHIFT:
-                kc, c, lv = _centred_block_fused(K, q, k_base, blk, sks, S2, D, D_PAD, BLOCK_N)
+                kc, c, lv = _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D, D_PAD,
+                                                     BLOCK_N, PAGED, PAGE)
             else:
                 kc = tl.load(KP + c_base + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
                 c, cbar = _frame_terms(fr, blk, BLOCK_M)
@@ -365,8 +396,8 @@ def attention_kernel(
             # FP32 exp, one P·V accumulated into O.
             p = tl.exp2((s - (m_safe - delta)[:, None]) * rl2)
             l = alpha * l + tl.sum(p, axis=1)
-            v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
-                        mask=(cols < S2)[:, None] & d_ok, other=0.0)
+            v_rows = _kv_rows(Table, b, stt, cols, cols < S2, svb, svs, PAGED, PAGE)
+            v = tl.load(V + hkv * svh + v_rows[:, None] + d[None, :], mask=(cols < S2)[:, None] & d_ok, other=0.0)
             o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
             m = m_new
     else:
@@ -377,7 +408,8 @@ def attention_kernel(
             if SHIFTED:
                 if FUSED_SHIFT:
                     src = tl.minimum(cols, S2 - 1)  # a tail block repeats its last key
-                    k = tl.load(K + b * skb + hkv * skh + src[:, None] * sks + d[None, :], mask=d_ok, other=0.0)
+                    k_rows = _kv_rows(Table, b, stt, src, src >= 0, skb, sks, PAGED, PAGE)
+                    k = tl.load(K + hkv * skh + k_rows[:, None] + d[None, :], mask=d_ok, other=0.0)
                     kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
                 else:
                     kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
@@ -386,8 +418,8 @@ def attention_kernel(
                 # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
                 mean = _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
             else:
-                k = tl.load(K + b * skb + hkv * skh + cols[:, None] * sks + d[None, :],
-                            mask=col_ok[:, None] & d_ok, other=0.0)
+                k_rows = _kv_rows(Table, b, stt, cols, col_ok, skb, sks, PAGED, PAGE)
+                k = tl.load(K + hkv * skh + k_rows[:, None] + d[None, :], mask=col_ok[:, None] & d_ok, other=0.0)
                 s = tl.dot(q, tl.trans(k)) * scale
             s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
                         BLOCK_N, HAS_MASK, HAS_BAND)
@@ -411,8 +443,8 @@ def attention_kernel(
             # P relative to the merged maximum: S' + Δ'_cur − m_new.
             p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), STATE16, FP16_EXP)
             l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
-            v = tl.load(V + b * svb + hkv * svh + cols[:, None] * svs + d[None, :],
-                        mask=col_ok[:, None] & d_ok, other=0.0)
+            v_rows = _kv_rows(Table, b, stt, cols, col_ok, svb, svs, PAGED, PAGE)
+            v = tl.load(V + hkv * svh + v_rows[:, None] + d[None, :], mask=col_ok[:, None] & d_ok, other=0.0)
             if STATE16:
                 pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
                 o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
