@@ -54,26 +54,6 @@ __aicore__ inline uint32_t ValidLen(uint32_t has, GlobalTensor<int64_t>& lens, u
     return v < 0 ? 0 : (v > (int64_t)full ? full : (uint32_t)v);
 }
 
-__aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTensor<int64_t>& lenQ,
-                                  GlobalTensor<int64_t>& lenKv) {
-    const PasaTaskCoord c = PasaDecodeTaskId(t, id);
-    Task k;
-    k.b = c.b;
-    k.n = c.n;
-    k.split = c.split;
-    k.kvHead = k.n / t.groupSize;
-    k.row0 = c.qBlock * t.blockQ;
-    k.tileRows = MinU(t.blockQ, t.seqQ - k.row0);
-    k.seqQ = ValidLen(t.hasActualSeqQ, lenQ, k.b, t.seqQ);
-    k.rowsValid = k.seqQ > k.row0 ? MinU(k.seqQ - k.row0, k.tileRows) : 0;
-    k.seqKv = ValidLen(t.hasActualSeqKv, lenKv, k.b, t.seqKv);
-    uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
-    k.kvBlock0 = k.split * t.kvBlocksPerSplit;
-    uint32_t end = MinU(MinU(k.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks), blocksB);
-    k.nBlocks = (k.rowsValid == 0 || end <= k.kvBlock0) ? 0 : end - k.kvBlock0;
-    return k;
-}
-
 // Byte offsets of one AI core's ping-pong slots in the workspace.
 struct CoreSlots {
     uint64_t score[2], prob[2], pv[2], shift;
@@ -131,6 +111,48 @@ __aicore__ inline Band BandOf(const PasaTilingData& t, uint32_t sq, uint32_t skv
     else if (t.sparseMode == 3) { bd.hi = diag; }
     else if (t.sparseMode == 4) { bd.lo = -t.preTokens + diag; bd.hi = t.nextTokens + diag; }
     return bd;
+}
+
+// The task of id `id`. skipBandMaskedBlocks (FlashAttention only): narrow the task's KV blocks to
+// those the causal/band rule keeps for at least one of its valid rows. A block masked for every row
+// gives m' = -inf and P = 0, so m, l and O pass through it unchanged (α = exp(0) = 1, or 0 on a row
+// still at -inf where l and O are 0 anyway). PASA must visit every block: its pseudo-average F is
+// the mean over all of them, masked or not. The AIC and the AIVs decode the same task, so they agree
+// on the blocks they hand off.
+__aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTensor<int64_t>& lenQ,
+                                  GlobalTensor<int64_t>& lenKv, bool skipBandMaskedBlocks) {
+    const PasaTaskCoord c = PasaDecodeTaskId(t, id);
+    Task k;
+    k.b = c.b;
+    k.n = c.n;
+    k.split = c.split;
+    k.kvHead = k.n / t.groupSize;
+    k.row0 = c.qBlock * t.blockQ;
+    k.tileRows = MinU(t.blockQ, t.seqQ - k.row0);
+    k.seqQ = ValidLen(t.hasActualSeqQ, lenQ, k.b, t.seqQ);
+    k.rowsValid = k.seqQ > k.row0 ? MinU(k.seqQ - k.row0, k.tileRows) : 0;
+    k.seqKv = ValidLen(t.hasActualSeqKv, lenKv, k.b, t.seqKv);
+    uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
+    k.kvBlock0 = k.split * t.kvBlocksPerSplit;
+    uint32_t end = MinU(MinU(k.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks), blocksB);
+    if (skipBandMaskedBlocks && t.bandMode && k.rowsValid > 0) {
+        // The band keeps keys [row + lo, row + hi] of each row, so the tile's valid rows reach keys
+        // [row0 + lo, lastRow + hi] and every block outside leaves the FlashAttention state unchanged.
+        const Band bd = BandOf(t, k.seqQ, k.seqKv);
+        const int64_t lowestKey = (int64_t)k.row0 + bd.lo;
+        const int64_t highestKey = (int64_t)(k.row0 + k.rowsValid - 1) + bd.hi;
+        if (highestKey < 0 || lowestKey >= (int64_t)k.seqKv) {
+            end = k.kvBlock0;
+        } else {
+            const uint32_t bandFirst = lowestKey <= 0 ? 0 : (uint32_t)(lowestKey / BLOCK_KV);
+            const int64_t lastKey = highestKey < (int64_t)k.seqKv ? highestKey : (int64_t)k.seqKv - 1;
+            const uint32_t bandEnd = (uint32_t)(lastKey / BLOCK_KV) + 1;
+            if (bandFirst > k.kvBlock0) k.kvBlock0 = bandFirst;
+            end = MinU(end, bandEnd);
+        }
+    }
+    k.nBlocks = (k.rowsValid == 0 || end <= k.kvBlock0) ? 0 : end - k.kvBlock0;
+    return k;
 }
 
 template <typename T> __aicore__ inline T NegInf();

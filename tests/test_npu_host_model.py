@@ -284,6 +284,19 @@ CASES = {
                                        lk=[768, 333], mask="decode_2d", mask_p=0.2, split=True),
     "flash_decode_mqa_tail": dict(b=1, n=8, nkv=1, s1=1, s2=2000, d=64, layout="BSND", precision="fp16_fp32",
                                   split=True),
+    # several query tiles and KV blocks, so that the kernel skips the blocks the band masks for a whole tile
+    "flash_skip_causal_mode2_square": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD",
+                                           precision="fp16_fp32", sparse_mode=2),
+    "flash_skip_causal_mode3_s1_lt_s2": dict(b=1, n=2, nkv=2, s1=200, s2=600, d=64, layout="BSH",
+                                             precision="fp16_fp32", sparse_mode=3),
+    "flash_skip_causal_mode3_s1_gt_s2": dict(b=1, n=2, nkv=2, s1=600, s2=300, d=64, layout="BNSD",
+                                             precision="fp16_fp32", sparse_mode=3),
+    "flash_skip_band_mode4": dict(b=1, n=2, nkv=2, s1=512, s2=640, d=64, layout="BSND", precision="fp16_fp32",
+                                  sparse_mode=4, pre=100, nxt=10),
+    "flash_skip_band_mode0_mask": dict(b=1, n=2, nkv=2, s1=400, s2=512, d=64, layout="BNSD",
+                                       precision="fp16_fp32", mask="bool_b1", mask_p=0.1, pre=60, nxt=40),
+    "flash_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="fp16_fp32",
+                                     sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
     "flash_tasks_per_core_2": dict(b=2, n=4, nkv=2, s1=512, s2=384, d=64, layout="BSH", precision="fp16_fp32"),
     # a key bias within FP16's range for the unscaled S = Q·Kᵀ (|S| ≈ 16·64 = 1024; N(30, 1) overflows, see
     # test_fp16_fa_overflows_where_the_kernel_stays_finite)
@@ -485,6 +498,25 @@ def _check_against_golden(name: str, case: dict, seed: int):
 # ============================================================================================
 # properties beyond single cases
 # ============================================================================================
+
+def _aic_cube_fractals(precision: str, sparse_mode: int) -> int:
+    """Cube fractals the AICs issue for a 1x1x1024x1024, D = 64 call (the cost model's counters)."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 1, 1024, 64)).astype(np.float16) for _ in range(3))
+    mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1) if sparse_mode else None  # FIA's causal mask
+    _, _, counters = npu_host_model.count(q, k, v, cost={}, atten_mask=mask, num_heads=1, input_layout="BNSD",
+                                          scale=1 / math.sqrt(64), sparse_mode=sparse_mode, precision=precision)
+    return sum(c["cube_fractals"] for c in counters[:len(counters) // 3])
+
+
+def test_flash_skips_kv_blocks_the_causal_mask_hides():
+    """FlashAttention ("fp16_fp32") runs only the KV blocks a query tile's causal band reaches: about half
+    of the blocks of a square causal call (72 of 128 (tile, block) pairs for 16 tiles of 64 rows and 8 KV
+    blocks). PASA ("pasa_fp32") runs every block, as its pseudo-average F needs."""
+    flash_ratio = _aic_cube_fractals("fp16_fp32", 2) / _aic_cube_fractals("fp16_fp32", 0)
+    assert flash_ratio <= 0.6
+    assert _aic_cube_fractals("pasa_fp32", 2) == _aic_cube_fractals("pasa_fp32", 0)
+
 
 @pytest.mark.parametrize("block_kv", [16, 32, 64, 128, 256])
 def test_cpp_default_beta_equals_python(block_kv):

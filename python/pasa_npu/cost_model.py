@@ -201,7 +201,10 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     t2, c2 = one_core(2, seq_kv)
     per_task_full = t2 - t1
     fixed = 2 * t1 - t2
-    if sparse_mode == 0:
+    # The kernel skips the KV blocks a causal mask hides from a whole query tile for FlashAttention only;
+    # PASA visits every block (its pseudo-average F covers all of them).
+    skips_masked_blocks = sparse_mode != 0 and not shifted
+    if not skips_masked_blocks:
         def per_task(nb):
             return per_task_full
     else:  # linear in the task's KV blocks, from a second KV length
@@ -224,7 +227,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
         for task in range(core * per_core, min((core + 1) * per_core, tasks)):
             qb = task % nq
             last_row = min(seq_q, (qb + 1) * bq)
-            nb = nkb if sparse_mode == 0 else max(0, min(nkb, -(-(last_row + diag) // 128)))
+            nb = max(0, min(nkb, -(-(last_row + diag) // 128))) if skips_masked_blocks else nkb
             total = total + (per_task(nb) if nb else 0)
         core_time = np.maximum(core_time, total)
     # The pipes of one task (2 tasks less 1 task): the AIC, and the busier AIV.
@@ -232,8 +235,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     aiv = {p: max(c2[i]["pipe_cycles"][p] - c1[i]["pipe_cycles"][p] for i in (1, 2)) for p in PIPES}
     fixed_kind, prepass = ("per-K'-block", f" + {prepass_items} K' blocks each") if shifted else ("fixed", "")
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
-              f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if sparse_mode else ''}) -> per-task and {fixed_kind} "
-              f"times; full launch = {block_dim} cores x {per_core} tasks{prepass}; "
+              f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if skips_masked_blocks else ''}) -> per-task and "
+              f"{fixed_kind} times; full launch = {block_dim} cores x {per_core} tasks{prepass}; "
               f"pipe cycles are one task's ({nkb} KV blocks)")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 
