@@ -186,7 +186,7 @@ def _fused_attention(query, key, value, *, backend, safety_net, **fia) -> tuple[
 def _safety_net(problem: Problem, out: torch.Tensor, lse: torch.Tensor):
     """Recompute on the ``fp32`` path the valid rows whose result overflowed (see fused_attention)."""
     overflowed = torch.isposinf(lse)
-    padded = _padded_rows(problem)
+    padded = problem.padded_rows()
     if padded is not None:
         overflowed &= ~padded
     bad = ~torch.isfinite(out).all(dim=-1) | torch.isnan(lse) | overflowed
@@ -199,16 +199,6 @@ def _safety_net(problem: Problem, out: torch.Tensor, lse: torch.Tensor):
     wide = problem.with_allocation("fp32")
     wide_out, wide_lse = backends.select(wide).run(wide)
     return torch.where(bad[..., None], wide_out, out), torch.where(bad, wide_lse, lse)
-
-
-def _padded_rows(problem: Problem) -> torch.Tensor | None:
-    """True for the (B, 1, S1) rows past a batch's valid query length (FIA's padding); None for none."""
-    if problem.q_lens is None or problem.decode:
-        return None
-    if problem.tnd:  # rows after the last batch's
-        return torch.arange(problem.query.shape[0], device=problem.device)[:, None] >= problem.q_lens[-1]
-    lens = torch.tensor(problem.q_lens, device=problem.device)
-    return (torch.arange(problem.s1, device=problem.device)[None, :] >= lens[:, None])[:, None, :]
 
 
 def finish(problem: Problem, out: torch.Tensor, lse: torch.Tensor):

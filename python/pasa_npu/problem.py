@@ -233,28 +233,24 @@ class Problem(NamedTuple):
         banded = band_mask(band, s1, s2, self.device)[None, None]
         return (banded if um is None else (um | banded)), None
 
+    def padded_rows(self) -> torch.Tensor | None:
+        """True for the query rows past a batch's valid length (FIA's padding), as (B, 1, S1) (TND:
+        (T, 1): the rows after the last batch's), broadcasting over the heads; None for none."""
+        if self.q_lens is None or self.decode:
+            return None
+        if self.tnd:
+            return torch.arange(self.query.shape[0], device=self.device)[:, None] >= self.q_lens[-1]
+        lens = torch.tensor(self.q_lens, device=self.device)
+        return (torch.arange(self.s1, device=self.device)[None, :] >= lens[:, None])[:, None, :]
+
     def padded_results(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Results before any job ran: output 0 everywhere; lse +inf (a padded row) for rows past a
         batch's valid length and −∞ (no key) for valid rows, which the jobs then overwrite."""
-        if self.tnd:
-            t = self.query.shape[0]
-            out = torch.zeros(t, self.num_heads, self.head_dim, dtype=torch.float16, device=self.device)
-            lse = torch.full((t, self.num_heads), LSE_PADDED_ROW, dtype=torch.float32, device=self.device)
-            q0 = 0
-            for q1 in self.q_lens:
-                lse[q0:q1] = -math.inf
-                q0 = q1
-            return out, lse
-        out = torch.zeros(self.batch, self.num_heads, self.s1, self.head_dim, dtype=torch.float16,
-                          device=self.device)
-        if self.q_lens is None or self.decode:
-            return out, torch.full((self.batch, self.num_heads, self.s1), -math.inf, dtype=torch.float32,
-                                   device=self.device)
-        lse = torch.full((self.batch, self.num_heads, self.s1), LSE_PADDED_ROW, dtype=torch.float32,
-                         device=self.device)
-        for i, r in enumerate(self.q_lens):
-            lse[i, :, :r] = -math.inf
-        return out, lse
+        rows = (self.query.shape[0], self.num_heads) if self.tnd else (self.batch, self.num_heads, self.s1)
+        out = torch.zeros(*rows, self.head_dim, dtype=torch.float16, device=self.device)
+        lse = torch.full(rows, -math.inf, dtype=torch.float32, device=self.device)
+        padded = self.padded_rows()
+        return out, lse if padded is None else lse.masked_fill(padded, LSE_PADDED_ROW)
 
 
 def band_mask(band: Band, s1: int, s2: int, device) -> torch.Tensor:
