@@ -307,10 +307,10 @@ TilingResult ComputeTiling(const TilingInput& in) {
 
 std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core) {
     std::vector<TaskInfo> out;
-    uint64_t first = (uint64_t)core * t.tasksPerCore;
-    uint64_t last = std::min<uint64_t>(first + t.tasksPerCore, t.totalTasks);
-    for (uint64_t id = first; id < last; ++id) {
-        const PasaTaskCoord c = PasaDecodeTaskId(t, (uint32_t)id);
+    for (uint32_t k = 0; k < t.tasksPerCore && core < t.blockDim; ++k) {
+        const uint32_t id = PasaCoreTaskId(t, core, k);
+        if (id == t.totalTasks) break;
+        const PasaTaskCoord c = PasaDecodeTaskId(t, id);
         TaskInfo ti{};
         ti.b = c.b;
         ti.n = c.n;

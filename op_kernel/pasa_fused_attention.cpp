@@ -26,9 +26,11 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         if constexpr (Policy::SHIFTED) ShiftPrepass(t, cube, key, ws, lenKv, core);
         CubeStage<Policy> stage;
         stage.Init(&t, &cube, query, key, value, ws, core);
-        const uint32_t first = core * t.tasksPerCore;
-        const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
-        for (uint32_t id = first; id < last; ++id) stage.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
+            const uint32_t id = PasaCoreTaskId(t, core, k);
+            if (id == t.totalTasks) break;
+            stage.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        }
     }
     if ASCEND_IS_AIV {
         const uint32_t aiv = GetBlockIdx();
@@ -37,9 +39,11 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         VectorSoftmax<Policy> softmax;
         softmax.Init(&t, &pipe, mask, out, lse, ws, core, sub);
         if constexpr (Policy::SHIFTED) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
-        const uint32_t first = core * t.tasksPerCore;
-        const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
-        for (uint32_t id = first; id < last; ++id) softmax.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
+            const uint32_t id = PasaCoreTaskId(t, core, k);
+            if (id == t.totalTasks) break;
+            softmax.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        }
         if (t.kvSplits > 1)
             CombineSplits(t, ws, out, lse, aiv, softmax.InQueue(), softmax.OutQueue(), softmax.LseQueue(),
                           softmax.Scratch(), softmax.ScratchVec());

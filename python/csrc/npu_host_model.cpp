@@ -368,6 +368,25 @@ PYBIND11_MODULE(_npu_host_model, m) {
     DefCall(m, "tiling", [](const Call& c) { return TilingDict(Tiling(c.in)); },
             "pasa::ComputeTiling for the same arguments as run(), as a dict (tiling_key, block_dim, "
             "workspace_bytes and every PasaTilingData field).");
+    m.def(
+        "core_task_ids",
+        [](uint32_t blockDim, uint32_t totalTasks, uint32_t tasksPerCore) {
+            PasaTilingData t{};
+            t.blockDim = blockDim;
+            t.totalTasks = totalTasks;
+            t.tasksPerCore = tasksPerCore;
+            std::vector<std::vector<uint32_t>> cores(blockDim);
+            for (uint32_t c = 0; c < blockDim; ++c)
+                for (uint32_t k = 0; k < tasksPerCore; ++k) {
+                    const uint32_t id = PasaCoreTaskId(t, c, k);
+                    if (id == totalTasks) break;
+                    cores[c].push_back(id);
+                }
+            return cores;
+        },
+        py::arg("block_dim"), py::arg("total_tasks"), py::arg("tasks_per_core"),
+        "The task ids each AI core runs, in order (PasaCoreTaskId of op_kernel/pasa_tiling_data.h), for a tiling "
+        "with these fields.");
     m.def("default_beta", &pasa::DefaultBeta, py::arg("block_kv"), py::arg("scale"),
           "pasa::DefaultBeta: the C++ port of pasa_npu.beta.default_beta (scale <= 0: no scale).");
 }

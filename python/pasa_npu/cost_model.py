@@ -214,17 +214,18 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
         slope = (per_task_full - (h2 - h1)) / max(1, nkb - half)
         def per_task(nb):
             return per_task_full - slope * (nkb - nb)
-    # The full launch: tasks (b, n, query block) in order, tasksPerCore consecutive ones per core.
+    # The full launch: tasks (b, n, query block), dealt to the cores as the kernel deals them.
     tasks = batch * num_heads * nq
     per_core = -(-tasks // AI_CORES)
     block_dim = -(-tasks // per_core)
+    core_tasks = npu_host_model.core_task_ids(block_dim, tasks, per_core)
     prepass_items = -(-(batch * num_kv_heads * nkb) // block_dim) if shifted else 0
     core_fixed = fixed / nkb * prepass_items if shifted else fixed
     core_time = np.zeros(2)
     diag = seq_kv - seq_q if sparse_mode == 3 else 0
     for core in range(block_dim):
         total = core_fixed
-        for task in range(core * per_core, min((core + 1) * per_core, tasks)):
+        for task in core_tasks[core]:
             qb = task % nq
             last_row = min(seq_q, (qb + 1) * bq)
             nb = max(0, min(nkb, -(-(last_row + diag) // 128))) if skips_masked_blocks else nkb
@@ -236,7 +237,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     fixed_kind, prepass = ("per-K'-block", f" + {prepass_items} K' blocks each") if shifted else ("fixed", "")
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
               f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if skips_masked_blocks else ''}) -> per-task and "
-              f"{fixed_kind} times; full launch = {block_dim} cores x {per_core} tasks{prepass}; "
+              f"{fixed_kind} times; full launch = {block_dim} cores x at most {per_core} tasks{prepass}; "
               f"pipe cycles are one task's ({nkb} KV blocks)")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 

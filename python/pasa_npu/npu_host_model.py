@@ -95,6 +95,12 @@ def tiling(query, key, value, **fia_kwargs) -> dict:
     return _npu.tiling(_npu.kernel_call(problem))
 
 
+def core_task_ids(block_dim: int, total_tasks: int, tasks_per_core: int) -> list[list[int]]:
+    """The task ids each AI core runs, in order, for a tiling with these fields (the kernel's own
+    dealing, ``PasaCoreTaskId``); a task id is ((b·N + n)·numQBlocks + query block)·kvSplits + split."""
+    return _npu.host_model().core_task_ids(block_dim, total_tasks, tasks_per_core)
+
+
 def default_beta(block_kv: int, scale: float) -> float:
     """β the kernel uses when none is given: the C++ port of :func:`pasa_npu.beta.default_beta`."""
     if isinstance(block_kv, bool) or not isinstance(block_kv, int) or block_kv < 1:
