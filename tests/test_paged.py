@@ -334,6 +334,24 @@ def test_npu_paged_decode_is_bit_identical_to_dense_decode(precision, page, four
 
 
 @needs_host_model
+@pytest.mark.parametrize("precision", NPU_PRECISIONS)
+def test_npu_paged_decode_on_every_core_without_a_split(precision):
+    """Decode with as many tasks as AI cores (2 batches x 12 heads, GQA 4:1): one task per (b, n)
+    walks all its KV blocks through the table, no split-KV."""
+    rng = np.random.default_rng(24)
+    b, n, nkv, d, page = 2, 12, 3, 16, 16
+    lens = [300, 129]
+    q, k, v = _inputs(b, n, nkv, 1, max(lens), d, seed=24, mean=2.0)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d=False)
+    (out, lse), (dense, dense_lse) = _npu_pair(q, kc, vc, table, lens, page, precision, nkv)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    tiling = npu_host_model.tiling(q, kc, vc, block_table=table, block_size=page, num_heads=n,
+                                   num_key_value_heads=nkv, input_layout="BNSD", actual_seq_lengths_kv=lens,
+                                   precision=precision)
+    assert tiling["kvSplits"] == 1 and tiling["totalTasks"] == 24
+
+
+@needs_host_model
 @pytest.mark.parametrize("page, four_d, causal", [(48, False, True), (144, True, False)])
 @pytest.mark.parametrize("precision", NPU_PRECISIONS)
 def test_npu_paged_short_queries_are_bit_identical_to_dense(precision, page, four_d, causal):
