@@ -470,3 +470,23 @@ def test_npu_paged_decode_reads_what_dense_decode_reads(precision, four_d, shuff
     k_reads = n if precision == "fp16_fp32" else nkv
     assert total(paged, "mte2_calls") - total(dense, "mte2_calls") == (k_reads + n) * sum(extra_runs)
     assert sum(extra_runs) == (9 if shuffled else 0)  # docs/npu.md quotes the 9
+
+
+@needs_host_model
+@pytest.mark.parametrize("precision", ["fp16_fp32", "pasa"])
+def test_npu_reads_each_table_entry_once_per_walk(precision):
+    """One task (B = N = 1, 16 queries, 300 keys in pages of 48): its walk over the K blocks
+    (FlashAttention's S = Q K^T, or PASA's K' pre-pass) and its walk over the V blocks each read each of
+    the 7 live table entries once, though pages 2 and 5 straddle KV blocks; the dense call with the
+    same lengths reads no table, so the paged call's extra scalar reads are 2 x 7."""
+    rng = np.random.default_rng(48)
+    b, n, nkv, s1, d, page, lens = 1, 1, 1, 16, 16, 48, [300]
+    q, k, v = _inputs(b, n, nkv, s1, max(lens), d, seed=48)
+    kc, vc, table = _paged(k, v, lens, page, rng, four_d=True)
+    kd, vd = _dense_from_pages(kc, vc, table, nkv, d)
+    kw = dict(num_heads=n, input_layout="BNSD", scale=d ** -0.5, actual_seq_lengths_kv=lens, precision=precision)
+    _, _, paged = npu_host_model.count(q, kc, vc, cost={}, block_table=table, block_size=page, **kw)
+    _, _, dense = npu_host_model.count(q, kd.contiguous(), vd.contiguous(), cost={}, **kw)
+    assert len(paged) == 3  # one AI core: one K walk and one V walk
+    assert paged[0]["scalar_accesses"] - dense[0]["scalar_accesses"] == 2 * -(-lens[0] // page)
+    assert [c["scalar_accesses"] for c in paged[1:]] == [c["scalar_accesses"] for c in dense[1:]]
