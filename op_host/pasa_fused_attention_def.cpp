@@ -13,8 +13,8 @@
 //   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND"),
 //            num_key_value_heads, sparse_mode (0-4), inner_precise (0-3, accepted for compatibility; the
 //            allocation is `precision`), block_size (PageAttention's page length, 0 without a block_table),
-//            softmax_lse_flag, beta (< 0: the default for the block length and
-//            scale), precision ("pasa", "pasa_fp32" or "fp16_fp32": the tiling key)
+//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision ("pasa",
+//            "pasa_fp32" or "fp16_fp32": the tiling key)
 // The tiling itself is pasa::ComputeTiling (op_host/pasa_tiling.cpp): the same code the host model runs
 // in CI, so this file only translates the gert context to pasa::TilingInput and the result back.
 #include <cstdint>
