@@ -6,6 +6,8 @@
 // Index conventions used everywhere (kernel, tiling, tests):
 //   element offset of query/output row s of (batch b, head n):  b*qBatchStride + n*qHeadStride + s*qRowStride
 //   element offset of key/value row s of (batch b, kv head h):   b*kvBatchStride + h*kvHeadStride + s*kvRowStride
+//     PageAttention (hasBlockTable): blockTable[b][s / pageSize]*kvPageStride + h*kvHeadStride
+//                                    + (s % pageSize)*kvRowStride, blockTable int32 (B, maxBlocksPerSeq)
 //   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
 // A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
 // AI core c (0 <= c < blockDim) runs at most tasksPerCore tasks, dealt in rounds (PasaCoreTaskId).
@@ -64,6 +66,14 @@ struct PasaTilingData {
     // ---- valid lengths (int64 per batch in GM, B entries) ----
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
     uint32_t hasActualSeqKv;
+    // ---- PageAttention (FIA's block_table and block_size): key/value are caches of pages ----
+    // Caches (num_blocks, pageSize, Nkv*D): kvPageStride = pageSize*Nkv*D, kvHeadStride = D, kvRowStride = Nkv*D;
+    // (num_blocks, Nkv, pageSize, D): kvPageStride = Nkv*pageSize*D, kvHeadStride = pageSize*D, kvRowStride = D.
+    // kvBatchStride is 0 (a batch's keys are where its table row says). seqKv is maxBlocksPerSeq*pageSize.
+    uint32_t hasBlockTable;    // 1: read key/value rows through the block table
+    uint32_t pageSize;         // keys per page (FIA's block_size: 16..512, a multiple of 16); 0 without a table
+    uint32_t maxBlocksPerSeq;  // entries per table row
+    uint64_t kvPageStride;     // elements between consecutive pages of the caches
     // ---- work split ----
     uint32_t blockDim;         // AI cores used (AIC count; 2x AIVs)
     uint32_t kvSplits;         // 1, or > 1 for decode split-KV

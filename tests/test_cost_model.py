@@ -152,3 +152,18 @@ def test_cli_prints_a_model_row(capsys):
     assert cost_model.main(["--num-heads", "2", "--seq-q", "128", "--head-dim", "64"]) == 0
     out = capsys.readouterr().out
     assert "A MODEL of an Atlas A2" in out and "| call | 1x2x128x64" in out
+
+
+def test_paged_decode_is_modelled_from_a_full_run(capsys):
+    """PageAttention (--page-size): the same decode read through shuffled pages of 48 keys (480 keys: the
+    same 4 KV blocks as dense). It moves the same bytes (tests/test_paged.py counts them) in more DMA
+    issues and reads the table on the scalar unit, so it is modelled no faster than the dense decode."""
+    dense = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32")
+    paged = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32", page_size=48)
+    assert paged.method == "full run on the host model"
+    assert paged.seconds_serial >= dense.seconds_serial and paged.seconds_overlap >= dense.seconds_overlap
+    with pytest.raises(ValueError, match="paged shapes too large for a full run are not scaled"):
+        cost_model.model(1, 2, 1, 256, 480, 64, page_size=48, full_run_limit=0)
+    assert cost_model.main(["--num-heads", "2", "--seq-q", "1", "--seq-kv", "480", "--head-dim", "64",
+                            "--page-size", "48"]) == 0
+    assert "| call, pages of 48 (shuffled) | 1x2x1x64" in capsys.readouterr().out

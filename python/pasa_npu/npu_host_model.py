@@ -37,7 +37,8 @@ def run(query, key, value, **fia_kwargs):
 
     Arguments are those of :func:`pasa_npu.fused_attention` (without ``backend`` and
     ``safety_net``), restricted to what the kernel implements (layouts BNSD, BSH, BSND, BNSD_BSND;
-    the allocations whose ``kernel_key`` is set; block_kv 128). ``query``, ``key``, ``value`` (and
+    the allocations whose ``kernel_key`` is set; block_kv 128; PageAttention's ``block_table`` and
+    ``block_size`` with its caches as ``key``/``value``). ``query``, ``key``, ``value`` (and
     ``atten_mask``) are all NumPy arrays or all CPU torch tensors. The default precision is
     fused_attention's.
 
