@@ -69,10 +69,10 @@ def is_available(device: torch.device | None = None) -> bool:
     return cuda or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
-def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
+def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
     rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
-    depend on it) and free for fp32."""
+    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
@@ -85,8 +85,11 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, i
         block_m, warps, stages = 128, 8, 3
     else:
         block_m, warps, stages = (128, 8, 2) if block_n <= 64 else (64, 8, 2)
-    # Each pipeline stage holds a K and a V tile; with the Q tile they must fit in shared memory.
-    while stages > 1 and stages * 4 * block_n * d_pad + 2 * block_m * d_pad > _SMEM_BYTES:
+    # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
+    # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
+    # must fit in shared memory.
+    stage_bytes = 4 * block_n * d_pad + (block_m * block_n if has_mask else 0)
+    while stages > 1 and stages * stage_bytes + 2 * block_m * d_pad > _SMEM_BYTES:
         stages -= 1
     return block_m, block_n, warps, stages
 
@@ -175,7 +178,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         block_table, kv_info = q, q  # pointers the kernel does not read
     g = n // nkv
     d_pad = max(16, triton.next_power_of_2(d))
-    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1)
+    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
     if config is not None:
         block_m, warps, stages, forced_splits = config
     n_blocks = triton.cdiv(s2, block_n)
