@@ -270,6 +270,24 @@ def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
+def test_triton_paged_split_decode_with_query_lengths(precision):
+    """Speculative decoding with per-batch query lengths (4, 3, 1 of 4 rows): one query tile per KV head,
+    so the kernel splits each batch's KV blocks (two splits under the interpreter) and merges them; the
+    rows past a batch's length, which no program writes, come back as FIA's padding. Equal to the dense
+    Triton calls bit for bit."""
+    rng = np.random.default_rng(7)
+    b, n, nkv, s1, d, page = 3, 4, 2, 4, 32, 16
+    kv_lens, q_lens = [70, 40, 33], [4, 3, 1]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=7, mean=2.0)
+    kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=False)
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
 def test_triton_paged_user_mask_equals_triton_dense(precision):
     """A full atten_mask (sparse_mode 0, with a pre/next-tokens band) on a paged cache, read by key
     position as for dense keys; per-batch key lengths, a query row with every key masked (out 0, FIA's

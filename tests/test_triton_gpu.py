@@ -1,5 +1,6 @@
 """The Triton kernel on a CUDA GPU: golden model (the reference backend's loop, on the GPU) and float64
-over shapes with tails, GQA, masks, decode and inputs that overflow FP16 FlashAttention.
+over shapes with tails, GQA, masks, decode and inputs that overflow FP16 FlashAttention; PageAttention
+prefill against the dense kernel (bit for bit) and float64.
 
 CI has no GPU: every case here is skipped there. On the GPU machine:
     PYTHONPATH=python python3 -m pytest -q tests/test_triton_gpu.py
