@@ -215,35 +215,99 @@ def test_triton_paged_spec_decode_bottom_right_causal(precision):
                    mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))
 
 
-def test_triton_paged_refusals_say_why():
+def test_triton_paged_bad_launch_arguments_are_named():
     q, kc, vc, table, kw = _bad_setup()
-    with pytest.raises(ValueError, match="backend='triton': a full atten_mask with block_table"):
-        pasa_npu.fused_attention(q, kc, vc, block_table=table, backend="triton",
-                                 atten_mask=torch.zeros(1, 64, dtype=torch.bool), **kw)
-    long_q = torch.randn(2, 2, 17, 16).half()  # 17 rows per KV head: more than one query tile
-    with pytest.raises(ValueError, match="needs one query tile per KV head"):
-        pasa_npu.fused_attention(long_q, kc, vc, block_table=table, backend="triton", precision="pasa_fp32", **kw)
     from pasa_npu.backends.triton import attention
     args = dict(precision="fp32", beta=None, block_q=16, block_kv=16, scale=0.25, mask=None, block_table=table,
                 page=16)
     with pytest.raises(ValueError, match="kv_info must be a contiguous"):
         attention(q, kc, vc, kv_info=torch.tensor([40, 20]), **args)
+    with pytest.raises(ValueError, match="kv_info must be a contiguous"):
+        attention(q, kc, vc, kv_info=torch.zeros(2, 3, dtype=torch.int32), **args)
     with pytest.raises(ValueError, match="block_table must be a"):
-        attention(q, kc, vc, kv_info=torch.zeros(2, 3, dtype=torch.int32), **dict(args, block_table=table.long()))
+        attention(q, kc, vc, kv_info=torch.zeros(2, 4, dtype=torch.int32), **dict(args, block_table=table.long()))
 
 
-def test_triton_paged_fp32_takes_several_query_tiles():
-    """fp32 has no pre-pass, so a paged call with more rows than one query tile (20 queries, the
-    interpreter's tile is 16 rows) runs in the kernel too: bottom-right causal, equal to dense."""
+def _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision, mask_of):
+    """:func:`_check_float64` for per-batch query lengths: batch i's first q_lens[i] rows against float64,
+    its other rows FIA's padding (out 0, lse +inf)."""
+    err_bound, lse_bound = TRITON_BOUNDS[precision]
+    d = q.shape[-1]
+    for i, (r, c) in enumerate(zip(q_lens, kv_lens)):
+        assert torch.all(out[i, :, r:] == 0) and torch.all(lse[i, :, r:] == math.inf)
+        if r == 0 or c == 0:
+            continue
+        mask = mask_of(i, r, c)
+        ref, ref_lse = golden.reference(q[i:i + 1, :, :r].numpy(), k[i:i + 1, :, :c].numpy(),
+                                        v[i:i + 1, :, :c].numpy(), scale=d ** -0.5, mask=mask)
+        live = np.isfinite(ref_lse[0])
+        got = out[i, :, :r].float().numpy()
+        err = np.sqrt(((got - ref[0]) ** 2).mean() / (ref[0] ** 2).mean())
+        assert err < err_bound, (i, err)
+        if lse_bound is not None:
+            assert np.abs(lse[i, :, :r, 0].numpy()[live] - ref_lse[0][live]).max() < lse_bound
+
+
+@pytest.mark.parametrize("precision", TRITON_PRECISIONS)
+def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
+    """Prefill-sized queries (up to 40 rows per KV head: several of the interpreter's 16-row tiles, so
+    PASA's shift runs as a pre-pass reading the pages), per-batch query and key lengths (a batch with no
+    query row), bottom-right causal, GQA 2:1, shuffled pages of 16 with a shared first page: equal to the
+    dense Triton calls (one per batch) bit for bit, valid rows within the float64 bounds, padded rows
+    FIA's padding."""
     rng = np.random.default_rng(6)
-    b, n, nkv, s1, d, page = 2, 2, 1, 20, 32, 16
-    lens = [45, 26]
-    q, k, v = _inputs(b, n, nkv, s1, max(lens), d, seed=6)
-    kc, vc, table = _paged(k, v, lens, page, rng, four_d=True)
-    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, lens, page, "fp32", nkv,
-                                                  sparse_mode=3, atten_mask=COMPRESSED)
+    b, n, nkv, s1, d, page = 3, 4, 2, 20, 32, 16
+    kv_lens, q_lens = [45, 26, 37], [20, 13, 0]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=6, mean=2.0)
+    kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=precision in ("fp32", "pasa"), share=True)
+    k[1, :, :page], v[1, :, :page] = k[0, :, :page], v[0, :, :page]
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
     assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
-    _check_float64(out, lse, q, k, v, lens, "fp32", mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))
+    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
+def test_triton_paged_split_decode_with_query_lengths(precision):
+    """Speculative decoding with per-batch query lengths (4, 3, 1 of 4 rows): one query tile per KV head,
+    so the kernel splits each batch's KV blocks (two splits under the interpreter) and merges them; the
+    rows past a batch's length, which no program writes, come back as FIA's padding. Equal to the dense
+    Triton calls bit for bit."""
+    rng = np.random.default_rng(7)
+    b, n, nkv, s1, d, page = 3, 4, 2, 4, 32, 16
+    kv_lens, q_lens = [70, 40, 33], [4, 3, 1]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=7, mean=2.0)
+    kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=False)
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
+def test_triton_paged_user_mask_equals_triton_dense(precision):
+    """A full atten_mask (sparse_mode 0, with a pre/next-tokens band) on a paged cache, read by key
+    position as for dense keys; per-batch key lengths, a query row with every key masked (out 0, FIA's
+    lowest lse): equal to the dense Triton calls bit for bit, within the float64 bounds."""
+    rng = np.random.default_rng(8)
+    b, n, nkv, s1, d, page = 2, 2, 1, 20, 32, 16
+    kv_lens = [45, 30]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=8, mean=2.0)
+    kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=True)
+    mask = torch.rand(b, 1, s1, table.shape[1] * page, generator=torch.Generator().manual_seed(8)) < 0.3
+    mask[1, :, 4] = True
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
+                                                  atten_mask=mask, pre_tokens=12, next_tokens=20)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    assert torch.all(out[1, :, 4] == 0) and torch.all(lse[1, :, 4] < -1e38)
+
+    def mask_of(i, r, c):
+        rel = np.arange(c)[None, :] - np.arange(r)[:, None]
+        return mask[i, 0, :r, :c].numpy() | (rel < -12) | (rel > 20)
+
+    _check_float64_rows(out, lse, q, k, v, [s1] * b, kv_lens, precision, mask_of)
 
 
 def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
