@@ -151,6 +151,16 @@ def _int_getter(kernel, types: tuple) -> operator.itemgetter | None:
     return _INT_GETTERS[key]
 
 
+# Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def computes(alloc: Allocation) -> bool:
     """The kernel computes FP32 scores (FlashAttention-2) or PASA's shifted FP16 scores; the unshifted
     FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference backend runs."""
@@ -162,8 +172,9 @@ def is_available(device: torch.device | None = None) -> bool:
     GPU present, or CPU tensors under Triton's interpreter."""
     if triton is None:
         return False
-    cuda = torch.cuda.is_available() and (device is None or device.type == "cuda")
-    return cuda or (_INTERPRET and (device is None or device.type == "cpu"))
+    if device is not None and device.type == "cuda":
+        return True  # a CUDA tensor exists, so does a GPU (asking the runtime costs every call µs)
+    return (device is None and torch.cuda.is_available()) or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
 def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
@@ -198,7 +209,7 @@ def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
         return min(n_blocks, 2)
     sms = _multiprocessors(torch.cuda.current_device())
-    return max(1, min(n_blocks, triton.next_power_of_2(-(-sms // heads))))
+    return max(1, min(n_blocks, _pow2(-(-sms // heads))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,7 +269,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                          f"backend='triton', got {block_kv}")
     b, n, s1, d = q.shape
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if paged:
         # Strides of (block, head, row): the kernel addresses either cache layout through them.
         nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
@@ -271,12 +283,12 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         k_str, v_str = k.stride()[:3], v.stride()[:3]
         block_table, kv_info = q, q  # pointers the kernel does not read
     g = n // nkv
-    d_pad = max(16, triton.next_power_of_2(d))
+    d_pad = max(16, _pow2(d))
     block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1)
     if config is not None:
         block_m, warps, stages, forced_splits = config
-    n_blocks = triton.cdiv(s2, block_n)
-    tiles = triton.cdiv(g * s1, block_m)
+    n_blocks = _cdiv(s2, block_n)
+    tiles = _cdiv(g * s1, block_m)
     # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
     # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
     # form, which computes them block by block, runs instead.
@@ -322,8 +334,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     hi = s2 if hi is None else min(int(hi), s2)
 
     splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
-    per_split = triton.cdiv(n_blocks, splits)
-    splits = triton.cdiv(n_blocks, per_split)
+    per_split = _cdiv(n_blocks, splits)
+    splits = _cdiv(n_blocks, per_split)
     if splits > 1:  # decode's split-KV partials, merged below through their true-scale lse
         o_dst = torch.empty(splits, b, n, s1, d, dtype=torch.float32, device=q.device)
         l_dst = torch.empty(splits, b, n, s1, dtype=torch.float32, device=q.device)
@@ -383,8 +395,8 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
         lses = lses.float().contiguous()
     out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
     lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
-    _launch(_k.combine_kernel, (triton.cdiv(rows, 64), 1, 1), (outs, lses, out, lse), (rows, splits), num_warps=4,
-            D=d, D_PAD=max(16, triton.next_power_of_2(d)), BLOCK_R=64, SPLITS_PAD=triton.next_power_of_2(splits))
+    _launch(_k.combine_kernel, (_cdiv(rows, 64), 1, 1), (outs, lses, out, lse), (rows, splits), num_warps=4,
+            D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=64, SPLITS_PAD=_pow2(splits))
     return out, lse
 
 
