@@ -240,8 +240,13 @@ class Problem(NamedTuple):
             return None
         if self.tnd:
             return torch.arange(self.query.shape[0], device=self.device)[:, None] >= self.q_lens[-1]
-        lens = torch.tensor(self.q_lens, device=self.device)
-        return (torch.arange(self.s1, device=self.device)[None, :] >= lens[:, None])[:, None, :]
+        # One fill per padded batch: the lengths are host ints, and a tensor of them on the device would
+        # be a host-to-device copy (a synchronisation, and a read of host memory a CUDA graph cannot replay).
+        padded = torch.zeros(self.batch, 1, self.s1, dtype=torch.bool, device=self.device)
+        for i, length in enumerate(self.q_lens):
+            if length < self.s1:
+                padded[i, :, length:] = True
+        return padded
 
     def padded_results(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Results before any job ran: output 0 everywhere; lse +inf (a padded row) for rows past a
