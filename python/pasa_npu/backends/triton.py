@@ -201,15 +201,17 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, i
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program. Measured on the decode shape (128
-    KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16, 64 splits give 11.2, 11.0,
-    10.5, 10.0, 8.0 TFLOP/s in fp32."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split.
+    Measured on the decode shape (128 KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16,
+    64 splits give 11.2, 11.0, 10.5, 10.0, 8.0 TFLOP/s in fp32. One-block splits cost more in partials
+    and their merge (a loop over the splits) than they gain: on 8 KV heads and 32 blocks (H100, CUDA
+    graph), 16 splits take 33 µs for pasa_rs and 19 µs for fp32, 32 splits 42 and 29 µs."""
     if tiles > 1:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
         return min(n_blocks, 2)
     sms = _multiprocessors(torch.cuda.current_device())
-    return max(1, min(n_blocks, _pow2(-(-sms // heads))))
+    return max(1, min(n_blocks // 2, _pow2(-(-sms // heads))))
 
 
 @functools.lru_cache(maxsize=None)
