@@ -63,8 +63,9 @@ except ImportError:  # no triton, or one before 3.4 (its launch hooks lived else
 # launching
 # ============================================================================================
 
-#: (kernel, device, constexprs, warps, stages, the arguments' specialisation) -> (compiled kernel,
-#: its constexpr arguments in signature order). Bounded: emptied when full (entries are references).
+#: (kernel, device, constexprs, warps, stages, the tensors' and scalars' specialisation, or the scalars'
+#: values) -> (compiled kernel, its constexpr arguments in signature order). Bounded: emptied when full
+#: (entries are references).
 _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_LIMIT = 4096
 #: Per (kernel, the scalars' types): the getter of the int scalars, or None where there are none.
@@ -92,7 +93,8 @@ def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, 
     is kept under a key that determines everything Triton specialises on: the tensors' dtypes and
     addresses modulo 16, each int scalar modulo 16 and whether it is 1 (or, outside int32, its value),
     the scalars' types (floats are never specialised), the constexprs, warps, stages and the current
-    device. A repeated call then passes the tensors' addresses straight to the compiled kernel's
+    device. It is also kept under the scalars' exact values, which a repeated call finds without
+    classifying its ints. Such a call passes the tensors' addresses straight to the compiled kernel's
     launcher, on the current stream as Triton does. Launch hooks (a profiler's) and the interpreter
     take Triton's own path."""
     if _INTERPRET or _hooked():
@@ -100,28 +102,49 @@ def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, 
         return
     device = torch.cuda.current_device()
     ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
-    types = tuple(map(type, scalars))
-    ints = _int_getter(kernel, types)
-    spec = ()
-    if ints is not None:
-        vals = ints(scalars)
-        vals = vals if type(vals) is tuple else (vals,)
-        spec = ((tuple(map(operator.mod, vals, repeat(16))), tuple(map(operator.eq, vals, repeat(1))))
-                if -_INT32 <= min(vals) and max(vals) < _INT32 else vals)
-    key = (id(kernel), device, tuple(constexprs.items()), num_warps, num_stages, types, spec,
-           tuple(map(_DTYPE, tensors)), tuple(map(operator.mod, ptrs, repeat(16))))
-    hit = _COMPILED.get(key)
+    types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
+    common = (id(kernel), device, tuple(constexprs.items()), num_warps, num_stages, types,
+              tuple(map(_DTYPE, tensors)), tuple(map(operator.mod, ptrs, repeat(16))))
+    exact = (common, scalars)
+    hit = _COMPILED.get(exact)
     if hit is None:
-        compiled = _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
-        names = kernel.arg_names[len(tensors) + len(scalars):]
-        if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
-            if len(_COMPILED) >= _COMPILED_LIMIT:
-                _COMPILED.clear()
-            _COMPILED[key] = (compiled, tuple(constexprs[name] for name in names))
-        return
+        specialised = (common, _int_spec(kernel, types, scalars))
+        hit = _COMPILED.get(specialised)
+        if hit is None:
+            compiled = _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
+            names = kernel.arg_names[len(tensors) + len(scalars):]
+            if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
+                _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
+            return
+        _remember(exact, hit)
     compiled, tail = hit
     compiled.run(grid[0], grid[1], grid[2], _raw_stream(device), compiled.function, compiled.packed_metadata,
                  None, None, None, *ptrs, *scalars, *tail)
+
+
+def _remember(key: tuple, entry: tuple) -> None:
+    if len(_COMPILED) >= _COMPILED_LIMIT:
+        _COMPILED.clear()
+    _COMPILED[key] = entry
+
+
+def _int_spec(kernel, types: tuple, scalars: tuple) -> tuple:
+    """What Triton specialises on in a kernel's int scalars (bools are not ints to Triton): each one's
+    residue modulo 16 and whether it is 1, or the values where one is outside int32."""
+    key = (id(kernel), types)
+    if key not in _INT_GETTERS:
+        if not set(types) <= {int, float, bool}:
+            raise TypeError(f"a kernel's scalars must be int, float or bool (pointers come first), got {types}")
+        positions = [i for i, t in enumerate(types) if t is int]
+        _INT_GETTERS[key] = operator.itemgetter(*positions) if positions else None
+    ints = _INT_GETTERS[key]
+    if ints is None:
+        return ()
+    vals = ints(scalars)
+    vals = vals if type(vals) is tuple else (vals,)
+    if -_INT32 <= min(vals) and max(vals) < _INT32:
+        return tuple(map(operator.mod, vals, repeat(16))), tuple(map(operator.eq, vals, repeat(1)))
+    return vals
 
 
 def _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs):
@@ -138,17 +161,6 @@ def _hooked() -> bool:
         return True
     hook = _knobs.runtime.launch_enter_hook
     return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
-
-
-def _int_getter(kernel, types: tuple) -> operator.itemgetter | None:
-    """The getter of a kernel's int scalars, by the scalars' types (bools are not ints to Triton)."""
-    key = (id(kernel), types)
-    if key not in _INT_GETTERS:
-        if not set(types) <= {int, float, bool}:
-            raise TypeError(f"a kernel's scalars must be int, float or bool (pointers come first), got {types}")
-        positions = [i for i, t in enumerate(types) if t is int]
-        _INT_GETTERS[key] = operator.itemgetter(*positions) if positions else None
-    return _INT_GETTERS[key]
 
 
 # Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
