@@ -5,13 +5,16 @@
 // Interface: FusedInferAttentionScore's (torch_npu.npu_fused_infer_attention_score) for the subset the
 // kernel implements, same input/attribute names and defaults, plus PASA's `beta` and `precision`:
 //   inputs   query, key, value (FP16; the binding converts BF16), atten_mask (optional, bool/uint8/int8,
-//            1 = masked out), actual_seq_lengths, actual_seq_lengths_kv (optional int64, B values)
+//            1 = masked out), actual_seq_lengths, actual_seq_lengths_kv (optional int64, B values),
+//            block_table (optional int32 (B, max_blocks_per_seq): PageAttention; key/value are then caches
+//            (num_blocks, block_size, Nkv*D) or (num_blocks, Nkv, block_size, D))
 //   outputs  attention_out (query's shape and layout, FP16), softmax_lse (FP32 (B, N, S1, 1), always
 //            written; the binding returns FIA's placeholder when softmax_lse_flag is false)
 //   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND"),
 //            num_key_value_heads, sparse_mode (0-4), inner_precise (0-3, accepted for compatibility; the
-//            allocation is `precision`), softmax_lse_flag, beta (< 0: the default for the block length and
-//            scale), precision ("pasa", "pasa_fp32" or "fp16_fp32": the tiling key)
+//            allocation is `precision`), block_size (PageAttention's page length, 0 without a block_table),
+//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision ("pasa",
+//            "pasa_fp32" or "fp16_fp32": the tiling key)
 // The tiling itself is pasa::ComputeTiling (op_host/pasa_tiling.cpp): the same code the host model runs
 // in CI, so this file only translates the gert context to pasa::TilingInput and the result back.
 #include <cstdint>
@@ -28,11 +31,11 @@
 
 namespace {
 // Input, output and attribute indices (the order of the declarations in the OpDef below).
-enum Input : size_t { QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV };
+enum Input : size_t { QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV, BLOCK_TABLE };
 enum Output : size_t { ATTENTION_OUT = 0, SOFTMAX_LSE };
 enum Attr : size_t {
     NUM_HEADS = 0, SCALE, PRE_TOKENS, NEXT_TOKENS, INPUT_LAYOUT, NUM_KEY_VALUE_HEADS, SPARSE_MODE,
-    INNER_PRECISE, SOFTMAX_LSE_FLAG, BETA, PRECISION
+    INNER_PRECISE, BLOCK_SIZE, SOFTMAX_LSE_FLAG, BETA, PRECISION
 };
 constexpr const char* kOpName = "PasaFusedAttention";
 
@@ -129,6 +132,11 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     in.sparseMode = *attrs->GetAttrPointer<int64_t>(SPARSE_MODE);
     in.beta = *attrs->GetAttrPointer<float>(BETA);
     in.precision = attrs->GetAttrPointer<char>(PRECISION);
+    in.blockSize = *attrs->GetAttrPointer<int64_t>(BLOCK_SIZE);
+    // PageAttention: the table's shape only; its entries are device data the tiling never reads (FIA's
+    // block_table is not value-dependent either).
+    const gert::StorageShape* blockTable = ctx->GetOptionalInputShape(BLOCK_TABLE);
+    if (blockTable != nullptr) in.blockTableShape = Dims(blockTable->GetStorageShape());
     const int64_t innerPrecise = *attrs->GetAttrPointer<int64_t>(INNER_PRECISE);
     if (innerPrecise < 0 || innerPrecise > 3) {
         std::fprintf(stderr, "%s: inner_precise must be one of 0, 1, 2, 3, got %lld\n", kOpName, (long long)innerPrecise);
@@ -212,6 +220,8 @@ public:
             .FormatList({ge::FORMAT_ND}).AutoContiguous();
         this->Input("actual_seq_lengths_kv").ParamType(OPTIONAL).ValueDepend(OPTIONAL).DataTypeList({ge::DT_INT64})
             .FormatList({ge::FORMAT_ND}).AutoContiguous();
+        this->Input("block_table").ParamType(OPTIONAL).DataTypeList({ge::DT_INT32}).FormatList({ge::FORMAT_ND})
+            .AutoContiguous();
         this->Output("attention_out").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT16}).FormatList({ge::FORMAT_ND});
         this->Output("softmax_lse").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT}).FormatList({ge::FORMAT_ND});
 
@@ -224,6 +234,7 @@ public:
         this->Attr("num_key_value_heads").AttrType(OPTIONAL).Int(0);
         this->Attr("sparse_mode").AttrType(OPTIONAL).Int(0);
         this->Attr("inner_precise").AttrType(OPTIONAL).Int(1);
+        this->Attr("block_size").AttrType(OPTIONAL).Int(0);
         this->Attr("softmax_lse_flag").AttrType(OPTIONAL).Bool(false);
         this->Attr("beta").AttrType(OPTIONAL).Float(-1.0);          // < 0: pasa::DefaultBeta(128, scale)
         this->Attr("precision").AttrType(OPTIONAL).String("pasa_fp32");  // "pasa" | "pasa_fp32" | "fp16_fp32"

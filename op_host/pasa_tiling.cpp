@@ -83,6 +83,29 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d) {
            (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;
 }
 
+// PageAttention's arguments against the query's B and D: the table (B, maxBlocksPerSeq), the page
+// length, the caches' shape (either FIA layout). Returns S2 = maxBlocksPerSeq * blockSize, the longest
+// key sequence a table row addresses.
+int64_t PagedKeyLength(const TilingInput& in, int64_t B, int64_t NKV, int64_t D) {
+    const auto& bt = in.blockTableShape;
+    if (bt.empty()) Bad("block_size is PageAttention's page length and needs a block_table; pass 0 without one");
+    if (bt.size() != 2 || bt[0] != B)
+        Bad("block_table must be 2-D (B, max_blocks_per_seq) with B = " + std::to_string(B) + " rows");
+    if (in.blockSize < 16 || in.blockSize > 512 || in.blockSize % 16)
+        Bad("block_size must be a multiple of 16 in [16, 512] with a block_table, got " + std::to_string(in.blockSize));
+    const auto& k = in.keyShape;
+    const int64_t page = in.blockSize;
+    const bool ok = (k.size() == 3 && k[1] == page && k[2] == NKV * D) ||
+                    (k.size() == 4 && k[1] == NKV && k[2] == page && k[3] == D);
+    if (!ok || k[0] < 1)
+        Bad("key/value caches with a block_table must be (num_blocks >= 1, " + std::to_string(page) + ", " +
+            std::to_string(NKV * D) + ") or (num_blocks >= 1, " + std::to_string(NKV) + ", " + std::to_string(page) +
+            ", " + std::to_string(D) + ") for block_size, num_key_value_heads and D");
+    if (in.actualSeqLengthsKv.empty())
+        Bad("actual_seq_lengths_kv is required with a block_table (the live keys of each batch's pages)");
+    return bt[1] * page;
+}
+
 }  // namespace
 
 void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off) {
@@ -123,9 +146,12 @@ TilingResult ComputeTiling(const TilingInput& in) {
         if (s.size() != rank) Bad(std::string(name) + " must be " + std::to_string(rank) + "-D for input_layout " + L);
         for (int64_t v : s) if (v < 0) Bad(std::string(name) + " has a negative dimension");
     };
+    const bool paged = !in.blockTableShape.empty() || in.blockSize != 0;
     checkRank("query", in.queryShape);
-    checkRank("key", in.keyShape);
-    checkRank("value", in.valueShape);
+    if (!paged) {
+        checkRank("key", in.keyShape);
+        checkRank("value", in.valueShape);
+    }
     if (in.keyShape != in.valueShape) Bad("value must have key's shape");
     if (in.numHeads < 1) Bad("num_heads must be >= 1");
     if (in.numKeyValueHeads < 0) Bad("num_key_value_heads must be >= 0 (0 = num_heads)");
@@ -138,25 +164,36 @@ TilingResult ComputeTiling(const TilingInput& in) {
         B = q[0]; S1 = q[1];
         if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
         D = q[2] / N;
-        if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
-        S2 = k[1];
     } else if (layout == PASA_LAYOUT_BSND) {
         B = q[0]; S1 = q[1]; D = q[3];
         if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
-        if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
-        if (k[3] != D) Bad("key's head dim must equal query's");
-        S2 = k[1];
     } else {
         B = q[0]; S1 = q[2]; D = q[3];
         if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
-        if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
-        if (k[3] != D) Bad("key's head dim must equal query's");
-        S2 = k[2];
     }
-    if (k[0] != B) Bad("key's batch must equal query's batch");
+    if (paged) {
+        S2 = PagedKeyLength(in, B, NKV, D);
+    } else {
+        if (layout == PASA_LAYOUT_BSH) {
+            if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
+            S2 = k[1];
+        } else if (layout == PASA_LAYOUT_BSND) {
+            if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
+            if (k[3] != D) Bad("key's head dim must equal query's");
+            S2 = k[1];
+        } else {
+            if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
+            if (k[3] != D) Bad("key's head dim must equal query's");
+            S2 = k[2];
+        }
+        if (k[0] != B) Bad("key's batch must equal query's batch");
+    }
     // GM rows are read through Nd2Nz (srcDValue <= 65535 elements)
     if ((layout != PASA_LAYOUT_BNSD && (N * D > 65535 || NKV * D > 65535)))
         Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND (one query row of all heads)");
+    if (paged && in.keyShape.size() == 3 && NKV * D > 65535)
+        Bad("num_key_value_heads * D must be <= 65535 for key/value caches (num_blocks, block_size, H) (one key row "
+            "of all heads)");
     if (B < 1 || S1 < 1 || S2 < 1) Bad("query: B and S1, key: S2 must be >= 1 (empty inputs are handled by the caller)");
     if (D < 16 || D > 256 || D % 16) Bad("head dim D must be a multiple of 16 in [16, 256], got " + std::to_string(D));
     if (S1 > (1 << 24) || S2 > (1 << 24)) Bad("sequence lengths must be <= 2^24");
@@ -204,6 +241,18 @@ TilingResult ComputeTiling(const TilingInput& in) {
     } else {  // BSH and BSND share the memory order (B, S, N, D)
         t.qBatchStride = S1 * N * D; t.qHeadStride = D; t.qRowStride = N * D;
         t.kvBatchStride = S2 * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
+    }
+    if (paged) {  // pasa_tiling_data.h: the caches' strides, the page a row sits in comes from the table
+        const int64_t page = in.blockSize;
+        t.hasBlockTable = 1;
+        t.pageSize = page;
+        t.maxBlocksPerSeq = in.blockTableShape[1];
+        t.kvBatchStride = 0;
+        if (in.keyShape.size() == 3) {  // (num_blocks, page, Nkv*D)
+            t.kvPageStride = page * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
+        } else {                        // (num_blocks, Nkv, page, D)
+            t.kvPageStride = NKV * page * D; t.kvHeadStride = page * D; t.kvRowStride = D;
+        }
     }
     t.scale = (float)in.scale;
     if (shifted) {  // FlashAttention has no M: beta, I and M's entries stay 0, and any scale is accepted
@@ -305,12 +354,26 @@ TilingResult ComputeTiling(const TilingInput& in) {
     return r;
 }
 
+void CheckBlockTable(const PasaTilingData& t, const int32_t* table, const std::vector<int64_t>& actualSeqLengthsKv,
+                     int64_t numBlocks) {
+    if (!t.hasBlockTable) return;
+    for (uint32_t b = 0; b < t.batch; ++b) {
+        const int64_t pages = CeilDiv(std::min<int64_t>(actualSeqLengthsKv[b], t.seqKv), t.pageSize);
+        for (int64_t p = 0; p < pages; ++p) {
+            const int32_t id = table[(uint64_t)b * t.maxBlocksPerSeq + p];
+            if (id < 0 || id >= numBlocks)
+                Bad("block_table[" + std::to_string(b) + "] holds a block id outside the cache's " +
+                    std::to_string(numBlocks) + " blocks: entry " + std::to_string(p) + " is " + std::to_string(id));
+        }
+    }
+}
+
 std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core) {
     std::vector<TaskInfo> out;
-    uint64_t first = (uint64_t)core * t.tasksPerCore;
-    uint64_t last = std::min<uint64_t>(first + t.tasksPerCore, t.totalTasks);
-    for (uint64_t id = first; id < last; ++id) {
-        const PasaTaskCoord c = PasaDecodeTaskId(t, (uint32_t)id);
+    for (uint32_t k = 0; k < t.tasksPerCore && core < t.blockDim; ++k) {
+        const uint32_t id = PasaCoreTaskId(t, core, k);
+        if (id == t.totalTasks) break;
+        const PasaTaskCoord c = PasaDecodeTaskId(t, id);
         TaskInfo ti{};
         ti.b = c.b;
         ti.n = c.n;

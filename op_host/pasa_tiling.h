@@ -10,6 +10,8 @@
 //               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
 //   2026-11-23  precision "fp16_fp32" (PASA_TILING_KEY_FLASH_FP16_SCORE): no K' region, no M slot, no
 //               pre-pass items; beta, invariance and M's entries 0.
+//   2026-11-23  PageAttention: TilingInput::blockTableShape / blockSize, the PasaTilingData fields
+//               hasBlockTable, pageSize, maxBlocksPerSeq, kvPageStride, and CheckBlockTable.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -55,6 +57,14 @@ struct TilingInput {
     // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
     // The kernel reads them from GM as int64; these copies only validate and size the plan.
     std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
+    // PageAttention (FIA's block_table and block_size): the table's shape (B, maxBlocksPerSeq), empty
+    // for dense key/value, and the page length. With a table, key and value are caches of pages,
+    // (num_blocks, blockSize, Nkv*D) or (num_blocks, Nkv, blockSize, D) whatever inputLayout is (which
+    // then describes the query and the output), S2 is maxBlocksPerSeq * blockSize, and
+    // actualSeqLengthsKv is required. The table's entries are not seen here (the op's tiling gets its
+    // shape only): CheckBlockTable checks them where they are on the host.
+    std::vector<int64_t> blockTableShape;
+    int64_t blockSize = 0;
     std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32" or "fp16_fp32" (FlashAttention, no shift)
     PlatformInfo platform;
 };
@@ -64,6 +74,8 @@ struct TilingInput {
 //   attenMask        nullptr, or uint8 (1 = masked out), contiguous, the 4-D maskShape above.
 //   actualSeqLengths(Kv)  nullptr, or int64[B] (the same values as the vectors above). The kernel ignores
 //                    actualSeqLengths when S1 == 1 (FIA's decode rule).
+//   blockTable       nullptr, or int32 (B, maxBlocksPerSeq), contiguous: the pages of each batch's keys;
+//                    the kernel reads entries [0, ceil(actualSeqLengthsKv[b] / blockSize)) of row b.
 //   softmaxLse       FP32 (B, N, S1), always written: m + ln l + I*F in the true scale; -inf for a valid
 //                    row with no kept key (FIA: LSE_NO_KEY), +inf for a padded row past
 //                    actual_seq_lengths (FIA: 3e+99 -> +inf). Output rows of both kinds are 0.
@@ -88,6 +100,11 @@ struct TilingResult {
 
 // Throws std::invalid_argument naming the bad argument and the accepted values.
 TilingResult ComputeTiling(const TilingInput& in);
+
+// PageAttention: throws std::invalid_argument unless every table entry the kernel reads (those of the
+// live pages of each batch, see blockTable above) names one of the caches' numBlocks pages.
+void CheckBlockTable(const PasaTilingData& t, const int32_t* table, const std::vector<int64_t>& actualSeqLengthsKv,
+                     int64_t numBlocks);
 
 // pasa_npu.beta.default_beta(block_kv, scale): the FP16 fixed point of beta/(1-beta) = f(beta)
 // from the start value 1 - 2^-6, for M = (I - beta/n J)*scale with entries rounded to FP16.

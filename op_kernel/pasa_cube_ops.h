@@ -45,6 +45,16 @@ public:
     __aicore__ inline LocalTensor<half> LoadRows(Q& que, const GlobalTensor<half>& src, uint32_t rows,
                                                  uint32_t rowsPad, uint32_t cols, uint64_t srcStride) {
         LocalTensor<half> dst = que.template AllocTensor<half>();
+        CopyRowsNz(dst, 0, src, rows, rowsPad, cols, srcStride);
+        PadRowsNz(dst, rows, rowsPad, src[(uint64_t)(rows - 1) * srcStride], cols, srcStride);
+        que.EnQue(dst);
+        return que.template DeQue<half>();
+    }
+
+    // rows x cols FP16 from GM (row stride srcStride elements) into rows [row0, row0 + rows) of an
+    // L1 tile in NZ with rowsPad rows: one DataCopy.
+    __aicore__ inline void CopyRowsNz(const LocalTensor<half>& dst, uint32_t row0, const GlobalTensor<half>& src,
+                                      uint32_t rows, uint32_t rowsPad, uint32_t cols, uint64_t srcStride) {
         Nd2NzParams p;
         p.ndNum = 1;
         p.nValue = rows;
@@ -54,23 +64,25 @@ public:
         p.dstNzC0Stride = rowsPad;
         p.dstNzNStride = 1;
         p.dstNzMatrixStride = 0;
-        DataCopy(dst, src, p);
-        if (rowsPad > rows) {
-            // rowsPad - rows one-row matrices, all read from the last row (srcNdMatrixStride 0),
-            // written to consecutive NZ rows (16 elements apart).
-            Nd2NzParams r;
-            r.ndNum = rowsPad - rows;
-            r.nValue = 1;
-            r.dValue = cols;
-            r.srcNdMatrixStride = 0;
-            r.srcDValue = srcStride;
-            r.dstNzC0Stride = rowsPad;
-            r.dstNzNStride = 1;
-            r.dstNzMatrixStride = FRACTAL;
-            DataCopy(dst[rows * FRACTAL], src[(uint64_t)(rows - 1) * srcStride], r);
-        }
-        que.EnQue(dst);
-        return que.template DeQue<half>();
+        DataCopy(dst[row0 * FRACTAL], src, p);
+    }
+
+    // Rows [rows, rowsPad) of an NZ tile with rowsPad rows, each a copy of the GM row `lastRow`: one
+    // DataCopy of rowsPad - rows one-row matrices, all read from lastRow (srcNdMatrixStride 0), written
+    // to consecutive NZ rows (16 elements apart). None when rows == rowsPad.
+    __aicore__ inline void PadRowsNz(const LocalTensor<half>& dst, uint32_t rows, uint32_t rowsPad,
+                                     const GlobalTensor<half>& lastRow, uint32_t cols, uint64_t srcStride) {
+        if (rowsPad <= rows) return;
+        Nd2NzParams r;
+        r.ndNum = rowsPad - rows;
+        r.nValue = 1;
+        r.dValue = cols;
+        r.srcNdMatrixStride = 0;
+        r.srcDValue = srcStride;
+        r.dstNzC0Stride = rowsPad;
+        r.dstNzNStride = 1;
+        r.dstNzMatrixStride = FRACTAL;
+        DataCopy(dst[rows * FRACTAL], lastRow, r);
     }
 
     // C (mp x n, L0C) = A (mp x k, NZ in L1 with mp rows) * B, K processed in chunks of kc.

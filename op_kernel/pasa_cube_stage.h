@@ -9,6 +9,7 @@
 
 #include "pasa_allocation.h"
 #include "pasa_cube_ops.h"
+#include "pasa_kv_rows.h"
 
 namespace pasa_kernel {
 
@@ -18,13 +19,13 @@ public:
     using PvT = typename Policy::ElementAccumulator;
 
     __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key, GM_ADDR value,
-                                GM_ADDR workspace, uint32_t core) {
+                                GM_ADDR blockTable, GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
         qGm_.SetGlobalBuffer((__gm__ half*)query);
-        vGm_.SetGlobalBuffer((__gm__ half*)value);
+        vRows_.Init(t, value, blockTable);
         if constexpr (Policy::SHIFTED) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
-        else kGm_.SetGlobalBuffer((__gm__ half*)key);
+        else kRows_.Init(t, key, blockTable);
         slots_.Init(*t, workspace, core);
         // K chunk of P V: one L0B buffer holds kc x D FP16
         kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
@@ -55,8 +56,7 @@ private:
         } else {
             // a tail block's padded K rows repeat its last key; the AIVs mask their S columns
             const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
-            kt = cube_->LoadRows(cube_->kL1_, kGm_[KvOffset(*t_, k.b, k.kvHead, jb * BLOCK_KV)], keys, BLOCK_KV, d,
-                                 t_->kvRowStride);
+            kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
         }
         LocalTensor<float> c = cube_->Gemm(q, mp, d, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);
@@ -70,8 +70,7 @@ private:
         CrossCoreWaitFlag(FLAG_P_READY);
         LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, slots_.prob[j % 2], k.tileRows, mp, BLOCK_KV, BLOCK_KV);
         // padded V rows repeat the last key's value; their P columns are exactly 0
-        LocalTensor<half> v = cube_->LoadRows(cube_->vL1_, vGm_[KvOffset(*t_, k.b, k.kvHead, jb * BLOCK_KV)], keys,
-                                              BLOCK_KV, d, t_->kvRowStride);
+        LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
         LocalTensor<float> c = cube_->Gemm(p, mp, BLOCK_KV, v, BLayout::ROWS, BLOCK_KV, d, 0, kcPv_);
         cube_->pL1_.FreeTensor(p);
         cube_->vL1_.FreeTensor(v);
@@ -81,8 +80,10 @@ private:
 
     const PasaTilingData* t_;
     CubeOps* cube_;
-    GlobalTensor<half> qGm_, vGm_;
-    GlobalTensor<half> kGm_;  // K' in the workspace (PASA) or the key input (FlashAttention)
+    GlobalTensor<half> qGm_;
+    GlobalTensor<half> kGm_;  // K' in the workspace (PASA)
+    KvRows kRows_;            // the key input (FlashAttention)
+    KvRows vRows_;
     SlotTensors<PvT> slots_;
     uint32_t kcPv_;
 };

@@ -14,7 +14,8 @@ using namespace pasa_kernel;
 
 template <class Policy>
 __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_ADDR key, GM_ADDR value,
-                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR out, GM_ADDR lse, GM_ADDR ws) {
+                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR out,
+                                    GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
@@ -23,12 +24,14 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
         cube.Init(&pipe, t.blockQ * t.headDim * 2, BLOCK_KV * t.headDim * 2, BLOCK_KV * BLOCK_KV * 2);
-        if constexpr (Policy::SHIFTED) ShiftPrepass(t, cube, key, ws, lenKv, core);
+        if constexpr (Policy::SHIFTED) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
         CubeStage<Policy> stage;
-        stage.Init(&t, &cube, query, key, value, ws, core);
-        const uint32_t first = core * t.tasksPerCore;
-        const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
-        for (uint32_t id = first; id < last; ++id) stage.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        stage.Init(&t, &cube, query, key, value, blockTable, ws, core);
+        for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
+            const uint32_t id = PasaCoreTaskId(t, core, k);
+            if (id == t.totalTasks) break;
+            stage.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        }
     }
     if ASCEND_IS_AIV {
         const uint32_t aiv = GetBlockIdx();
@@ -37,9 +40,11 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         VectorSoftmax<Policy> softmax;
         softmax.Init(&t, &pipe, mask, out, lse, ws, core, sub);
         if constexpr (Policy::SHIFTED) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
-        const uint32_t first = core * t.tasksPerCore;
-        const uint32_t last = MinU(first + t.tasksPerCore, t.totalTasks);
-        for (uint32_t id = first; id < last; ++id) softmax.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
+            const uint32_t id = PasaCoreTaskId(t, core, k);
+            if (id == t.totalTasks) break;
+            softmax.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+        }
         if (t.kvSplits > 1)
             CombineSplits(t, ws, out, lse, aiv, softmax.InQueue(), softmax.OutQueue(), softmax.LseQueue(),
                           softmax.Scratch(), softmax.ScratchVec());
@@ -49,20 +54,21 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
 
 extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                            GM_ADDR attenMask, GM_ADDR actualSeqLengths,
-                                                           GM_ADDR actualSeqLengthsKv, GM_ADDR attentionOut,
-                                                           GM_ADDR softmaxLse, GM_ADDR workspace, GM_ADDR tiling) {
+                                                           GM_ADDR actualSeqLengthsKv, GM_ADDR blockTable,
+                                                           GM_ADDR attentionOut, GM_ADDR softmaxLse, GM_ADDR workspace,
+                                                           GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     REGISTER_TILING_DEFAULT(PasaTilingData);
     GET_TILING_DATA_WITH_STRUCT(PasaTilingData, td, tiling);
     GM_ADDR ws = GetUserWorkspace(workspace);
     if (TILING_KEY_IS(PASA_TILING_KEY_FP16_STATE)) {
         RunAttention<PasaFp16State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
-                                    attentionOut, softmaxLse, ws);
+                                    blockTable, attentionOut, softmaxLse, ws);
     } else if (TILING_KEY_IS(PASA_TILING_KEY_FP32_STATE)) {
         RunAttention<PasaFp32State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
-                                    attentionOut, softmaxLse, ws);
+                                    blockTable, attentionOut, softmaxLse, ws);
     } else if (TILING_KEY_IS(PASA_TILING_KEY_FLASH_FP16_SCORE)) {
         RunAttention<FlashFp16ScoreFp32State>(td, query, key, value, attenMask, actualSeqLengths,
-                                              actualSeqLengthsKv, attentionOut, softmaxLse, ws);
+                                              actualSeqLengthsKv, blockTable, attentionOut, softmaxLse, ws);
     }
 }

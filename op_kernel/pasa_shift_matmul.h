@@ -13,16 +13,18 @@
 #define PASA_SHIFT_MATMUL_H
 
 #include "pasa_cube_ops.h"
+#include "pasa_kv_rows.h"
 
 namespace pasa_kernel {
 
 // AIC side: this core's share of the K' blocks, then the AIC-only barrier.
-__aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_ADDR key, GM_ADDR workspace,
-                                    GlobalTensor<int64_t>& lenKv, uint32_t core) {
+__aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_ADDR key, GM_ADDR blockTable,
+                                    GM_ADDR workspace, GlobalTensor<int64_t>& lenKv, uint32_t core) {
     const uint32_t d = t.headDim;
     const CoreSlots slots = SlotsOf(t, core);
-    GlobalTensor<half> kGm, mGm, kShiftGm;
-    kGm.SetGlobalBuffer((__gm__ half*)key);
+    KvRows kRows;
+    kRows.Init(&t, key, blockTable);
+    GlobalTensor<half> mGm, kShiftGm;
     mGm.SetGlobalBuffer((__gm__ half*)(workspace + slots.shift));
     kShiftGm.SetGlobalBuffer((__gm__ half*)(workspace + t.wsKShiftOffset));
 
@@ -38,8 +40,7 @@ __aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_A
             const uint32_t seqKv = ValidLen(t.hasActualSeqKv, lenKv, b, t.seqKv);
             if (j * BLOCK_KV >= seqKv) continue;  // beyond this batch's keys: never read
             const uint32_t rows = MinU(BLOCK_KV, seqKv - j * BLOCK_KV);
-            LocalTensor<half> kTile =
-                cube.LoadRows(cube.kL1_, kGm[KvOffset(t, b, h, j * BLOCK_KV)], rows, BLOCK_KV, d, t.kvRowStride);
+            LocalTensor<half> kTile = kRows.Load(cube, cube.kL1_, b, h, j * BLOCK_KV, rows);
             for (uint32_t n0 = 0; n0 < d; n0 += BLOCK_KV) {  // L0C holds 128 x 128 FP32 per buffer
                 const uint32_t nLen = MinU(BLOCK_KV, d - n0);
                 LocalTensor<float> c = cube.Gemm(m, BLOCK_KV, BLOCK_KV, kTile, BLayout::ROWS, BLOCK_KV, nLen, n0, BLOCK_KV);

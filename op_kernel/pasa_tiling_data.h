@@ -6,9 +6,11 @@
 // Index conventions used everywhere (kernel, tiling, tests):
 //   element offset of query/output row s of (batch b, head n):  b*qBatchStride + n*qHeadStride + s*qRowStride
 //   element offset of key/value row s of (batch b, kv head h):   b*kvBatchStride + h*kvHeadStride + s*kvRowStride
+//     PageAttention (hasBlockTable): blockTable[b][s / pageSize]*kvPageStride + h*kvHeadStride
+//                                    + (s % pageSize)*kvRowStride, blockTable int32 (B, maxBlocksPerSeq)
 //   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
 // A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
-// AI core c (0 <= c < blockDim) runs tasks [c*tasksPerCore, min((c+1)*tasksPerCore, totalTasks)).
+// AI core c (0 <= c < blockDim) runs at most tasksPerCore tasks, dealt in rounds (PasaCoreTaskId).
 // The K' pre-pass item id p = (b*numKvHeads + h)*numKvBlocks + j; core c runs items
 // [c*prepassPerCore, min((c+1)*prepassPerCore, prepassItems)).
 // With kvSplits > 1 (decode), the final (b, n, s) rows are combined by AIV w (0 <= w < 2*blockDim) from
@@ -64,6 +66,14 @@ struct PasaTilingData {
     // ---- valid lengths (int64 per batch in GM, B entries) ----
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
     uint32_t hasActualSeqKv;
+    // ---- PageAttention (FIA's block_table and block_size): key/value are caches of pages ----
+    // Caches (num_blocks, pageSize, Nkv*D): kvPageStride = pageSize*Nkv*D, kvHeadStride = D, kvRowStride = Nkv*D;
+    // (num_blocks, Nkv, pageSize, D): kvPageStride = Nkv*pageSize*D, kvHeadStride = pageSize*D, kvRowStride = D.
+    // kvBatchStride is 0 (a batch's keys are where its table row says). seqKv is maxBlocksPerSeq*pageSize.
+    uint32_t hasBlockTable;    // 1: read key/value rows through the block table
+    uint32_t pageSize;         // keys per page (FIA's block_size: 16..512, a multiple of 16); 0 without a table
+    uint32_t maxBlocksPerSeq;  // entries per table row
+    uint64_t kvPageStride;     // elements between consecutive pages of the caches
     // ---- work split ----
     uint32_t blockDim;         // AI cores used (AIC count; 2x AIVs)
     uint32_t kvSplits;         // 1, or > 1 for decode split-KV
@@ -110,6 +120,18 @@ PASA_HOST_AICORE inline PasaTaskCoord PasaDecodeTaskId(const PasaTilingData& t, 
     c.n = rest % t.numHeads;
     c.b = rest / t.numHeads;
     return c;
+}
+
+// The k-th task of AI core `core` (0 <= k < tasksPerCore), or totalTasks where the core has no k-th task.
+// Tasks are dealt to the cores in rounds of blockDim, in alternating directions: consecutive task ids are
+// the query blocks of one head, and under a causal mask their cost grows with the block, so the dealing
+// pairs a core's cheap early blocks with expensive late ones (each core's total stays within one task's
+// cost of the others'), where consecutive ranges per core would give the last query blocks of a head all to
+// one core. Varlen batches are spread over the cores the same way. Within a core the ids increase with k.
+PASA_HOST_AICORE inline uint32_t PasaCoreTaskId(const PasaTilingData& t, uint32_t core, uint32_t k) {
+    const uint32_t lane = (k % 2 == 0) ? core : t.blockDim - 1 - core;
+    const uint64_t id = (uint64_t)k * t.blockDim + lane;
+    return id < t.totalTasks ? (uint32_t)id : t.totalTasks;
 }
 
 // Rows (flattened (b*N + n)*S1 + s) that AIV `aiv` combines when kvSplits > 1: [*first, *last).

@@ -171,11 +171,16 @@ private:
         Bar();
     }
 
-    // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi].
+    // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi]. The lane
+    // masks of the kept range are built word by word with shifts: a band cuts every row of a diagonal
+    // block, and a loop over the kept columns would cost the scalar unit up to 128 steps a row.
     __aicore__ inline void MaskColumns(const LocalTensor<T>& s, int32_t row, int64_t keepLo, int64_t keepHi) {
         uint64_t ex[2] = {~0ull, ~0ull};
-        for (int64_t c = keepLo < 0 ? 0 : keepLo; c <= keepHi && c < (int64_t)BLOCK_KV; ++c)
-            ex[c / 64] &= ~((uint64_t)1 << (c % 64));
+        for (int64_t w = 0; w < 2; ++w) {
+            const int64_t lo = keepLo > 64 * w ? keepLo - 64 * w : 0;
+            const int64_t hi = keepHi < 64 * w + 63 ? keepHi - 64 * w : 63;
+            if (lo <= hi) ex[w] &= ~((~0ull >> (63 - (hi - lo))) << lo);  // clear bits lo..hi: kept lanes
+        }
         const uint8_t repeats = row < 0 ? (uint8_t)rows_ : 1;
         const uint32_t rowOff = row < 0 ? 0 : (uint32_t)row * BLOCK_KV;
         const uint8_t rowBlocks = (uint8_t)(BLOCK_KV * sizeof(T) / 32);

@@ -115,6 +115,21 @@ def test_attention_flops():
     assert cost_model.attention_flops(1, 1, 2, 4, 8, sparse_mode=3) == 4 * (3 + 4) * 8
 
 
+def test_causal_tasks_are_dealt_evenly_over_the_cores():
+    """Causal FlashAttention (fp16_fp32 skips the KV blocks a query tile's mask hides): query block i of
+    64 rows walks ceil(64 (i + 1) / 128) KV blocks, 1, 1, 2, 2, ..., 8, 8 for the 16 blocks of a head at
+    S = 1024. Two heads, 32 tasks on 4 AI cores: consecutive ranges of 8 tasks would give the cores
+    20, 52, 20 and 52 blocks; dealt in alternating rounds every core walks 36, so every AIC issues the
+    same cube work: 36 blocks of S (64 x 64 x 128 keys) and P V (64 x 128 x 64), 128 fractals each."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 1024, 64)).astype(np.float16) for _ in range(3))
+    mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1)
+    _, _, counters = npu_host_model.count(q, k, v, cost={}, ai_cores=4, atten_mask=mask, sparse_mode=3,
+                                          num_heads=2, input_layout="BNSD", precision="fp16_fp32")
+    aics = counters[:4]
+    assert [c["cube_fractals"] for c in aics] == [36 * 2 * 128] * 4
+
+
 def test_model_small_case_runs_in_full_and_reports_a_rate():
     r = cost_model.model(1, 2, 1, 256, 256, 64, precision="pasa")
     assert r.method == "full run on the host model"
@@ -137,3 +152,18 @@ def test_cli_prints_a_model_row(capsys):
     assert cost_model.main(["--num-heads", "2", "--seq-q", "128", "--head-dim", "64"]) == 0
     out = capsys.readouterr().out
     assert "A MODEL of an Atlas A2" in out and "| call | 1x2x128x64" in out
+
+
+def test_paged_decode_is_modelled_from_a_full_run(capsys):
+    """PageAttention (--page-size): the same decode read through shuffled pages of 48 keys (480 keys: the
+    same 4 KV blocks as dense). It moves the same bytes (tests/test_paged.py counts them) in more DMA
+    issues and reads the table on the scalar unit, so it is modelled no faster than the dense decode."""
+    dense = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32")
+    paged = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32", page_size=48)
+    assert paged.method == "full run on the host model"
+    assert paged.seconds_serial >= dense.seconds_serial and paged.seconds_overlap >= dense.seconds_overlap
+    with pytest.raises(ValueError, match="paged shapes too large for a full run are not scaled"):
+        cost_model.model(1, 2, 1, 256, 480, 64, page_size=48, full_run_limit=0)
+    assert cost_model.main(["--num-heads", "2", "--seq-q", "1", "--seq-kv", "480", "--head-dim", "64",
+                            "--page-size", "48"]) == 0
+    assert "| call, pages of 48 (shuffled) | 1x2x1x64" in capsys.readouterr().out

@@ -90,7 +90,8 @@ def test_kernel_call_passes_the_problem_natively(layout, sent):
                            pre_tokens=2, next_tokens=1, precision="pasa", beta=0.9)
     call = npu.kernel_call(problem)
     assert call.attrs == dict(num_heads=n, scale=0.3, pre_tokens=2, next_tokens=1, input_layout=sent,
-                              num_key_value_heads=nkv, sparse_mode=0, beta=0.9, precision="pasa")
+                              num_key_value_heads=nkv, sparse_mode=0, beta=0.9, precision="pasa", block_size=0)
+    assert call.block_table is None
     assert call.query.dtype == torch.float16 and call.query.is_contiguous()
     assert torch.equal(call.query, q.half()) and torch.equal(call.key, k.half())
     assert call.actual_seq_lengths == (5, 3) and call.actual_seq_lengths_kv == (9, 7)
@@ -108,19 +109,22 @@ class _ExtensionStandIn:
     def __init__(self):
         self.calls = []
 
-    def fused_attention(self, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, *,
-                        num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
-                        inner_precise, beta, precision):
+    def fused_attention(self, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table,
+                        *, num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
+                        inner_precise, block_size, beta, precision):
         self.calls.append(dict(input_layout=input_layout, lengths=(actual_seq_lengths, actual_seq_lengths_kv),
-                               sparse_mode=sparse_mode, mask=atten_mask))
+                               sparse_mode=sparse_mode, mask=atten_mask, block_table=block_table,
+                               block_size=block_size))
         assert inner_precise == 0
         assert actual_seq_lengths is None or isinstance(actual_seq_lengths, list)
+        assert block_table is None or (block_table.dtype == torch.int32 and block_table.is_contiguous())
         call = npu.KernelCall(query, key, value, atten_mask,
                               None if actual_seq_lengths is None else tuple(actual_seq_lengths),
                               None if actual_seq_lengths_kv is None else tuple(actual_seq_lengths_kv),
                               dict(num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens,
                                    input_layout=input_layout, num_key_value_heads=num_key_value_heads,
-                                   sparse_mode=sparse_mode, beta=beta, precision=precision))
+                                   sparse_mode=sparse_mode, beta=beta, precision=precision, block_size=block_size),
+                              block_table)
         out, lse, _ = npu.launch_host_model(call)
         return out, lse[..., None]
 
@@ -141,6 +145,26 @@ def test_the_extension_receives_what_the_host_model_runs(monkeypatch):
     want, want_lse, _ = npu.launch_host_model(call)
     assert overflow is None and stand_in.calls[0]["input_layout"] == "BSH" and stand_in.calls[0]["sparse_mode"] == 3
     assert stand_in.calls[0]["lengths"] == ([70, 33], [200, 150])
+    assert torch.equal(out, want) and torch.equal(lse[..., 0], want_lse)
+
+
+@needs_host_model
+def test_the_extension_receives_the_block_table_natively(monkeypatch):
+    """PageAttention: the extension gets the caches, the int32 table and block_size (no gathered copy)."""
+    stand_in = _ExtensionStandIn()
+    monkeypatch.setattr(npu, "_ext", lambda: stand_in)
+    g = torch.Generator().manual_seed(4)
+    b, n, nkv, d, page = 2, 4, 2, 32, 48
+    q = torch.randn(b, 1, n * d, generator=g).half()
+    kc, vc = (torch.randn(6, page, nkv * d, generator=g).half() for _ in range(2))
+    table = torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=torch.int64)  # int64 in: int32 to the op
+    problem = make_problem(q, kc, vc, block_table=table, block_size=page, actual_seq_lengths_kv=[130, 97],
+                           num_heads=n, num_key_value_heads=nkv, input_layout="BSH", precision="pasa")
+    call = npu.kernel_call(problem)
+    out, lse, _ = npu.launch_extension(call)
+    want, want_lse, _ = npu.launch_host_model(call)
+    sent = stand_in.calls[0]
+    assert sent["block_size"] == page and torch.equal(sent["block_table"], table.int())
     assert torch.equal(out, want) and torch.equal(lse[..., 0], want_lse)
 
 

@@ -1,5 +1,6 @@
 """The Triton kernel on a CUDA GPU: golden model (the reference backend's loop, on the GPU) and float64
-over shapes with tails, GQA, masks, decode and inputs that overflow FP16 FlashAttention.
+over shapes with tails, GQA, masks, decode and inputs that overflow FP16 FlashAttention; PageAttention
+prefill against the dense kernel (bit for bit) and float64.
 
 CI has no GPU: every case here is skipped there. On the GPU machine:
     PYTHONPATH=python python3 -m pytest -q tests/test_triton_gpu.py
@@ -111,3 +112,75 @@ def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
     for kw in (dict(precision="fp16"), dict(precision="pasa_fp32", block_kv=48)):
         interface.fused_attention(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD", **kw)
     assert len(calls) == 1
+
+
+# --- PageAttention prefill: the caches read through the table by the pre-passes and the kernel ---
+
+from test_paged import COMPRESSED, TRITON_BOUNDS, _inputs, _paged  # noqa: E402
+
+#: FIA's page lengths around the kernel's 128-key block: below (16), equal (128), above (512), and
+#: lengths a KV block straddles (48, 144); each with one of the two cache layouts.
+PAGES = [(16, True), (48, False), (128, True), (144, False), (512, True)]
+
+
+def _paged_pair(q, k, v, kv_lens, page, four_d, precision, seed, **extra):
+    """The paged Triton call on shuffled caches (batch 1 sharing batch 0's first page, so its dense keys
+    are made to say the same) and the dense Triton call on the same keys, both on the GPU."""
+    import numpy as np
+
+    kc, vc, table = _paged(k, v, kv_lens, page, np.random.default_rng(seed), four_d, share=True)
+    k[1, :, :page], v[1, :, :page] = k[0, :, :page], v[0, :, :page]
+    n, d = q.shape[1], q.shape[3]
+    kw = dict(num_heads=n, num_key_value_heads=k.shape[1], input_layout="BNSD", scale=d ** -0.5,
+              softmax_lse_flag=True, actual_seq_lengths_kv=kv_lens, precision=precision, backend="triton", **extra)
+    q, k, v, kc, vc, table = (t.cuda() for t in (q, k, v, kc, vc, table))
+    paged = interface.fused_attention(q, kc, vc, block_table=table, block_size=page, **kw)
+    return paged, interface.fused_attention(q, k, v, **kw), (q, k, v)
+
+
+def _check_rows_float64(out, lse, q, k, v, q_lens, kv_lens, precision, mask_of):
+    """Batch i's first q_lens[i] rows against float64 within test_paged's bounds; the rest FIA's padding."""
+    err_bound, lse_bound = TRITON_BOUNDS[precision]
+    for i, (r, c) in enumerate(zip(q_lens, kv_lens)):
+        assert torch.all(out[i, :, r:] == 0) and torch.all(lse[i, :, r:] == float("inf"))
+        ref, ref_lse = ref64(q[i:i + 1, :, :r], k[i:i + 1, :, :c], v[i:i + 1, :, :c], q.shape[-1] ** -0.5,
+                             mask_of(i, r, c).to(q.device))
+        err = rel_rmse(out[i:i + 1, :, :r], ref)
+        assert err < err_bound, (precision, i, err)
+        live = torch.isfinite(ref_lse)
+        if lse_bound is not None:
+            lse_err = float((lse[i:i + 1, :, :r, 0].double() - ref_lse)[live].abs().max())
+            assert lse_err < lse_bound, (precision, i, lse_err)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("page, four_d", PAGES)
+def test_paged_prefill_equals_dense_bit_for_bit(page, four_d, precision):
+    """Prefill from a paged cache: 300 queries (per batch 300, 200, 77) over 1100, 700, 333 keys, GQA 4:1,
+    D = 128, bottom-right causal, shuffled pages with a shared first page and partial last pages. Every
+    batch's dense call tiles its rows alike (128-row tiles, more than one per KV head: PASA's pre-pass),
+    so the paged result equals the dense Triton result bit for bit; valid rows within float64 bounds."""
+    b, n, nkv, s1, d = 3, 8, 2, 300, 128
+    kv_lens, q_lens = [1100, 700, 333], [300, 200, 77]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=page, mean=2.0)
+    (out, lse), (dense, dense_lse), (q, k, v) = _paged_pair(
+        q, k, v, kv_lens, page, four_d, precision, page, actual_seq_lengths=q_lens, sparse_mode=3,
+        atten_mask=COMPRESSED.cuda())
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_rows_float64(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        lambda i, r, c: torch.ones(r, c, dtype=torch.bool).triu(c - r + 1))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
+def test_paged_prefill_user_mask_equals_dense(precision):
+    """A full atten_mask (sparse_mode 0, (B, 1, S1, S2)) with per-batch query and key lengths on pages of 144
+    (3-D layout): equal to the dense Triton result bit for bit, within float64 bounds."""
+    b, n, nkv, s1, d, page = 2, 8, 2, 256, 128, 144
+    kv_lens, q_lens = [900, 500], [256, 150]
+    q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=3, mean=2.0)
+    mask = torch.rand(b, 1, s1, 2048, generator=torch.Generator().manual_seed(3)) < 0.2  # past the table's reach
+    (out, lse), (dense, dense_lse), (q, k, v) = _paged_pair(
+        q, k, v, kv_lens, page, False, precision, 3, actual_seq_lengths=q_lens, atten_mask=mask.cuda())
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_rows_float64(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        lambda i, r, c: mask[i:i + 1, :, :r, :c])

@@ -33,8 +33,8 @@
 // uint8_t* in the host model.
 #define PASA_KERNEL_ENTRY(name)                                                                           \
     extern "C" void name(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,               \
-                         uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv, uint8_t* attentionOut, \
-                         uint8_t* softmaxLse, uint8_t* workspace, uint8_t* tiling)
+                         uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv, uint8_t* blockTable,   \
+                         uint8_t* attentionOut, uint8_t* softmaxLse, uint8_t* workspace, uint8_t* tiling)
 PASA_KERNEL_ENTRY(pasa_fused_attention_aic);
 PASA_KERNEL_ENTRY(pasa_fused_attention_aiv);
 #undef PASA_KERNEL_ENTRY
@@ -102,7 +102,7 @@ void CheckArray(const char* name, const py::array& a, const char* dtype) {
 // tiling input built from them.
 struct Call {
     py::array query, key, value;
-    std::optional<py::array> mask, actualSeqQ, actualSeqKv;
+    std::optional<py::array> mask, actualSeqQ, actualSeqKv, blockTable;
     pasa::TilingInput in;
 };
 
@@ -116,13 +116,13 @@ std::vector<int64_t> Lengths(const char* name, const std::optional<py::array>& a
 
 Call MakeCall(py::array query, py::array key, py::array value, std::optional<py::array> mask,
               std::optional<py::array> actualSeqQ, std::optional<py::array> actualSeqKv,
-              const std::string& inputLayout, int64_t numHeads, int64_t numKeyValueHeads, double scale,
-              double beta, int64_t sparseMode, int64_t preTokens, int64_t nextTokens,
-              const std::string& precision) {
+              std::optional<py::array> blockTable, const std::string& inputLayout, int64_t numHeads,
+              int64_t numKeyValueHeads, double scale, double beta, int64_t sparseMode, int64_t preTokens,
+              int64_t nextTokens, const std::string& precision, int64_t blockSize) {
     CheckArray("query", query, "float16");
     CheckArray("key", key, "float16");
     CheckArray("value", value, "float16");
-    Call c{query, key, value, mask, actualSeqQ, actualSeqKv, {}};
+    Call c{query, key, value, mask, actualSeqQ, actualSeqKv, blockTable, {}};
     pasa::TilingInput& in = c.in;
     in.queryShape = ShapeOf(query);
     in.keyShape = ShapeOf(key);
@@ -142,6 +142,11 @@ Call MakeCall(py::array query, py::array key, py::array value, std::optional<py:
     }
     in.actualSeqLengths = Lengths("actual_seq_lengths", actualSeqQ);
     in.actualSeqLengthsKv = Lengths("actual_seq_lengths_kv", actualSeqKv);
+    if (blockTable) {
+        CheckArray("block_table", *blockTable, "int32");
+        in.blockTableShape = ShapeOf(*blockTable);
+    }
+    in.blockSize = blockSize;
     in.precision = precision;
     return c;
 }
@@ -151,6 +156,18 @@ pasa::TilingResult Tiling(const pasa::TilingInput& in) {
         return pasa::ComputeTiling(in);
     } catch (const std::invalid_argument& e) {
         throw py::value_error(std::string("pasa::ComputeTiling: ") + e.what());
+    }
+}
+
+// PageAttention: the table entries the kernel will read must name pages of the caches (the launch
+// would read outside key/value otherwise). The tiling has already checked the table's shape.
+void CheckTable(const Call& c, const PasaTilingData& t) {
+    if (!c.blockTable) return;
+    try {
+        pasa::CheckBlockTable(t, static_cast<const int32_t*>(c.blockTable->data()), c.in.actualSeqLengthsKv,
+                              c.in.keyShape[0]);
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
     }
 }
 
@@ -169,6 +186,7 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(baseK) PASA_FIELD(sparseMode) PASA_FIELD(hasMask) PASA_FIELD(bandMode) PASA_FIELD(preTokens)
     PASA_FIELD(nextTokens) PASA_FIELD(maskBatch) PASA_FIELD(maskHeads) PASA_FIELD(maskBatchStride)
     PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv)
+    PASA_FIELD(hasBlockTable) PASA_FIELD(pageSize) PASA_FIELD(maxBlocksPerSeq) PASA_FIELD(kvPageStride)
     PASA_FIELD(blockDim) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
     PASA_FIELD(tasksPerCore) PASA_FIELD(prepassItems) PASA_FIELD(prepassPerCore) PASA_FIELD(combineRowsPerAiv)
     PASA_FIELD(wsStatusOffset) PASA_FIELD(wsKShiftOffset) PASA_FIELD(wsCoreOffset) PASA_FIELD(wsCoreStride)
@@ -252,6 +270,7 @@ ascendc_model::CostTable CostTableFrom(const py::dict& d) {
 py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py::list* counters = nullptr) {
     const pasa::TilingResult r = Tiling(c.in);
     const PasaTilingData& t = r.data;
+    CheckTable(c, t);
 
     GmBuffer q("query", c.query.nbytes(), c.query.data());
     GmBuffer k("key", c.key.nbytes(), c.key.data());
@@ -259,6 +278,7 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     auto mask = OptionalInput("atten_mask", c.mask);
     auto seqQ = OptionalInput("actual_seq_lengths", c.actualSeqQ);
     auto seqKv = OptionalInput("actual_seq_lengths_kv", c.actualSeqKv);
+    auto table = OptionalInput("block_table", c.blockTable);
     GmBuffer out("attention_out", c.query.nbytes());
     const size_t lseCount = size_t(t.batch) * t.numHeads * t.seqQ;
     GmBuffer lse("softmax_lse", lseCount * sizeof(float));
@@ -283,23 +303,24 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
                 cfg,
                 [&] {
                     pasa_fused_attention_aic(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
-                                             out.data(), lse.data(), ws.data(), tiling.data());
+                                             ptr(table), out.data(), lse.data(), ws.data(), tiling.data());
                 },
                 [&] {
                     pasa_fused_attention_aiv(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
-                                             out.data(), lse.data(), ws.data(), tiling.data());
+                                             ptr(table), out.data(), lse.data(), ws.data(), tiling.data());
                 });
         } catch (const ascendc_model::Error& e) {
             throw std::runtime_error(std::string("host model: pasa_fused_attention failed: ") + e.what());
         }
     }
     for (const GmBuffer* b : {&q, &k, &v, &out, &lse, &ws, &tiling}) b->CheckGuards();
-    for (const auto* b : {&mask, &seqQ, &seqKv})
+    for (const auto* b : {&mask, &seqQ, &seqKv, &table})
         if (*b) (*b)->CheckGuards();
     q.CheckUnchanged(c.query.data());
     k.CheckUnchanged(c.key.data());
     v.CheckUnchanged(c.value.data());
     if (mask) mask->CheckUnchanged(c.mask->data());
+    if (table) table->CheckUnchanged(c.blockTable->data());
 
     py::array outArr(py::dtype("float16"), ShapeOf(c.query));
     std::memcpy(outArr.mutable_data(), out.data(), out.bytes());
@@ -316,14 +337,17 @@ void DefCall(py::module_& m, const char* name, F f, const char* doc) {
     m.def(
         name,
         [f](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
-            std::optional<py::array> skv, const std::string& layout, int64_t n, int64_t nkv, double scale, double beta,
-            int64_t sparse, int64_t pre, int64_t next, const std::string& precision) {
-            return f(MakeCall(q, k, v, mask, sq, skv, layout, n, nkv, scale, beta, sparse, pre, next, precision));
+            std::optional<py::array> skv, std::optional<py::array> table, const std::string& layout, int64_t n,
+            int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre, int64_t next,
+            const std::string& precision, int64_t blockSize) {
+            return f(MakeCall(q, k, v, mask, sq, skv, table, layout, n, nkv, scale, beta, sparse, pre, next, precision,
+                              blockSize));
         },
         doc, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
-        py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(), py::kw_only(),
-        py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
-        py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"));
+        py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
+        py::arg("block_table") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),
+        py::arg("num_key_value_heads"), py::arg("scale"), py::arg("beta"), py::arg("sparse_mode"),
+        py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"), py::arg("block_size") = 0);
 }
 
 // run() with the cost model: the same arguments and a `cost` dict (the CostTable fields in snake_case).
@@ -331,12 +355,13 @@ void DefCount(py::module_& m) {
     m.def(
         "count",
         [](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
-           std::optional<py::array> skv, const std::string& layout, int64_t n, int64_t nkv, double scale, double beta,
-           int64_t sparse, int64_t pre, int64_t next, const std::string& precision, const py::dict& cost,
-           uint32_t aiCores) {
+           std::optional<py::array> skv, std::optional<py::array> blockTable, const std::string& layout, int64_t n,
+           int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre, int64_t next,
+           const std::string& precision, int64_t blockSize, const py::dict& cost, uint32_t aiCores) {
             const ascendc_model::CostTable table = CostTableFrom(cost);
             py::list counters;
-            Call call = MakeCall(q, k, v, mask, sq, skv, layout, n, nkv, scale, beta, sparse, pre, next, precision);
+            Call call = MakeCall(q, k, v, mask, sq, skv, blockTable, layout, n, nkv, scale, beta, sparse, pre, next,
+                                 precision, blockSize);
             if (aiCores > 0) {  // a smaller machine, so a reduced problem keeps the per-core work it is scaled from
                 call.in.platform.aicNum = aiCores;
                 call.in.platform.aivNum = 2 * aiCores;
@@ -348,9 +373,10 @@ void DefCount(py::module_& m) {
         "ai_cores > 0 tiles for that many AI cores instead of the A2's 24. "
         "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first).",
         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
-        py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(), py::kw_only(),
-        py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
-        py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"),
+        py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
+        py::arg("block_table") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),
+        py::arg("num_key_value_heads"), py::arg("scale"), py::arg("beta"), py::arg("sparse_mode"),
+        py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"), py::arg("block_size") = 0,
         py::arg("cost"), py::arg("ai_cores") = 0);
 }
 
@@ -360,7 +386,8 @@ PYBIND11_MODULE(_npu_host_model, m) {
     m.doc() = "The AscendC kernel pasa_fused_attention on the host functional model (CPU threads, not an NPU). "
               "Use pasa_npu.npu_host_model.run, which checks FIA's arguments and prepares these.";
     DefCall(m, "run", [](const Call& c) { return Run(c); },
-            "Launch the kernel: FP16 query/key/value (C-contiguous, the layout's shape), uint8 mask (1|B, 1|N, MS1, "
+            "Launch the kernel: FP16 query/key/value (C-contiguous, the layout's shape; with an int32 block_table "
+            "(B, max_blocks_per_seq) and block_size, key/value are the paged caches), uint8 mask (1|B, 1|N, MS1, "
             "MS2) or None, int64 per-batch lengths or None; beta < 0 = the kernel's default. Returns "
             "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1), overflow: the kernel's "
             "status words report an Inf in S').");
@@ -368,6 +395,25 @@ PYBIND11_MODULE(_npu_host_model, m) {
     DefCall(m, "tiling", [](const Call& c) { return TilingDict(Tiling(c.in)); },
             "pasa::ComputeTiling for the same arguments as run(), as a dict (tiling_key, block_dim, "
             "workspace_bytes and every PasaTilingData field).");
+    m.def(
+        "core_task_ids",
+        [](uint32_t blockDim, uint32_t totalTasks, uint32_t tasksPerCore) {
+            PasaTilingData t{};
+            t.blockDim = blockDim;
+            t.totalTasks = totalTasks;
+            t.tasksPerCore = tasksPerCore;
+            std::vector<std::vector<uint32_t>> cores(blockDim);
+            for (uint32_t c = 0; c < blockDim; ++c)
+                for (uint32_t k = 0; k < tasksPerCore; ++k) {
+                    const uint32_t id = PasaCoreTaskId(t, c, k);
+                    if (id == totalTasks) break;
+                    cores[c].push_back(id);
+                }
+            return cores;
+        },
+        py::arg("block_dim"), py::arg("total_tasks"), py::arg("tasks_per_core"),
+        "The task ids each AI core runs, in order (PasaCoreTaskId of op_kernel/pasa_tiling_data.h), for a tiling "
+        "with these fields.");
     m.def("default_beta", &pasa::DefaultBeta, py::arg("block_kv"), py::arg("scale"),
           "pasa::DefaultBeta: the C++ port of pasa_npu.beta.default_beta (scale <= 0: no scale).");
 }

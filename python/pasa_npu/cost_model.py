@@ -26,6 +26,7 @@ import math
 import sys
 
 import numpy as np
+import torch
 
 from . import npu_host_model
 from .precision import ALLOCATIONS
@@ -135,16 +136,33 @@ def _inputs(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, layout, see
     return make(num_heads, seq_q), make(num_kv_heads, seq_kv), make(num_kv_heads, seq_kv)
 
 
+def _paged_inputs(batch, num_kv_heads, seq_kv, head_dim, layout, page_size, seed=0):
+    """PageAttention's caches for ``batch`` sequences of ``seq_kv`` keys in shuffled pages (the layout
+    FIA pairs with the query's: (num_blocks, Nkv, page, D) for BNSD, (num_blocks, page, Nkv·D) otherwise)
+    and the block-table arguments."""
+    rng = np.random.default_rng(seed)
+    pages = -(-seq_kv // page_size)
+    blocks = batch * pages
+    shape = (blocks, num_kv_heads, page_size, head_dim) if layout == "BNSD" else (blocks, page_size,
+                                                                                   num_kv_heads * head_dim)
+    k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(2))
+    table = torch.from_numpy(rng.permutation(blocks).astype(np.int32).reshape(batch, pages))
+    return k, v, dict(block_table=table, block_size=page_size, actual_seq_lengths_kv=[seq_kv] * batch)
+
+
 def _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, *, layout, precision, sparse_mode, costs,
-           ai_cores=0):
+           ai_cores=0, page_size=0):
     q, k, v = _inputs(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, layout)
+    paged = {}
+    if page_size:
+        k, v, paged = _paged_inputs(batch, num_kv_heads, seq_kv, head_dim, layout, page_size)
     mask = None
     if sparse_mode in (2, 3):  # FIA's compressed causal mask
         mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1)
     _, _, counters = npu_host_model.count(
         q, k, v, cost=costs, ai_cores=ai_cores, atten_mask=mask, num_heads=num_heads,
         num_key_value_heads=num_kv_heads, input_layout=layout, scale=1.0 / math.sqrt(head_dim),
-        sparse_mode=sparse_mode, precision=precision)
+        sparse_mode=sparse_mode, precision=precision, **paged)
     return counters
 
 
@@ -173,8 +191,10 @@ def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifte
 
 def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int, head_dim: int, *,
           layout: str = "BNSD", precision: str = "pasa", sparse_mode: int = 0, costs: dict | None = None,
-          full_run_limit: int = FULL_RUN_LIMIT) -> Result:
-    """Modelled time of ``fused_attention`` on the A2 for these FIA arguments (see the module docstring)."""
+          full_run_limit: int = FULL_RUN_LIMIT, page_size: int = 0) -> Result:
+    """Modelled time of ``fused_attention`` on the A2 for these FIA arguments (see the module docstring).
+    ``page_size`` > 0: key and value in PageAttention caches of that page length, each sequence's pages
+    shuffled (full runs only)."""
     costs = dict(A2_COSTS if costs is None else costs)
     if sparse_mode not in (0, 2, 3):
         raise ValueError("the cost model takes sparse_mode 0 (no mask), 2 or 3 (causal)")
@@ -185,12 +205,14 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
     kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
     if batch * num_heads * nq * nkb <= full_run_limit:
-        counters = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw)
+        counters = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw, page_size=page_size)
         ovl, ser = _clocks(counters)
         return Result(ovl / CLOCK_HZ, ser / CLOCK_HZ, flops, _busiest(counters, True), _busiest(counters, False),
                       "full run on the host model", hbm)
     if seq_q == 1:
         raise ValueError("decode shapes too large for a full run are not scaled (split-KV changes the schedule)")
+    if page_size:
+        raise ValueError("paged shapes too large for a full run are not scaled")
     # Reduced runs on one AI core (ai_cores=1): one head, one or two query blocks, the full KV length.
     # T(1 task) = P + t(nb), T(2 tasks) = P + 2 t(nb): t(nb) per task, P the pre-pass of nkb K' blocks
     # (FlashAttention: no pre-pass, P is the launch's fixed cost, once per core).
@@ -214,17 +236,18 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
         slope = (per_task_full - (h2 - h1)) / max(1, nkb - half)
         def per_task(nb):
             return per_task_full - slope * (nkb - nb)
-    # The full launch: tasks (b, n, query block) in order, tasksPerCore consecutive ones per core.
+    # The full launch: tasks (b, n, query block), dealt to the cores as the kernel deals them.
     tasks = batch * num_heads * nq
     per_core = -(-tasks // AI_CORES)
     block_dim = -(-tasks // per_core)
+    core_tasks = npu_host_model.core_task_ids(block_dim, tasks, per_core)
     prepass_items = -(-(batch * num_kv_heads * nkb) // block_dim) if shifted else 0
     core_fixed = fixed / nkb * prepass_items if shifted else fixed
     core_time = np.zeros(2)
     diag = seq_kv - seq_q if sparse_mode == 3 else 0
     for core in range(block_dim):
         total = core_fixed
-        for task in range(core * per_core, min((core + 1) * per_core, tasks)):
+        for task in core_tasks[core]:
             qb = task % nq
             last_row = min(seq_q, (qb + 1) * bq)
             nb = max(0, min(nkb, -(-(last_row + diag) // 128))) if skips_masked_blocks else nkb
@@ -236,7 +259,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     fixed_kind, prepass = ("per-K'-block", f" + {prepass_items} K' blocks each") if shifted else ("fixed", "")
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
               f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if skips_masked_blocks else ''}) -> per-task and "
-              f"{fixed_kind} times; full launch = {block_dim} cores x {per_core} tasks{prepass}; "
+              f"{fixed_kind} times; full launch = {block_dim} cores x at most {per_core} tasks{prepass}; "
               f"pipe cycles are one task's ({nkb} KV blocks)")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 
@@ -269,6 +292,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="BNSD", choices=npu_host_model.LAYOUTS)
     ap.add_argument("--precision", default="pasa", choices=npu_host_model.PRECISIONS)
     ap.add_argument("--sparse-mode", type=int, default=0, choices=(0, 2, 3))
+    ap.add_argument("--page-size", type=int, default=0,
+                    help="PageAttention: key/value in caches of this page length, pages shuffled (0: dense)")
     ap.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
                     help="override a unit cost (keys: " + ", ".join(A2_COSTS) + ")")
     args = ap.parse_args(argv)
@@ -288,11 +313,13 @@ def main(argv=None) -> int:
     else:
         shape = (args.batch, args.num_heads, args.num_kv_heads or args.num_heads, args.seq_q,
                  args.seq_kv or args.seq_q, args.head_dim)
-        cases = [("call", shape, args.precision)]
+        name = f"call, pages of {args.page_size} (shuffled)" if args.page_size else "call"
+        cases = [(name, shape, args.precision)]
     results = {}
     for name, shape, prec in cases:
         r = model(*shape, layout=args.layout, precision=prec,
-                  sparse_mode=0 if args.paper else args.sparse_mode, costs=costs)
+                  sparse_mode=0 if args.paper else args.sparse_mode, costs=costs,
+                  page_size=0 if args.paper else args.page_size)
         results[name, prec] = r
         print(_row(name, shape, prec, r))
         print(f"|  | method: {r.method}; unique HBM traffic alone: {r.hbm_bound_seconds * 1e3:.3f} ms | | | | |")

@@ -37,7 +37,8 @@ def run(query, key, value, **fia_kwargs):
 
     Arguments are those of :func:`pasa_npu.fused_attention` (without ``backend`` and
     ``safety_net``), restricted to what the kernel implements (layouts BNSD, BSH, BSND, BNSD_BSND;
-    the allocations whose ``kernel_key`` is set; block_kv 128). ``query``, ``key``, ``value`` (and
+    the allocations whose ``kernel_key`` is set; block_kv 128; PageAttention's ``block_table`` and
+    ``block_size`` with its caches as ``key``/``value``). ``query``, ``key``, ``value`` (and
     ``atten_mask``) are all NumPy arrays or all CPU torch tensors. The default precision is
     fused_attention's.
 
@@ -93,6 +94,12 @@ def tiling(query, key, value, **fia_kwargs) -> dict:
     if problem.query.numel() == 0 or problem.s2 == 0:
         raise ValueError("the tiling takes B, S1, S2 >= 1: empty query or key/value tensors have no tiling")
     return _npu.tiling(_npu.kernel_call(problem))
+
+
+def core_task_ids(block_dim: int, total_tasks: int, tasks_per_core: int) -> list[list[int]]:
+    """The task ids each AI core runs, in order, for a tiling with these fields (the kernel's own
+    dealing, ``PasaCoreTaskId``); a task id is ((b·N + n)·numQBlocks + query block)·kvSplits + split."""
+    return _npu.host_model().core_task_ids(block_dim, total_tasks, tasks_per_core)
 
 
 def default_beta(block_kv: int, scale: float) -> float:

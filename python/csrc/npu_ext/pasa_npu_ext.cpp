@@ -33,9 +33,10 @@ namespace {
 // aclnnStatus is an int32 status code; spelled out so that no aclnn header beyond acl_meta.h is needed.
 using GetWorkspaceSizeFn = int32_t (*)(
     const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* attenMaskOptional,
-    const aclIntArray* actualSeqLengthsOptional, const aclIntArray* actualSeqLengthsKvOptional, int64_t numHeads,
-    double scale, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
-    int64_t sparseMode, int64_t innerPrecise, bool softmaxLseFlag, double beta, char* precision,
+    const aclIntArray* actualSeqLengthsOptional, const aclIntArray* actualSeqLengthsKvOptional,
+    const aclTensor* blockTableOptional, int64_t numHeads, double scale, int64_t preTokens, int64_t nextTokens,
+    char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize,
+    bool softmaxLseFlag, double beta, char* precision,
     const aclTensor* attentionOutOut, const aclTensor* softmaxLseOut, uint64_t* workspaceSize,
     aclOpExecutor** executor);
 using RunFn = int32_t (*)(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);
@@ -104,6 +105,7 @@ aclDataType AclType(const at::Tensor& t) {
         case at::kBool: return ACL_BOOL;
         case at::kByte: return ACL_UINT8;
         case at::kChar: return ACL_INT8;
+        case at::kInt: return ACL_INT32;
         default: TORCH_CHECK(false, "pasa_npu._npu_ext: unsupported dtype ", t.scalar_type());
     }
 }
@@ -116,13 +118,16 @@ aclTensor* Describe(const at::Tensor& t) {
 }
 
 // (attention_out, softmax_lse (B, N, S1, 1) FP32) of the deployed op. Inputs are checked and normalised by
-// python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling).
+// python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling). PageAttention:
+// blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
+// entries stay on the device unchecked, as FIA leaves them (pasa_npu's check_inputs checks them before).
 std::tuple<at::Tensor, at::Tensor> FusedAttention(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const c10::optional<at::Tensor>& attenMask,
     const c10::optional<std::vector<int64_t>>& actualSeqLengths,
-    const c10::optional<std::vector<int64_t>>& actualSeqLengthsKv, int64_t numHeads, double scale,
-    int64_t preTokens, int64_t nextTokens, std::string inputLayout, int64_t numKeyValueHeads, int64_t sparseMode,
-    int64_t innerPrecise, double beta, std::string precision) {
+    const c10::optional<std::vector<int64_t>>& actualSeqLengthsKv, const c10::optional<at::Tensor>& blockTable,
+    int64_t numHeads, double scale, int64_t preTokens, int64_t nextTokens, std::string inputLayout,
+    int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, double beta,
+    std::string precision) {
     const OpApi& api = Api();
     TORCH_CHECK(api.getWorkspaceSize != nullptr,
                 "pasa_npu: aclnnPasaFusedAttention not found in any libcust_opapi.so of ASCEND_CUSTOM_OPP_PATH or "
@@ -130,6 +135,8 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
                 "set_env.bash");
     for (const at::Tensor* t : {&query, &key, &value})
         TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kHalf, "pasa_npu._npu_ext: contiguous FP16 inputs");
+    TORCH_CHECK(!blockTable.has_value() || (blockTable->is_contiguous() && blockTable->scalar_type() == at::kInt),
+                "pasa_npu._npu_ext: block_table must be a contiguous int32 tensor");
 
     at::Tensor out = at::empty_like(query);
     int64_t b, n, s1;
@@ -144,6 +151,7 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
     aclTensor* k = Describe(key);
     aclTensor* v = Describe(value);
     aclTensor* m = attenMask.has_value() ? Describe(attenMask->contiguous()) : nullptr;
+    aclTensor* bt = blockTable.has_value() ? Describe(*blockTable) : nullptr;
     aclIntArray* lq = actualSeqLengths ? aclCreateIntArray(actualSeqLengths->data(), actualSeqLengths->size()) : nullptr;
     aclIntArray* lk = actualSeqLengthsKv ? aclCreateIntArray(actualSeqLengthsKv->data(), actualSeqLengthsKv->size())
                                          : nullptr;
@@ -152,9 +160,9 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
 
     uint64_t wsSize = 0;
     aclOpExecutor* executor = nullptr;
-    int32_t st = api.getWorkspaceSize(q, k, v, m, lq, lk, numHeads, scale, preTokens, nextTokens,
-                                          inputLayout.data(), numKeyValueHeads, sparseMode, innerPrecise,
-                                          /*softmaxLseFlag=*/true, beta, precision.data(), o, l, &wsSize, &executor);
+    int32_t st = api.getWorkspaceSize(q, k, v, m, lq, lk, bt, numHeads, scale, preTokens, nextTokens,
+                                      inputLayout.data(), numKeyValueHeads, sparseMode, innerPrecise, blockSize,
+                                      /*softmaxLseFlag=*/true, beta, precision.data(), o, l, &wsSize, &executor);
     TORCH_CHECK(st == 0, "aclnnPasaFusedAttentionGetWorkspaceSize failed (", st, "): ", aclGetRecentErrMsg());
     at::Tensor workspace;  // freed by the caching allocator only after the stream has used it
     void* wsPtr = nullptr;
@@ -167,7 +175,7 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
     auto launch = [=]() -> int {
         int32_t rc = run(wsPtr, wsSize, executor, stream);
         TORCH_CHECK(rc == 0, "aclnnPasaFusedAttention failed (", rc, "): ", aclGetRecentErrMsg());
-        for (aclTensor* t : {q, k, v, m, o, l})
+        for (aclTensor* t : {q, k, v, m, bt, o, l})
             if (t != nullptr) aclDestroyTensor(t);
         if (lq != nullptr) aclDestroyIntArray(lq);
         if (lk != nullptr) aclDestroyIntArray(lk);
@@ -186,9 +194,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
     mod.doc() = "PasaFusedAttention custom op (AscendC, CANN) for torch_npu tensors";
     mod.def("fused_attention", &FusedAttention, py::arg("query"), py::arg("key"), py::arg("value"),
             py::arg("atten_mask") = py::none(), py::arg("actual_seq_lengths") = py::none(),
-            py::arg("actual_seq_lengths_kv") = py::none(), py::arg("num_heads"), py::arg("scale"),
-            py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("input_layout"), py::arg("num_key_value_heads"),
-            py::arg("sparse_mode"), py::arg("inner_precise"), py::arg("beta"), py::arg("precision"));
+            py::arg("actual_seq_lengths_kv") = py::none(), py::arg("block_table") = py::none(), py::arg("num_heads"),
+            py::arg("scale"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("input_layout"),
+            py::arg("num_key_value_heads"), py::arg("sparse_mode"), py::arg("inner_precise"), py::arg("block_size"),
+            py::arg("beta"), py::arg("precision"));
     // Where the op was found ("" if nowhere): is_available() reports it.
     mod.def("op_library", [] { return Api().path; });
 }

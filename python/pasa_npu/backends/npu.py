@@ -1,8 +1,9 @@
 """The ``npu`` backend: the AscendC kernel (``op_kernel/``, the CANN custom op ``PasaFusedAttention``).
 
 The problem goes to the kernel natively: its layout (BNSD, BSH, BSND; BNSD_BSND as BNSD), the
-per-batch lengths, the sparse mode with pre/next tokens, and the user's mask — the kernel's own
-paths for each, not a normalised stand-in. Two executors run the same call:
+per-batch lengths, the sparse mode with pre/next tokens, the user's mask, and PageAttention's caches
+with their block table (the kernel reads each key block through the table; nothing is gathered) — the
+kernel's own paths for each, not a normalised stand-in. Two executors run the same call:
 
 * NPU tensors: the torch_npu extension ``pasa_npu._npu_ext`` (python/csrc/npu_ext/) calls the op
   deployed by ``scripts/build_and_deploy.sh`` through aclnn. It needs an Ascend NPU, CANN and
@@ -38,8 +39,10 @@ _NPU_DEVICE_TYPES = ("npu", "privateuseone")
 
 @dataclass(frozen=True)
 class KernelCall:
-    """The op's FIA-level arguments for one problem: contiguous FP16 tensors in ``input_layout``, the
-    user's mask as (1|B, 1|N, S1, S2) bool or None, per-batch lengths or None, and the attributes."""
+    """The op's FIA-level arguments for one problem: contiguous FP16 tensors in ``input_layout`` (key
+    and value: the paged caches where there is a block table), the user's mask as (1|B, 1|N, S1, S2)
+    bool or None, per-batch lengths or None, the attributes (``block_size``: the page length, 0 without
+    a table), and PageAttention's (B, max_blocks_per_seq) int32 table or None."""
 
     query: torch.Tensor
     key: torch.Tensor
@@ -48,6 +51,7 @@ class KernelCall:
     actual_seq_lengths: tuple[int, ...] | None
     actual_seq_lengths_kv: tuple[int, ...] | None
     attrs: dict
+    block_table: torch.Tensor | None = None
 
 
 def kernel_call(problem: Problem) -> KernelCall:
@@ -56,10 +60,11 @@ def kernel_call(problem: Problem) -> KernelCall:
     attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=problem.pre_tokens,
                  next_tokens=problem.next_tokens, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
                  sparse_mode=problem.sparse_mode, beta=-1.0 if problem.beta is None else problem.beta,
-                 precision=problem.alloc.name)
+                 precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
+    table = None if problem.block_table is None else problem.block_table.to(torch.int32).contiguous()
     return KernelCall(problem.query.contiguous(), problem.key.contiguous(), problem.value.contiguous(), mask,
-                      problem.q_lens, problem.kv_lens, attrs)
+                      problem.q_lens, problem.kv_lens, attrs, table)
 
 
 class NpuBackend:
@@ -84,8 +89,6 @@ class NpuBackend:
         if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
             return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
                     f"got {problem.input_layout!r}")
-        if problem.paged:
-            return "the AscendC kernel does not walk a block_table yet (PageAttention)"
         if problem.block_kv != KV_BLOCK:
             return (f"the AscendC kernel's KV block is {KV_BLOCK} (its shift matrix and default beta are built "
                     f"for it), got block_kv={problem.block_kv}")
@@ -120,7 +123,7 @@ def launch_extension(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, None
     out, lse = _ext().fused_attention(
         call.query, call.key, call.value, call.atten_mask,
         None if call.actual_seq_lengths is None else list(call.actual_seq_lengths),
-        None if call.actual_seq_lengths_kv is None else list(call.actual_seq_lengths_kv),
+        None if call.actual_seq_lengths_kv is None else list(call.actual_seq_lengths_kv), call.block_table,
         inner_precise=0, **call.attrs)
     return out, lse, None
 
@@ -144,7 +147,8 @@ def host_model_arguments(call: KernelCall):
     lens = [None if x is None else np.asarray(x, np.int64) for x in (call.actual_seq_lengths,
                                                                       call.actual_seq_lengths_kv)]
     mask = None if call.atten_mask is None else call.atten_mask.to(torch.uint8).numpy()
-    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens), call.attrs
+    table = None if call.block_table is None else call.block_table.numpy()
+    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens, table), call.attrs
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,7 +36,7 @@ import torch
 from ..beta import default_beta, shift_entries
 from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
 from ..precision import Allocation, get_allocation
-from ..problem import Job, Problem
+from ..problem import LSE_PADDED_ROW, Job, Problem
 from . import run_jobs
 
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
@@ -189,10 +189,10 @@ def is_available(device: torch.device | None = None) -> bool:
     return (device is None and torch.cuda.is_available()) or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
-def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, int, int, int]:
+def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
     rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
-    depend on it) and free for fp32."""
+    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
@@ -205,8 +205,11 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int) -> tuple[int, i
         block_m, warps, stages = 128, 8, 3
     else:
         block_m, warps, stages = (128, 8, 2) if block_n <= 64 else (64, 8, 2)
-    # Each pipeline stage holds a K and a V tile; with the Q tile they must fit in shared memory.
-    while stages > 1 and stages * 4 * block_n * d_pad + 2 * block_m * d_pad > _SMEM_BYTES:
+    # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
+    # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
+    # must fit in shared memory.
+    stage_bytes = 4 * block_n * d_pad + (block_m * block_n if has_mask else 0)
+    while stages > 1 and stages * stage_bytes + 2 * block_m * d_pad > _SMEM_BYTES:
         stages -= 1
     return block_m, block_n, warps, stages
 
@@ -255,10 +258,11 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     sweep).
 
     PageAttention: with ``block_table`` (B, max_blocks) int32, k and v are caches of pages of ``page``
-    keys, (num_blocks, page, Nkv·D) or (num_blocks, Nkv, page, D), read in place through the table
-    (the shift is fused: the pre-passes do not read tables), and ``kv_info`` (B, 3) int32 on q's device
-    holds each batch's key length and its band (lo, hi) (ignored unless ``band`` is not None, which
-    then only says that there is a band); ``mask`` must be None."""
+    keys, (num_blocks, page, Nkv·D) or (num_blocks, Nkv, page, D), read in place through the table by
+    the pre-passes and the attention kernel (no gathered copy), and ``kv_info`` (B, 4) int32 on q's
+    device holds each batch's query length (rows past it are left unwritten), key length and band
+    (lo, hi) (ignored unless ``band`` is not None, which then only says that there is a band); a
+    ``mask`` broadcasts to (B, N, S1, max_blocks·page), by key position."""
     paged = block_table is not None
     if not is_available(q.device):
         raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
@@ -275,7 +279,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
             raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
                              f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
     if paged:
-        _check_paged(q, k, v, block_table, page, kv_info, mask, shift)
+        _check_paged(q, k, v, block_table, page, kv_info)
     if alloc.row_shifted and not scale > 0:
         raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
     blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
@@ -290,15 +294,14 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
         k_str, v_str = ((t.stride(0), t.stride(1), t.stride(2)) if t.ndim == 4 else (t.stride(0), d, t.stride(1))
                         for t in (k, v))
-        s2 = block_table.shape[1] * page  # the longest any batch can be: sizes the grid's splits
-        shift = "fused"
+        s2 = block_table.shape[1] * page  # the longest any batch can be: sizes the pre-passes and splits
     else:
         nkv, s2 = k.shape[1], k.shape[2]
         k_str, v_str = k.stride()[:3], v.stride()[:3]
         block_table, kv_info = q, q  # pointers the kernel does not read
     g = n // nkv
     d_pad = max(16, _pow2(d))
-    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1)
+    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
     if config is not None:
         block_m, warps, stages, forced_splits = config
     n_blocks = _cdiv(s2, block_n)
@@ -320,14 +323,15 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
     if alloc.shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
-        _launch(_k.shift_keys_kernel, (n_blocks, b, nkv), (k, kp), (s2, *k.stride()[:3], *kp.stride()[:3], shift_a,
-                shift_b), num_warps=4, D=d, D_PAD=d_pad, BLOCK_N=block_n)
+        _launch(_k.shift_keys_kernel, (n_blocks, b, nkv), (k, kp, block_table, kv_info),
+                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], shift_a, shift_b), num_warps=4, D=d,
+                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
     if alloc.row_shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
         uk = torch.empty(b, nkv, n_blocks, 2, d, dtype=torch.float16, device=q.device)
-        _launch(_k.centre_keys_kernel, (n_blocks, b, nkv), (k, kp, uk),
-                (s2, *k.stride()[:3], *kp.stride()[:3], *uk.stride()[:2]), num_warps=4, D=d, D_PAD=d_pad,
-                BLOCK_N=block_n)
+        _launch(_k.centre_keys_kernel, (n_blocks, b, nkv), (k, kp, uk, block_table, kv_info),
+                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], *uk.stride()[:2]), num_warps=4, D=d,
+                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
         # Each tile's frame terms for every block, written and read back by its own program.
         frame = torch.empty(b * nkv, tiles, 2 * n_blocks, block_m, dtype=torch.float32, device=q.device)
     # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
@@ -373,7 +377,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     return out, lse
 
 
-def _check_paged(q, k, v, block_table, page, kv_info, mask, shift):
+def _check_paged(q, k, v, block_table, page, kv_info):
     """The PageAttention arguments of :func:`attention` (a ValueError naming the one that is wrong)."""
     b, _, _, d = q.shape
     if block_table.dtype != torch.int32 or block_table.ndim != 2 or block_table.shape[0] != b \
@@ -382,16 +386,11 @@ def _check_paged(q, k, v, block_table, page, kv_info, mask, shift):
                          f"{block_table.dtype} of shape {tuple(block_table.shape)} on {block_table.device}")
     if not isinstance(page, int) or page < 1:
         raise ValueError(f"page must be a positive int with block_table, got {page!r}")
-    if kv_info is None or kv_info.dtype != torch.int32 or tuple(kv_info.shape) != (b, 3) \
+    if kv_info is None or kv_info.dtype != torch.int32 or tuple(kv_info.shape) != (b, 4) \
             or not kv_info.is_contiguous() or kv_info.device != q.device:
         got = None if kv_info is None else f"{kv_info.dtype} of shape {tuple(kv_info.shape)} on {kv_info.device}"
-        raise ValueError(f"kv_info must be a contiguous ({b}, 3) int32 tensor (key length, band lo, band hi per "
-                         f"batch) on q's device with block_table, got {got}")
-    if mask is not None:
-        raise ValueError("mask must be None with block_table: the paged kernel takes causal and band masks as a "
-                         "band only")
-    if shift == "prepass":
-        raise ValueError("shift='prepass' cannot read a block_table: use shift='fused' (or None) with block_table")
+        raise ValueError(f"kv_info must be a contiguous ({b}, 4) int32 tensor (query length, key length, band lo, "
+                         f"band hi per batch) on q's device with block_table, got {got}")
     for name, t in (("k", k), ("v", v)):
         want = (page, t.shape[2]) if t.ndim == 3 else (t.shape[1], page, d)
         if tuple(t.shape[1:]) != want or (t.ndim == 3 and t.shape[2] % d) or t.shape != k.shape:
@@ -421,8 +420,8 @@ def _computed() -> tuple[str, ...]:
 
 
 class TritonBackend:
-    """Dense jobs, and PageAttention in one call over all batches; causal and band sparse modes reach the
-    kernel as a band (never materialised)."""
+    """Dense jobs, and PageAttention in one call over all batches (any query length, per-batch lengths, a
+    user mask); causal and band sparse modes reach the kernel as a band (never materialised)."""
 
     name = "triton"
 
@@ -440,19 +439,6 @@ class TritonBackend:
         blocked = problem.alloc.shifted or problem.alloc.row_shifted
         if blocked and problem.block_kv not in BLOCK_KV:
             return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
-        if problem.paged:
-            if problem.user_mask is not None:
-                return ("a full atten_mask with block_table (PageAttention): the paged kernel takes causal and band "
-                        "sparse modes (2, 3, 4) only")
-            if problem.q_lens is not None:
-                return ("per-batch query lengths (actual_seq_lengths) with block_table (PageAttention): the paged "
-                        "kernel takes every query row of every batch")
-            rows = problem.s1 * (problem.num_heads // problem.num_kv_heads)
-            block_m = _config(max(16, triton.next_power_of_2(problem.head_dim)), blocked, problem.block_kv, rows)[0]
-            if blocked and rows > block_m:
-                return (f"a paged {problem.alloc.name!r} call needs one query tile per KV head (S1·N/Nkv = {rows} "
-                        f"rows, at most {block_m}): longer queries run PASA's shift as a pre-pass, which does not "
-                        "read a block_table")
         return None
 
     def run(self, problem: Problem):
@@ -462,25 +448,32 @@ class TritonBackend:
 
 
 def _run_paged(problem: Problem):
-    """One kernel call over every batch, reading the caches through the block table in place. Each
-    batch's key length and band (a bottom-right band depends on the length) go to the device as one
-    (B, 3) int32 tensor: a host-to-device copy of 12·B bytes per call, since ``problem.kv_lens`` are
-    host integers."""
+    """One kernel call (and one pre-pass for PASA prefill) over every batch, reading the caches through
+    the block table in place. Each batch's query and key lengths and band (a bottom-right band depends
+    on both) go to the device as one (B, 4) int32 tensor: a host-to-device copy of 16·B bytes per call,
+    since ``problem.q_lens`` and ``problem.kv_lens`` are host integers. The kernel leaves the query rows
+    past a batch's length unwritten; they get FIA's padding here."""
     info, any_band = [], False
-    for c in problem.kv_lens:
-        band = problem.band(problem.s1, c)
+    q_lens = problem.q_lens or (problem.s1,) * problem.batch
+    for r, c in zip(q_lens, problem.kv_lens):
+        band = problem.band(r, c)
         any_band |= band is not None
         lo, hi = (None, None) if band is None else band
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
-        info.append((c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
-    if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0:
+        info.append((r, c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
+    if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0 or max(q_lens, default=0) == 0:
         return problem.padded_results()
     kv_info = torch.tensor(info, dtype=torch.int32).to(problem.device)
     # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
-    return attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
-                     block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale, mask=None,
-                     band=(0, 0) if any_band else None, block_table=problem.block_table.to(torch.int32),
-                     page=problem.page, kv_info=kv_info)
+    out, lse = attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
+                         block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale,
+                         mask=problem.user_mask, band=(0, 0) if any_band else None,
+                         block_table=problem.block_table.to(torch.int32), page=problem.page, kv_info=kv_info)
+    padded = problem.padded_rows()
+    if padded is not None:
+        out = out.masked_fill(padded[..., None], 0.0)
+        lse = lse.masked_fill(padded, LSE_PADDED_ROW)
+    return out, lse
 
 
 def _attend(job: Job, problem: Problem):

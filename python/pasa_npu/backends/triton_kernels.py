@@ -96,17 +96,37 @@ def _shifted_keys(k, shift_a, shift_b, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def shift_keys_kernel(K, KP, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
-                      D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+def _kv_rows(Table, b, stt, rows, row_ok, sb, ss, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """Offsets of key/value rows ``rows`` of batch ``b`` (rows where ``row_ok`` are read). Dense: ``sb`` is
+    the batch stride, ``ss`` the row stride. PAGED (PageAttention): row r lives in row r % PAGE of cache
+    block Table[b, r // PAGE], ``sb`` the cache's block stride; int64, since a cache may hold more than
+    2³¹ elements. The table is read only for valid rows (entries past a batch's pages may be garbage)."""
+    if PAGED:
+        page_id = tl.load(Table + b * stt + rows // PAGE, mask=row_ok, other=0)
+        return page_id.to(tl.int64) * sb + (rows % PAGE) * ss
+    else:
+        return b * sb + rows * ss
+
+
+@triton.jit
+def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
+                      D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
+                      PAGE: tl.constexpr):
     """Pre-pass K'_j = M·K_j for every KV block j, once per KV head (not once per query tile).
-    A tail block is padded with copies of the last key (clamped row index), as in the golden model."""
+    A tail block is padded with copies of the last key (clamped row index), as in the golden model.
+    PAGED: K is a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own
+    key length; KP stays dense, (B, NKV, blocks·BLOCK_N, D), whatever the pages."""
     blk = tl.program_id(0)
     b = tl.program_id(1)
     h = tl.program_id(2)
+    if PAGED:
+        S2 = tl.load(KVInfo + 4 * b + 1)
     rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D_PAD)
     src = tl.minimum(rows, S2 - 1)
-    k = tl.load(K + b * skb + h * skh + src[:, None] * sks + d[None, :], mask=d[None, :] < D, other=0.0)
+    # A batch with no key has no row to copy (src < 0): its blocks are never read.
+    k_rows = _kv_rows(Table, b, stt, src, src >= 0, skb, sks, PAGED, PAGE)
+    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=(src >= 0)[:, None] & (d[None, :] < D), other=0.0)
     kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
     tl.store(KP + b * spb + h * sph + rows[:, None] * sps + d[None, :], kp, mask=d[None, :] < D)
 
@@ -139,37 +159,29 @@ def _centre_block(k, row_ok, n):
 
 
 @triton.jit
-def centre_keys_kernel(K, KC, UK, S2, skb, skh, sks, scb, sch, scs, sub, suh,
-                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sch, scs, sub, suh,
+                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
+                       PAGE: tl.constexpr):
     """Pre-pass of ``pasa_rs`` for every KV block, once per KV head (not once per query tile):
-    K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16."""
+    K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16. PAGED: K is
+    a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own key length;
+    K' and UK stay dense, indexed by key position."""
     blk = tl.program_id(0)
     b = tl.program_id(1)
     h = tl.program_id(2)
+    if PAGED:
+        S2 = tl.load(KVInfo + 4 * b + 1)
     rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < S2
     d = tl.arange(0, D_PAD)
     d_ok = d < D
-    k = tl.load(K + b * skb + h * skh + rows[:, None] * sks + d[None, :], mask=row_ok[:, None] & d_ok[None, :],
-                other=0.0)
+    k_rows = _kv_rows(Table, b, stt, rows, row_ok, skb, sks, PAGED, PAGE)
+    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     kc, u, kbar = _centre_block(k, row_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
     tl.store(KC + b * scb + h * sch + rows[:, None] * scs + d[None, :], kc, mask=d_ok[None, :])
     uk = UK + b * sub + h * suh + blk * 2 * D + d
     tl.store(uk, u.to(tl.float16), mask=d_ok)
     tl.store(uk + D, kbar.to(tl.float16), mask=d_ok)
-
-
-@triton.jit
-def _kv_rows(Table, b, stt, rows, row_ok, sb, ss, PAGED: tl.constexpr, PAGE: tl.constexpr):
-    """Offsets of key/value rows ``rows`` of batch ``b`` (rows where ``row_ok`` are read). Dense: ``sb`` is
-    the batch stride, ``ss`` the row stride. PAGED (PageAttention): row r lives in row r % PAGE of cache
-    block Table[b, r // PAGE], ``sb`` the cache's block stride; int64, since a cache may hold more than
-    2³¹ elements. The table is read only for valid rows (entries past a batch's pages may be garbage)."""
-    if PAGED:
-        page_id = tl.load(Table + b * stt + rows // PAGE, mask=row_ok, other=0)
-        return page_id.to(tl.int64) * sb + (rows % PAGE) * ss
-    else:
-        return b * sb + rows * ss
 
 
 @triton.jit
@@ -242,7 +254,7 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVLen, stt,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, sfb, sft,
     smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
@@ -258,26 +270,32 @@ def attention_kernel(
     (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each
     row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT).
 
-    PAGED (PageAttention; FUSED_SHIFT, no user mask): K and V are caches of blocks of PAGE rows read
-    through Table (B, max_blocks) int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block
-    strides and ``skh``/``sks`` (``svh``/``svs``) their head and row strides, so that both cache layouts
-    are a choice of strides. KVLen (B, 3) int32 holds each batch's key length and band (lo, hi), which
-    replace S2, band_lo and band_hi (a bottom-right band moves with the length). The splits divide each
+    PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
+    int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
+    (``svh``/``svs``) their head and row strides, so that both cache layouts are a choice of strides
+    (the pre-passes read them so too; their KP, UK stay dense, by key position). KVInfo (B, 4) int32
+    holds each batch's query length, key length and band (lo, hi), which replace S1, S2, band_lo and
+    band_hi (a bottom-right band moves with the lengths): a batch's rows are the G·S1 rows of its own
+    length, tiled as a dense call on that batch alone would tile them, and tiles past them do nothing.
+    The user mask is indexed by query and key position, as for a dense call. The splits divide each
     batch's own KV blocks, as they would for a dense call on that batch alone."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // NKV
     hkv = tl.program_id(1) % NKV
     split = tl.program_id(2)
+    n_rows = G * S1
     if PAGED:
-        S2 = tl.load(KVLen + 3 * b)
-        band_lo = tl.load(KVLen + 3 * b + 1)
-        band_hi = tl.load(KVLen + 3 * b + 2)
+        q_len = tl.load(KVInfo + 4 * b)
+        S2 = tl.load(KVInfo + 4 * b + 1)
+        band_lo = tl.load(KVInfo + 4 * b + 2)
+        band_hi = tl.load(KVInfo + 4 * b + 3)
         blocks_per_split = tl.cdiv(tl.cdiv(S2, BLOCK_N), tl.num_programs(2))
+        n_rows = G * q_len
+        S1 = tl.maximum(q_len, 1)  # divides row indices; a batch with no query has no row
 
     # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    n_rows = G * S1
     row_ok = rows < n_rows
     pos = rows % S1
     head = hkv * G + rows // S1
@@ -299,6 +317,9 @@ def attention_kernel(
         j_hi = tl.minimum(i_hi + band_hi, S2 - 1)
         blk_lo = j_lo // BLOCK_N
         blk_hi = tl.where(j_hi >= j_lo, j_hi // BLOCK_N + 1, blk_lo)
+    if PAGED:
+        # The grid is sized for the longest batch: a tile past this batch's rows visits no block.
+        blk_hi = tl.where(r0 < n_rows, blk_hi, blk_lo)
     if SPLIT:
         blk_lo = blk_lo + split * blocks_per_split
         blk_hi = tl.minimum(blk_hi, blk_lo + blocks_per_split)
