@@ -8,7 +8,8 @@ captured CUDA graph, and under ``torch.compile``.
 
     PYTHONPATH=python python3 scripts/bench_call.py --out docs/benchmarks/call
 
-writes ``call.json`` and ``call.md`` (device, versions, date, this command) into ``--out``.
+writes ``call.json`` and ``call.md`` (device, versions, date, this command) into ``--out``; with
+``--profile`` instead ``breakdown.md``: the host time of each stage of a call and each kernel's device time.
 """
 
 from __future__ import annotations
@@ -59,9 +60,105 @@ def _graph_per_call(fn, calls: int, repeats: int) -> float:
     return _wall_per_call(graph.replay, calls, repeats)
 
 
-def _profile(precisions) -> int:
+def _host_per_call(fn, calls: int, repeats: int) -> float:
+    """Median over ``repeats`` of the host time of ``calls`` back-to-back calls (no synchronisation inside
+    the timed loop: the time the host spends issuing them), µs per call."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def _kernel_times(fn, calls: int = 30) -> list[tuple[str, float]]:
+    """(kernel name, device µs per call) of what one call runs, from the PyTorch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = []
+    for ev in prof.key_averages():
+        dev = getattr(ev, "device_time_total", 0)
+        if dev > 0:
+            times.append((ev.key.split("(")[0][:40], dev / calls))
+    return sorted(times, key=lambda t: -t[1])
+
+
+def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> int:
+    """Where an eager call's time goes: host µs per stage of fused_attention (make_problem, backend
+    selection, the backend's run without and with its kernel launches, finish), the device time of each
+    kernel, written to breakdown.md; then a cProfile of the host side of 500 decode_b1 calls."""
     import cProfile
     import pstats
+
+    from pasa_npu import backends, interface
+    from pasa_npu.backends import triton as triton_backend
+    from pasa_npu.problem import make_problem
+
+    lines = ["| shape | precision | eager wall | host: call | make_problem | select | run: Python, allocations "
+             "| run: launches | finish | rest (the call's wrapper) | device: graph replay | kernels (device µs) |",
+             "|---" * 12 + "|"]
+    for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
+        q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16)
+        k = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16)
+        v = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16)
+        for precision in ["sdpa", *precisions]:
+            kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=d ** -0.5, precision=precision)
+            if precision == "sdpa":
+                def call():
+                    return F.scaled_dot_product_attention(q, k, v, scale=d ** -0.5, enable_gqa=True)
+            else:
+                def call(kw=kw):
+                    return pasa_npu.fused_attention(q, k, v, **kw)
+            cells = [name, precision, _wall_per_call(call, calls, repeats), _host_per_call(call, calls, repeats)]
+            if precision != "sdpa":
+                problem = make_problem(q, k, v, **kw)
+                runner = backends.select(problem)
+                o, lse = runner.run(problem)
+                stages = [_host_per_call(lambda: make_problem(q, k, v, **kw), calls, repeats),
+                          _host_per_call(lambda: backends.select(problem), calls, repeats)]
+                launch = triton_backend._launch
+                triton_backend._launch = lambda *args, **kwargs: None  # the run's Python and allocations alone
+                try:
+                    stages.append(_host_per_call(lambda: runner.run(problem), calls, repeats))
+                finally:
+                    triton_backend._launch = launch
+                stages.append(_host_per_call(lambda: runner.run(problem), calls, repeats) - stages[-1])
+                stages.append(_host_per_call(lambda: interface.finish(problem, o, lse), calls, repeats))
+                cells += stages + [cells[3] - sum(stages)]
+            else:
+                cells += ["–"] * 6
+            try:
+                cells.append(_graph_per_call(call, calls, repeats))
+            except RuntimeError:  # an allocation whose safety net needs a sync cannot be captured
+                cells.append("refused")
+            kernels = ", ".join(f"{k_} {t:.1f}" for k_, t in _kernel_times(call))
+            lines.append("| " + " | ".join(c if isinstance(c, str) else f"{c:.1f}" for c in cells) + f" | {kernels} |")
+            print(lines[-1])
+    import triton
+
+    head = [f"# Where fused_attention's eager per-call time goes ({torch.cuda.get_device_name()})", "",
+            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, torch {torch.__version__}, triton "
+            f"{triton.__version__}, Python {platform.python_version()}; `{command}`.",
+            "µs per call, medians. Eager wall: back-to-back calls, one sync at the end (as in call.md). Host: the "
+            "host time of issuing a call, then of each stage alone: make_problem (validation), select (the "
+            "backend), the backend's run with its Triton launches replaced by nothing (its Python and tensor "
+            "allocations), the launches (the run's time with them, less that), finish (FIA's layout), and the rest "
+            "(the call's wrapper: argument passing). Device: CUDA-graph replays of the call, and each kernel's "
+            "time from the PyTorch profiler.", ""]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "breakdown.md").write_text("\n".join(head + lines) + "\n")
 
     b, n, nkv, s1, s2, d = SHAPES["decode_b1"]
     q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16)
@@ -92,13 +189,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--precisions", nargs="+", default=[pasa_npu.DEFAULT_PRECISION, "fp32"])
     parser.add_argument("--profile", action="store_true",
-                        help="instead: cProfile of the host side of 500 decode_b1 calls per precision")
+                        help="instead: where each call's time goes (breakdown.md in --out), and a cProfile of the "
+                             "host side of 500 decode_b1 calls per precision")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_call.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    command = "PYTHONPATH=python python3 scripts/bench_call.py " + " ".join(argv or sys.argv[1:])
     if args.profile:
-        return _profile(args.precisions)
+        return _profile(args.precisions, Path(args.out), args.calls, args.repeats, command)
     rows = []
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -135,7 +234,7 @@ def main(argv=None) -> int:
 
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 python=platform.python_version(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                command="PYTHONPATH=python python3 scripts/bench_call.py " + " ".join(argv or sys.argv[1:]),
+                command=command,
                 calls=args.calls, repeats=args.repeats)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

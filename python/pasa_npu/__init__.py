@@ -17,13 +17,13 @@ __all__ = ["fused_attention", "merge_partials", "PRECISIONS", "ALLOCATIONS", "DE
 
 def __getattr__(name):
     # fused_attention needs torch; import it on first use so that the golden model, the β solver
-    # and the accuracy study stay importable (and fast to import) with NumPy alone.
+    # and the accuracy study stay importable (and fast to import) with NumPy alone. The module then
+    # holds it, so later look-ups (one per call of pasa_npu.fused_attention) do not come here.
     if name == "fused_attention":
-        from .interface import fused_attention
-
-        return fused_attention
-    if name == "merge_partials":
-        from .merge import merge_partials
-
-        return merge_partials
-    raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")
+        from .interface import fused_attention as value
+    elif name == "merge_partials":
+        from .merge import merge_partials as value
+    else:
+        raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")
+    globals()[name] = value
+    return value

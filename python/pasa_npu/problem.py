@@ -240,8 +240,13 @@ class Problem(NamedTuple):
             return None
         if self.tnd:
             return torch.arange(self.query.shape[0], device=self.device)[:, None] >= self.q_lens[-1]
-        lens = torch.tensor(self.q_lens, device=self.device)
-        return (torch.arange(self.s1, device=self.device)[None, :] >= lens[:, None])[:, None, :]
+        # One fill per padded batch: the lengths are host ints, and a tensor of them on the device would
+        # be a host-to-device copy (a synchronisation, and a read of host memory a CUDA graph cannot replay).
+        padded = torch.zeros(self.batch, 1, self.s1, dtype=torch.bool, device=self.device)
+        for i, length in enumerate(self.q_lens):
+            if length < self.s1:
+                padded[i, :, length:] = True
+        return padded
 
     def padded_results(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Results before any job ran: output 0 everywhere; lse +inf (a padded row) for rows past a
@@ -275,8 +280,9 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     """Validate :func:`pasa_npu.fused_attention`'s arguments (its docstring states them) and
     describe the call. Raises TypeError/ValueError naming the argument and what it accepts, before
     any work is done."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, t)
+    if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)):
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            _check_tensor(name, t)
     if not isinstance(input_layout, str):
         raise TypeError(f"input_layout must be a str, one of {LAYOUTS}, got {type(input_layout).__name__}")
     if input_layout not in LAYOUTS:
@@ -302,33 +308,38 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     elif not isinstance(check_inputs, bool):
         raise TypeError(f"check_inputs must be None or a bool, got {type(check_inputs).__name__}")
 
-    if query.dtype not in _INPUT_DTYPES:
-        raise ValueError(f"query must be float16, bfloat16 or float32, got {query.dtype}")
+    dtype, device = query.dtype, query.device
+    if dtype not in _INPUT_DTYPES:
+        raise ValueError(f"query must be float16, bfloat16 or float32, got {dtype}")
     for name, t in (("key", key), ("value", value)):
-        if t.dtype != query.dtype:
-            raise ValueError(f"{name} must have query's dtype {query.dtype}, got {t.dtype}")
-        if t.device != query.device:
-            raise ValueError(f"{name} is on {t.device} but query is on {query.device}; all tensors "
-                             "must be on one device")
+        if t.dtype != dtype:
+            raise ValueError(f"{name} must have query's dtype {dtype}, got {t.dtype}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but query is on {device}; all tensors must be on one device")
     if atten_mask is not None:
         _check_tensor("atten_mask", atten_mask)
-        if atten_mask.device != query.device:
-            raise ValueError(f"atten_mask is on {atten_mask.device} but query is on {query.device}; "
+        if atten_mask.device != device:
+            raise ValueError(f"atten_mask is on {atten_mask.device} but query is on {device}; "
                              "all tensors must be on one device")
         if atten_mask.dtype not in _MASK_DTYPES:
             raise ValueError(f"atten_mask must be a bool, int8 or uint8 tensor (True/1 = masked out), "
                              f"got {atten_mask.dtype}")
-    for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask)):
-        if t is not None and t.requires_grad and torch.is_grad_enabled():
-            raise ValueError(f"{name} requires grad: fused_attention is inference-only (it has no backward); "
-                             "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+    if (query.requires_grad or key.requires_grad or value.requires_grad
+            or (atten_mask is not None and atten_mask.requires_grad)) and torch.is_grad_enabled():
+        name = next(name for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask))
+                    if t is not None and t.requires_grad)
+        raise ValueError(f"{name} requires grad: fused_attention is inference-only (it has no backward); "
+                         "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
 
     nkv = num_key_value_heads or num_heads
     if num_heads % nkv != 0:
         raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_key_value_heads ({nkv})")
     kv_name = "num_key_value_heads" if num_key_value_heads else "num_heads (num_key_value_heads=0)"
-    q16, k16, v16 = (_to_fp16(name, t, check_inputs) for name, t in
-                     (("query", query), ("key", key), ("value", value)))
+    if check_inputs or dtype != torch.float16:
+        q16, k16, v16 = (_to_fp16(name, t, check_inputs) for name, t in
+                         (("query", query), ("key", key), ("value", value)))
+    else:  # nothing to check or convert: the common case, without the calls
+        q16, k16, v16 = query, key, value
 
     if input_layout == "TND":
         _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name)
@@ -385,7 +396,7 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
                    num_heads=num_heads, num_kv_heads=nkv, head_dim=d, s1=s1, s2=s2, scale=scale, alloc=alloc,
                    beta=beta, block_q=block_q, block_kv=block_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
                    next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
-                   softmax_lse_flag=softmax_lse_flag, out_dtype=query.dtype, device=query.device,
+                   softmax_lse_flag=softmax_lse_flag, out_dtype=dtype, device=device,
                    block_table=block_table if paged else None, page=block_size if paged else 0)
 
 
@@ -399,7 +410,9 @@ def _check_tensor(name: str, x) -> None:
 
 
 def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
-    if type(x) is not int and (isinstance(x, bool) or not isinstance(x, numbers.Integral)):
+    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo):
+        return x
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = int(x)
     if choices is not None and x not in choices:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import os
+from itertools import repeat
 
 import torch
 
 from ..beta import default_beta, shift_entries
 from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
-from ..merge import merge_partials
 from ..precision import Allocation, get_allocation
 from ..problem import LSE_PADDED_ROW, Job, Problem
 from . import run_jobs
@@ -52,6 +53,124 @@ try:
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
+try:
+    from triton import knobs as _knobs
+except ImportError:  # no triton, or one before 3.4 (its launch hooks lived elsewhere): Triton's launch only
+    _knobs = None
+
+
+# ============================================================================================
+# launching
+# ============================================================================================
+
+#: (kernel, device, constexprs, warps, stages, the tensors' and scalars' specialisation, or the scalars'
+#: values) -> (compiled kernel, its constexpr arguments in signature order). Bounded: emptied when full
+#: (entries are references).
+_COMPILED: dict[tuple, tuple] = {}
+_COMPILED_LIMIT = 4096
+#: Per (kernel, the scalars' types): the getter of the int scalars, or None where there are none.
+_INT_GETTERS: dict[tuple, operator.itemgetter | None] = {}
+_INT32 = 1 << 31
+_DTYPE = operator.attrgetter("dtype")
+try:
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream  # what Triton's own launch reads
+except ImportError:  # pragma: no cover - older or CPU-only builds
+    def _raw_stream(device: int) -> int:
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
+            num_stages: int | None = None, **constexprs) -> None:
+    """``kernel[grid](*tensors, *scalars, **constexprs)`` with the given warps and stages (every kernel
+    here takes its pointers first, then its scalars, then its constexprs), at a fraction of the host
+    time of Triton's launch when the call repeats.
+
+    Triton's ``kernel[grid](...)`` binds and specialises every argument in Python on each call (which
+    ints are 1 or multiples of 16, which pointers are 16-byte aligned, every dtype), builds its cache
+    key from that, and its launcher asks the driver for each tensor's device pointer: tens of µs per
+    launch, longer than a decode kernel runs. Here the first launch of each specialisation goes through
+    Triton (which compiles the kernel or finds it in its cache, and launches it), and the compiled kernel
+    is kept under a key that determines everything Triton specialises on: the tensors' dtypes and
+    addresses modulo 16, each int scalar modulo 16 and whether it is 1 (or, outside int32, its value),
+    the scalars' types (floats are never specialised), the constexprs, warps, stages and the current
+    device. It is also kept under the scalars' exact values, which a repeated call finds without
+    classifying its ints. Such a call passes the tensors' addresses straight to the compiled kernel's
+    launcher, on the current stream as Triton does. Launch hooks (a profiler's) and the interpreter
+    take Triton's own path."""
+    if _INTERPRET or _hooked():
+        _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
+        return
+    device = torch.cuda.current_device()
+    ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
+    types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
+    common = (id(kernel), device, tuple(constexprs.items()), num_warps, num_stages, types,
+              tuple(map(_DTYPE, tensors)), tuple(map(operator.mod, ptrs, repeat(16))))
+    exact = (common, scalars)
+    hit = _COMPILED.get(exact)
+    if hit is None:
+        specialised = (common, _int_spec(kernel, types, scalars))
+        hit = _COMPILED.get(specialised)
+        if hit is None:
+            compiled = _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
+            names = kernel.arg_names[len(tensors) + len(scalars):]
+            if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
+                _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
+            return
+        _remember(exact, hit)
+    compiled, tail = hit
+    compiled.run(grid[0], grid[1], grid[2], _raw_stream(device), compiled.function, compiled.packed_metadata,
+                 None, None, None, *ptrs, *scalars, *tail)
+
+
+def _remember(key: tuple, entry: tuple) -> None:
+    if len(_COMPILED) >= _COMPILED_LIMIT:
+        _COMPILED.clear()
+    _COMPILED[key] = entry
+
+
+def _int_spec(kernel, types: tuple, scalars: tuple) -> tuple:
+    """What Triton specialises on in a kernel's int scalars (bools are not ints to Triton): each one's
+    residue modulo 16 and whether it is 1, or the values where one is outside int32."""
+    key = (id(kernel), types)
+    if key not in _INT_GETTERS:
+        if not set(types) <= {int, float, bool}:
+            raise TypeError(f"a kernel's scalars must be int, float or bool (pointers come first), got {types}")
+        positions = [i for i, t in enumerate(types) if t is int]
+        _INT_GETTERS[key] = operator.itemgetter(*positions) if positions else None
+    ints = _INT_GETTERS[key]
+    if ints is None:
+        return ()
+    vals = ints(scalars)
+    vals = vals if type(vals) is tuple else (vals,)
+    if -_INT32 <= min(vals) and max(vals) < _INT32:
+        return tuple(map(operator.mod, vals, repeat(16))), tuple(map(operator.eq, vals, repeat(1)))
+    return vals
+
+
+def _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs):
+    """Triton's own launch; returns its compiled kernel (None under the interpreter)."""
+    options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+    return kernel[grid](*tensors, *scalars, **constexprs, **options)
+
+
+def _hooked() -> bool:
+    """Whether a launch hook (a profiler's) is installed: Triton's launch then calls it with each launch's
+    metadata, so the launch takes Triton's path (as does a Triton without ``knobs``). Triton keeps the
+    hooks as a chain of calls (3.5 and later) or as one optional callable."""
+    if _knobs is None:
+        return True
+    hook = _knobs.runtime.launch_enter_hook
+    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
+
+
+# Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def computes(alloc: Allocation) -> bool:
@@ -65,8 +184,9 @@ def is_available(device: torch.device | None = None) -> bool:
     GPU present, or CPU tensors under Triton's interpreter."""
     if triton is None:
         return False
-    cuda = torch.cuda.is_available() and (device is None or device.type == "cuda")
-    return cuda or (_INTERPRET and (device is None or device.type == "cpu"))
+    if device is not None and device.type == "cuda":
+        return True  # a CUDA tensor exists, so does a GPU (asking the runtime costs every call µs)
+    return (device is None and torch.cuda.is_available()) or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
 def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False) -> tuple[int, int, int, int]:
@@ -96,15 +216,17 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program. Measured on the decode shape (128
-    KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16, 64 splits give 11.2, 11.0,
-    10.5, 10.0, 8.0 TFLOP/s in fp32."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split.
+    Measured on the decode shape (128 KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16,
+    64 splits give 11.2, 11.0, 10.5, 10.0, 8.0 TFLOP/s in fp32. One-block splits cost more in partials
+    and their merge (a loop over the splits) than they gain: on 8 KV heads and 32 blocks (H100, CUDA
+    graph), 16 splits take 33 µs for pasa_rs and 19 µs for fp32, 32 splits 42 and 29 µs."""
     if tiles > 1:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
         return min(n_blocks, 2)
     sms = _multiprocessors(torch.cuda.current_device())
-    return max(1, min(n_blocks, triton.next_power_of_2(-(-sms // heads))))
+    return max(1, min(n_blocks // 2, _pow2(-(-sms // heads))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -165,7 +287,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                          f"backend='triton', got {block_kv}")
     b, n, s1, d = q.shape
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if paged:
         # Strides of (block, head, row): the kernel addresses either cache layout through them.
         nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
@@ -177,12 +300,12 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         k_str, v_str = k.stride()[:3], v.stride()[:3]
         block_table, kv_info = q, q  # pointers the kernel does not read
     g = n // nkv
-    d_pad = max(16, triton.next_power_of_2(d))
+    d_pad = max(16, _pow2(d))
     block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
     if config is not None:
         block_m, warps, stages, forced_splits = config
-    n_blocks = triton.cdiv(s2, block_n)
-    tiles = triton.cdiv(g * s1, block_m)
+    n_blocks = _cdiv(s2, block_n)
+    tiles = _cdiv(g * s1, block_m)
     # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
     # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
     # form, which computes them block by block, runs instead.
@@ -200,17 +323,15 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
     if alloc.shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
-        _k.shift_keys_kernel[(n_blocks, b, nkv)](
-            k, kp, block_table, kv_info, block_table.stride(0), s2, *k_str, kp.stride(0), kp.stride(1),
-            kp.stride(2), shift_a, shift_b, D=d, D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged,
-            PAGE=page if paged else 1, num_warps=4)
+        _launch(_k.shift_keys_kernel, (n_blocks, b, nkv), (k, kp, block_table, kv_info),
+                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], shift_a, shift_b), num_warps=4, D=d,
+                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
     if alloc.row_shifted and shift == "prepass":
         kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
         uk = torch.empty(b, nkv, n_blocks, 2, d, dtype=torch.float16, device=q.device)
-        _k.centre_keys_kernel[(n_blocks, b, nkv)](
-            k, kp, uk, block_table, kv_info, block_table.stride(0), s2, *k_str, kp.stride(0), kp.stride(1),
-            kp.stride(2), uk.stride(0), uk.stride(1), D=d, D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged,
-            PAGE=page if paged else 1, num_warps=4)
+        _launch(_k.centre_keys_kernel, (n_blocks, b, nkv), (k, kp, uk, block_table, kv_info),
+                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], *uk.stride()[:2]), num_warps=4, D=d,
+                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
         # Each tile's frame terms for every block, written and read back by its own program.
         frame = torch.empty(b * nkv, tiles, 2 * n_blocks, block_m, dtype=torch.float32, device=q.device)
     # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
@@ -231,28 +352,28 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     hi = s2 if hi is None else min(int(hi), s2)
 
     splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
-    per_split = triton.cdiv(n_blocks, splits)
-    splits = triton.cdiv(n_blocks, per_split)
-    out = torch.empty(b, n, s1, d, dtype=torch.float16, device=q.device)
-    lse = torch.empty(b, n, s1, dtype=torch.float32, device=q.device)
-    if splits > 1:
+    per_split = _cdiv(n_blocks, splits)
+    splits = _cdiv(n_blocks, per_split)
+    if splits > 1:  # decode's split-KV partials, merged below through their true-scale lse
         o_dst = torch.empty(splits, b, n, s1, d, dtype=torch.float32, device=q.device)
         l_dst = torch.empty(splits, b, n, s1, dtype=torch.float32, device=q.device)
     else:
+        out = torch.empty(b, n, s1, d, dtype=torch.float16, device=q.device)
+        lse = torch.empty(b, n, s1, dtype=torch.float32, device=q.device)
         o_dst, l_dst = out[None], lse[None]
-    _k.attention_kernel[(tiles, b * nkv, splits)](
-        q, k, v, kp, uk, frame, mask, o_dst, l_dst, block_table, kv_info, block_table.stride(0),
-        q.stride(0), q.stride(1), q.stride(2), *k_str, *v_str, kp.stride(0), kp.stride(1), kp.stride(2), uk.stride(0), uk.stride(1),
-        frame.stride(0), frame.stride(1), *msk, o_dst.stride(1), o_dst.stride(2), o_dst.stride(3),
-        l_dst.stride(1), l_dst.stride(2), l_dst.stride(3), o_dst.stride(0), l_dst.stride(0),
-        nkv, s1, s2, g, float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho,
-        RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split,
-        D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
-        STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
-        HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page if paged else 1,
-        num_warps=warps, num_stages=stages)
-    if splits > 1:  # decode's split-KV partials, merged through their true-scale lse
-        return merge_partials(o_dst, l_dst, out_dtype=torch.float16)
+    o_str, l_str = o_dst.stride(), l_dst.stride()
+    _launch(_k.attention_kernel, (tiles, b * nkv, splits), (q, k, v, kp, uk, frame, mask, o_dst, l_dst, block_table,
+                                                           kv_info),
+            (block_table.stride(0), *q.stride()[:3], *k_str, *v_str, *kp.stride()[:3], *uk.stride()[:2],
+             *frame.stride()[:2], *msk, *o_str[1:4], *l_str[1:4], o_str[0], l_str[0], nkv, s1, s2, g, float(scale),
+             float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi,
+             per_split),
+            D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
+            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
+            HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
+            PAGE=page if paged else 1, num_warps=warps, num_stages=stages)
+    if splits > 1:
+        return combine(o_dst, l_dst, torch.float16)
     return out, lse
 
 
@@ -280,13 +401,15 @@ def _check_paged(q, k, v, block_table, page, kv_info):
 def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`pasa_npu.merge.merge_partials` in one kernel: outs (P, ..., D) and lses (P, ...), FP32."""
     splits, d = outs.shape[0], outs.shape[-1]
-    rows = lses[0].numel()
-    outs, lses = outs.float().contiguous(), lses.float().contiguous()
+    rows = lses.numel() // splits
+    if outs.dtype != torch.float32 or not outs.is_contiguous():
+        outs = outs.float().contiguous()
+    if lses.dtype != torch.float32 or not lses.is_contiguous():
+        lses = lses.float().contiguous()
     out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
     lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
-    _k.combine_kernel[(triton.cdiv(rows, 64),)](
-        outs, lses, out, lse, rows, splits, D=d, D_PAD=max(16, triton.next_power_of_2(d)), BLOCK_R=64,
-        SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    _launch(_k.combine_kernel, (_cdiv(rows, 64), 1, 1), (outs, lses, out, lse), (rows, splits), num_warps=4,
+            D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=64, SPLITS_PAD=_pow2(splits))
     return out, lse
 
 

@@ -1,0 +1,115 @@
+"""The Triton backend's launch path (``backends.triton._launch``): a repeated specialisation goes straight
+to the compiled kernel's launcher; anything Triton specialises on that changes goes back through Triton.
+
+A stand-in kernel records each launch (CPU tensors: only their addresses and dtypes matter here); the
+GPU tests (test_triton_gpu.py) check the real launches' results, misaligned views included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from pasa_npu.backends import triton as tb  # noqa: E402
+
+
+class _Compiled:
+    """What Triton's launch returns: a kernel whose ``run`` launches it."""
+
+    packed_metadata = ("meta",)
+    function = 1234
+
+    def __init__(self, launches):
+        self.launches = launches
+
+    def run(self, *args):
+        self.launches.append(("direct", args))
+
+
+class _Kernel:
+    """A stand-in for a @triton.jit kernel K(A, B, n, x, m, D: constexpr, BLOCK: constexpr)."""
+
+    arg_names = ["A", "B", "n", "x", "m", "D", "BLOCK"]
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(("triton", grid, args, kwargs))
+            return _Compiled(self.launches)
+        return launch
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    monkeypatch.setattr(tb, "_INTERPRET", False)
+    monkeypatch.setattr(tb, "_hooked", lambda: False)
+    monkeypatch.setattr(tb, "_COMPILED", {})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tb, "_raw_stream", lambda device: 77)
+    return _Kernel()
+
+
+def _call(kernel, a, b, n=32, x=0.5, m=3, block=64):
+    # The constexprs in another order than the signature's: the launcher passes them in its order.
+    tb._launch(kernel, (2, 3, 1), (a, b), (n, x, m), num_warps=4, BLOCK=block, D=16)
+
+
+def _kinds(kernel):
+    return [entry[0] for entry in kernel.launches]
+
+
+def test_a_repeated_specialisation_launches_the_compiled_kernel_directly(kernel):
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    _call(kernel, a, b)
+    assert kernel.launches[0] == ("triton", (2, 3, 1), (a, b, 32, 0.5, 3), dict(BLOCK=64, D=16, num_warps=4))
+    _call(kernel, a, b, n=48, x=0.25, m=19)  # same residues mod 16, none is 1; another float
+    assert kernel.launches[1] == ("direct", (2, 3, 1, 77, 1234, ("meta",), None, None, None, a.data_ptr(),
+                                             b.data_ptr(), 48, 0.25, 19, 16, 64))
+
+
+@pytest.mark.parametrize("change", ["int_multiple_of_16", "int_is_one", "int_outside_int32", "float_to_int",
+                                    "misaligned_pointer", "dtype", "constexpr", "warps"])
+def test_what_triton_specialises_on_goes_back_through_triton(kernel, change):
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    _call(kernel, a, b)
+    _call(kernel, a, b)
+    if change == "int_multiple_of_16":
+        _call(kernel, a, b, n=33)
+    elif change == "int_is_one":
+        _call(kernel, a, b, m=1)
+    elif change == "int_outside_int32":
+        _call(kernel, a, b, n=1 << 40)
+    elif change == "float_to_int":
+        _call(kernel, a, b, x=2)
+    elif change == "misaligned_pointer":
+        _call(kernel, a[1:], b)
+    elif change == "dtype":
+        _call(kernel, a, b.view(torch.int32))
+    elif change == "constexpr":
+        _call(kernel, a, b, block=128)
+    else:
+        tb._launch(kernel, (2, 3, 1), (a, b), (32, 0.5, 3), num_warps=8, BLOCK=64, D=16)
+    assert _kinds(kernel) == ["triton", "direct", "triton"]
+    _call(kernel, a, b)  # the first specialisation is still cached
+    assert _kinds(kernel) == ["triton", "direct", "triton", "direct"]
+
+
+def test_launch_hooks_and_the_interpreter_take_tritons_path(kernel, monkeypatch):
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    monkeypatch.setattr(tb, "_hooked", lambda: True)
+    _call(kernel, a, b)
+    _call(kernel, a, b)
+    monkeypatch.setattr(tb, "_hooked", lambda: False)
+    monkeypatch.setattr(tb, "_INTERPRET", True)
+    _call(kernel, a, b)
+    assert _kinds(kernel) == ["triton"] * 3
+
+
+def test_scalars_must_follow_the_pointers(kernel):
+    a = torch.zeros(64, dtype=torch.float16)
+    with pytest.raises(TypeError, match="pointers come first"):
+        tb._launch(kernel, (1, 1, 1), (a,), (a, 1, 0.5, 3), num_warps=4, BLOCK=64, D=16)
