@@ -11,6 +11,7 @@ import torch
 
 import pasa_npu
 from pasa_npu import golden, npu_host_model
+from test_triton_interpret import interpreted
 
 COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
 
@@ -177,6 +178,7 @@ def _check_float64(out, lse, q, k, v, lens, precision, mask_of=None):
             assert np.abs(lse[i, ..., 0].numpy()[live] - ref_lse[0][live]).max() < lse_bound
 
 
+@interpreted
 @pytest.mark.parametrize("precision", TRITON_PRECISIONS)
 @pytest.mark.parametrize("four_d", [False, True])
 def test_triton_paged_decode_equals_triton_dense(precision, four_d):
@@ -197,6 +199,7 @@ def test_triton_paged_decode_equals_triton_dense(precision, four_d):
     _check_float64(out, lse, q, k, v, lens, precision)
 
 
+@interpreted
 @pytest.mark.parametrize("precision", TRITON_PRECISIONS)
 def test_triton_paged_spec_decode_bottom_right_causal(precision):
     """Speculative decoding: 4 new tokens per sequence, GQA 2:1, sparse_mode 3 (bottom-right causal over
@@ -248,6 +251,7 @@ def _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision, mask_of):
             assert np.abs(lse[i, :, :r, 0].numpy()[live] - ref_lse[0][live]).max() < lse_bound
 
 
+@interpreted
 @pytest.mark.parametrize("precision", TRITON_PRECISIONS)
 def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
     """Prefill-sized queries (up to 40 rows per KV head: several of the interpreter's 16-row tiles, so
@@ -268,6 +272,7 @@ def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
                         mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
 
 
+@interpreted
 @pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
 def test_triton_paged_split_decode_with_query_lengths(precision):
     """Speculative decoding with per-batch query lengths (4, 3, 1 of 4 rows): one query tile per KV head,
@@ -286,6 +291,7 @@ def test_triton_paged_split_decode_with_query_lengths(precision):
                         mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
 
 
+@interpreted
 @pytest.mark.parametrize("precision", ["fp32", "pasa_rs"])
 def test_triton_paged_user_mask_equals_triton_dense(precision):
     """A full atten_mask (sparse_mode 0, with a pre/next-tokens band) on a paged cache, read by key
