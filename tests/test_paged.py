@@ -218,6 +218,7 @@ def test_triton_paged_spec_decode_bottom_right_causal(precision):
                    mask_of=lambda c: np.triu(np.ones((s1, c), bool), k=c - s1 + 1))
 
 
+@interpreted
 def test_triton_paged_bad_launch_arguments_are_named():
     q, kc, vc, table, kw = _bad_setup()
     from pasa_npu.backends.triton import attention
