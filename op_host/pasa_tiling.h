@@ -10,6 +10,8 @@
 //               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
 //   2026-11-23  precision "fp16_fp32" (PASA_TILING_KEY_FLASH_FP16_SCORE): no K' region, no M slot, no
 //               pre-pass items; beta, invariance and M's entries 0.
+//   2026-11-23  precision "pasa_rs" (PASA_TILING_KEY_ROW_SHIFTED): the key pre-pass (column sums, u and K^,
+//               K' with one more column), rs* constants, kShiftCols, pasa_rs's workspace regions and slots.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -55,7 +57,7 @@ struct TilingInput {
     // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
     // The kernel reads them from GM as int64; these copies only validate and size the plan.
     std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
-    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32" or "fp16_fp32" (FlashAttention, no shift)
+    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32", "fp16_fp32" (FlashAttention, no shift) or "pasa_rs"
     PlatformInfo platform;
 };
 

@@ -4,11 +4,14 @@
 // before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
 // Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
 // after P_{j+2} arrived (the AIVs consumed PV_j before they started block j+2).
+// pasa_rs (ShiftKind::ROW_SHIFTED) takes Q^ and S' from RowShiftScores (pasa_row_shift_cube.h): block j's
+// passes end with the AIVs' verdict, then PV_j; the next block starts after it.
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
 #include "pasa_allocation.h"
 #include "pasa_cube_ops.h"
+#include "pasa_row_shift_cube.h"
 
 namespace pasa_kernel {
 
@@ -23,8 +26,9 @@ public:
         cube_ = cube;
         qGm_.SetGlobalBuffer((__gm__ half*)query);
         vGm_.SetGlobalBuffer((__gm__ half*)value);
-        if constexpr (Policy::SHIFTED) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
-        else kGm_.SetGlobalBuffer((__gm__ half*)key);
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
+        else if constexpr (Policy::SHIFT == ShiftKind::NONE) kGm_.SetGlobalBuffer((__gm__ half*)key);
+        else rowShift_.Init(t, cube, workspace, core);
         slots_.Init(*t, workspace, core);
         // K chunk of P V: one L0B buffer holds kc x D FP16
         kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
@@ -33,6 +37,16 @@ public:
     __aicore__ inline void Run(const Task& k) {
         if (k.nBlocks == 0) return;
         const uint32_t mp = Align16(k.tileRows);
+        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
+            LocalTensor<half> q = rowShift_.LoadQuery(k, mp);
+            rowShift_.Passes(k, q, mp, 0);  // block 1's learning passes (psi at its mean), closed by the AIVs
+            for (uint32_t j = 0; j < k.nBlocks; ++j) {
+                rowShift_.Passes(k, q, mp, j);
+                Pv(k, mp, j);
+            }
+            cube_->qL1_.FreeTensor(q);
+            return;
+        }
         LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
                                               t_->headDim, t_->qRowStride);
         for (uint32_t j = 0; j < k.nBlocks; ++j) {
@@ -49,7 +63,7 @@ private:
         const uint32_t d = t_->headDim;
         const uint32_t jb = k.kvBlock0 + j;
         LocalTensor<half> kt;
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // K' blocks are already padded to BLOCK_KV rows by the pre-pass
             kt = cube_->LoadRows(cube_->kL1_, kGm_[KShiftIndex(*t_, k.b, k.kvHead, jb)], BLOCK_KV, BLOCK_KV, d, d);
         } else {
@@ -83,6 +97,7 @@ private:
     CubeOps* cube_;
     GlobalTensor<half> qGm_, vGm_;
     GlobalTensor<half> kGm_;  // K' in the workspace (PASA) or the key input (FlashAttention)
+    RowShiftScores rowShift_;  // pasa_rs only
     SlotTensors<PvT> slots_;
     uint32_t kcPv_;
 };
