@@ -86,13 +86,13 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted) {
 }
 
 // UB and L1 as TPipe offers them: the physical sizes less the toolchain's reserves (pasa_tiling.h).
-// pasa_rs's key pre-pass borrows the AIV's queues for one 16-column strip of a KV block (128 x 16 FP16):
-// the PV queue takes it in, the P queue out (op_kernel/pasa_centre_keys.h).
+// pasa_rs's key pre-pass borrows the AIV's S' and P queues for one 16-column strip of a KV block (128 x 16
+// FP16) in and out (op_kernel/pasa_centre_keys.h): they hold it from 16 rows per AIV on.
 bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, bool rowShifted) {
     const uint64_t ub = pl.ubSize > kUbReservedBytes ? pl.ubSize - kUbReservedBytes : 0;
     const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
     const uint64_t strip = (uint64_t)kBlockKv * kFractal * 2, rm = p.blockQ / 2;
-    if (rowShifted && (rm * d * 4 < strip || rm * kBlockKv * 2 < strip)) return false;
+    if (rowShifted && rm * kBlockKv * 2 < strip) return false;
     return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
            p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= 64 * 1024 &&
            (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;

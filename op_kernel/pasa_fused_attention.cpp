@@ -45,7 +45,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         softmax.Init(&t, &pipe, query, mask, out, lse, ws, core, sub);
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
         if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
-            KeyCentring centring(t, key, ws, softmax.InQueue(), softmax.ProbQueue(), softmax.LseQueue(),
+            KeyCentring centring(t, key, ws, softmax.ScoreQueue(), softmax.ProbQueue(), softmax.LseQueue(),
                                  softmax.RowShiftScratch(), softmax.Bits());
             centring.Run(lenKv, core, sub, softmax.RowsPerAiv());
         }

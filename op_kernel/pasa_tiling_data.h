@@ -80,7 +80,7 @@ struct PasaTilingData {
     uint32_t prepassPerCore;
     uint32_t combineRowsPerAiv;
     // ---- GM workspace layout (byte offsets from the user workspace) ----
-    uint64_t wsStatusOffset;   // uint32 status word per AIV (32-byte stride): bit 0 = Inf seen in S'
+    uint64_t wsStatusOffset;   // uint32 status words per AIV (32-byte stride): [0] bit 0 = Inf seen in S'; pasa_rs: [1] reshifted, [2] recomputed (row, block) pairs
     uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][kShiftCols] (empty for FlashAttention)
     uint64_t wsCoreOffset;     // per-AI-core ping-pong slots, wsCoreStride bytes each
     uint64_t wsCoreStride;

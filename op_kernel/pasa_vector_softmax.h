@@ -118,6 +118,7 @@ public:
     // Buffers lent to the other AIV stages (M writer, split-KV combine), which run outside the task loop.
     __aicore__ inline TQue<TPosition::VECOUT, 1>& ProbQueue() { return pQue_; }
     __aicore__ inline TQue<TPosition::VECIN, 1>& InQueue() { return pvQue_; }
+    __aicore__ inline TQue<TPosition::VECIN, 1>& ScoreQueue() { return sQue_; }
     __aicore__ inline TQue<TPosition::VECOUT, 1>& OutQueue() { return outQue_; }
     __aicore__ inline TQue<TPosition::VECOUT, 1>& LseQueue() { return lseQue_; }
     __aicore__ inline uint32_t RowsPerAiv() const { return rm_; }
@@ -154,10 +155,19 @@ public:
         if (rows_ > 0) Finalize(k);
     }
 
-    // The status word of this AIV (bit 0: Inf in S' on a valid row); written once, at the end.
+    // The status words of this AIV, written once, at the end: word 0 bit 0: Inf in S' on a valid row; pasa_rs:
+    // word 1 the (valid row, KV block) pairs reshifted, word 2 those recomputed in FP32 (block 1's learning
+    // pass not counted: the golden model's reshifted_row_blocks and recomputed_row_blocks).
     __aicore__ inline void WriteStatus(uint32_t aiv) {
         LocalTensor<uint32_t> s = lseQue_.template AllocTensor<uint32_t>();
-        Duplicate(s, overflow_ ? 1u : 0u, 8);
+        Duplicate(s, 0u, 8);
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        s.SetValue(0, overflow_ ? 1u : 0u);
+        s.SetValue(1, reshiftedRows_);
+        s.SetValue(2, recomputedRows_);
+        SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
+        WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
         lseQue_.EnQue(s);
         s = lseQue_.template DeQue<uint32_t>();
         DataCopy(statusGm_[aiv * 8], s, 8);
@@ -639,13 +649,13 @@ private:
         return a > b ? a : b;
     }
 
-    // Whether flag vector v is non-zero on some valid row (rows past the valid ones do not ask for work).
-    __aicore__ inline bool AnyValidRow(const LocalTensor<float>& v) {
+    // The valid rows where flag vector v is non-zero (rows past the valid ones ask for no work).
+    __aicore__ inline uint32_t ValidRowsFlagged(const LocalTensor<float>& v) {
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
-        for (uint32_t i = 0; i < valid_; ++i)
-            if (v.GetValue(i) != 0.0f) return true;
-        return false;
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < valid_; ++i) n += v.GetValue(i) != 0.0f ? 1 : 0;
+        return n;
     }
 
     // S' of an FP16 pass into sT_ (FP32), masked, its row max mBlk_ and the rows that must be recomputed
@@ -734,7 +744,7 @@ private:
         Bar();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Bar();
-        if (!AnyValidRow(far_)) return false;
+        if (ValidRowsFlagged(far_) == 0) return false;
         CompareScalar(bits_, far_, 0.0f, CMPMODE::NE, ROW_VEC);
         Bar();
         Select(psi_, bits_, moved_, psi_, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
@@ -746,21 +756,23 @@ private:
     // values, FP32 for recomputed rows), mBlk_ its row max and psi_ the shift it was computed with. A block's
     // first pass (block 1's learning pass: without a reshift) is always FP16; after the first FP16 pass this
     // AIV asks for a reshift where Reshift() moved a row, else for the FP32 pass where a row needs it.
-    __aicore__ inline void Passes(const Task& k, uint32_t c0, uint32_t keys, bool mayReshift) {
+    // Returns whether this AIV reshifted rows (far_).
+    __aicore__ inline bool Passes(const Task& k, uint32_t c0, uint32_t keys, bool mayReshift) {
         SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT, true);
-        bool reshiftDecided = !mayReshift;
+        bool reshiftDecided = !mayReshift, reshifted = false;
         for (;;) {
             CrossCoreWaitFlag(FLAG_S_READY);
             const uint32_t served = ServedRequest();
-            if (served == REQUEST_ACCEPT) return;
+            if (served == REQUEST_ACCEPT) return reshifted;
             uint32_t request = REQUEST_ACCEPT;
             if (rows_ > 0 && served == REQUEST_FP16) {
                 LoadScores16(k, c0, keys);
                 if (!reshiftDecided) {
                     reshiftDecided = true;
-                    if (Reshift()) request = REQUEST_FP16;
+                    reshifted = Reshift();
+                    if (reshifted) request = REQUEST_FP16;
                 }
-                if (request == REQUEST_ACCEPT && AnyValidRow(redo_)) request = REQUEST_FP32;
+                if (request == REQUEST_ACCEPT && ValidRowsFlagged(redo_) > 0) request = REQUEST_FP32;
             } else if (rows_ > 0) {
                 MergeRecomputed(k, c0, keys);
             }
@@ -807,11 +819,13 @@ private:
             ShiftOf(psi_, tmp1_);
             if (j == 0) Muls(psi1_, psi_, 1.0f, rv);  // block 1's frame: its psi before any reshift
         }
-        Passes(k, c0, keys, true);
+        const bool reshifted = Passes(k, c0, keys, true);
         if (rows_ == 0) {
             CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
             return;
         }
+        recomputedRows_ += ValidRowsFlagged(redo_);
+        if (reshifted) reshiftedRows_ += ValidRowsFlagged(far_);
         Excess(excess_[slot]);
         BlockMaxInFrame();
         // Local softmax in FP32: P = exp(rho (S' - m')), l' its pairwise row sum; P enters P V in FP16.
@@ -870,6 +884,7 @@ private:
     GlobalTensor<uint32_t> statusGm_;
     // pasa_rs only
     uint32_t round_ = 0;  // request rounds so far: the parity of the request words (pasa_row_shift_cube.h)
+    uint32_t reshiftedRows_ = 0, recomputedRows_ = 0;  // the status words 1 and 2
     LocalTensor<float> rsScratch_, cj_, lv_, c1_, psi_, psi1_, eRun_, excess_[2], redo_, far_, frame_, moved_;
     GlobalTensor<half> qGm_, qhatGm_, shiftColGm_;
     GlobalTensor<float> centreProdGm_, score32Gm_;

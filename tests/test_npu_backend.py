@@ -56,7 +56,8 @@ def _problem(**kw):
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision):
     why = npu.BACKEND.supports(_problem(precision=precision))
-    assert why == f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32'), not {precision!r}"
+    assert why == (f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs'), not "
+                   f"{precision!r}")
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel implements"):
         q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
         pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", precision=precision, backend="npu")

@@ -309,7 +309,16 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
     if (counters)
-        for (const auto& k : coreCounters) counters->append(CountersDict(k));
+        for (size_t i = 0; i < coreCounters.size(); ++i) {
+            py::dict d = CountersDict(coreCounters[i]);
+            if (i >= r.blockDim) {  // an AIV: pasa_rs's row counts from its status words (0 for the others)
+                uint32_t words[3];
+                std::memcpy(words, ws.data() + pasa::StatusWordOffset(t, uint32_t(i - r.blockDim)), sizeof(words));
+                d["reshifted_row_blocks"] = words[1];
+                d["recomputed_row_blocks"] = words[2];
+            }
+            counters->append(d);
+        }
     return py::make_tuple(outArr, lseArr, OverflowStatus(ws, t, r.blockDim));
 }
 
@@ -349,7 +358,8 @@ void DefCount(py::module_& m) {
         },
         "run() that also counts what every core issues per pipe and runs the modelled clocks (cost model). "
         "ai_cores > 0 tiles for that many AI cores instead of the A2's 24. "
-        "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first).",
+        "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first; the AIVs' also "
+        "hold pasa_rs's reshifted_row_blocks and recomputed_row_blocks).",
         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
         py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(), py::kw_only(),
         py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
