@@ -559,6 +559,78 @@ def test_flash_skips_kv_blocks_the_causal_mask_hides():
     assert _aic_cube_fractals("pasa_fp32", 2) == _aic_cube_fractals("pasa_fp32", 0)
 
 
+def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
+    """Small BNSD inputs (D = 64, so that the kernel must equal the golden model bit for bit) on which
+    published PASA loses accuracy or overflows (the hard sweep of pasa_npu.accuracy, scaled down):
+    (q, k, v) FP16 and the scale 1/8 (ρ = 1: the scaled scores are in units of Q^·K)."""
+    d, s1, s2 = 64, 64, 384
+    v = rng.standard_normal((1, 2, s2, d))
+    if kind == "bias_n30":  # Q, K ~ N(30, 1): Q·Kᵀ ≈ 57 600, FP16 FlashAttention overflows
+        q, k = rng.normal(30, 1, (1, 2, s1, d)), rng.normal(30, 1, (1, 2, s2, d))
+    elif kind == "resonance":  # Q along cos θ, K = 40 + a·cos(θ + 180°): scores ≈ −75 000 … +4 000
+        c = np.cos(2 * np.pi * 3 * np.arange(d) / d)
+        q = rng.uniform(32, 36, (1, 2, s1, 1)) * c + rng.normal(0, 1, (1, 2, s1, d))
+        k = 40 - rng.uniform(32, 36, (1, 2, s2, 1)) * c + rng.normal(0, 1, (1, 2, s2, d))
+    elif kind == "drift":  # the key level drifts from 5 to 15 along the sequence
+        q = rng.normal(10, 1, (1, 2, s1, d))
+        k = rng.normal(0, 1, (1, 2, s2, d)) + 10 * np.linspace(0.5, 1.5, s2)[:, None]
+    elif kind == "long_near_equal":  # 4 rows against 2048 near-equal keys, V biased
+        s1, s2 = 4, 2048
+        q, k = rng.normal(0, 0.05, (1, 2, s1, d)), rng.normal(0, 0.05, (1, 2, s2, d))
+        v = rng.normal(3, 1, (1, 2, s2, d))
+    elif kind in ("recompute", "mixed"):
+        # Scaled scores ≈ 2·64·L/16/8 = L for keys at level L/16: block 1 holds keys at −39 000 and one at
+        # +40 000, 78 000 above its mean (S' = +Inf in FP16 on the first pass); the later keys at 41 000, which
+        # the excess learned from block 1 puts ≈ 78 000 below ψ (every S' = −Inf). Both take the FP32 pass.
+        q = 2 + rng.normal(0, 0.01, (1, 2, s1, d))
+        k = rng.normal(0, 1, (1, 2, s2, d)) / 16
+        k[..., :128, :] += -39000 / 16
+        k[..., 5, :] += 79000 / 16
+        k[..., 128:, :] += 41000 / 16
+        if kind == "mixed":
+            # the first half of each tile's rows (the first AIV's) at 1/1000 of the scores: no FP32 pass there,
+            # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
+            q[..., : s1 // 2, :] *= 1e-3
+    else:
+        raise ValueError(kind)
+    return (*(x.astype(np.float16) for x in (q, k, v)), 0.125)
+
+
+@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed"])
+def test_row_shifted_hard_inputs_equal_golden_with_its_counters(kind):
+    """pasa_rs on inputs where published PASA loses accuracy or overflows: the kernel's output and lse equal
+    the golden model's bit for bit (D + 16 <= baseK, no KV split), both finite and as accurate against
+    float64 (RMSE within 1.1× the golden's, which here means equal), and the kernel's counts of reshifted
+    and FP32-recomputed (row, KV block) pairs equal the golden model's."""
+    q, k, v, scale = _row_shift_hard_inputs(kind, np.random.default_rng(17))
+    kw = dict(num_heads=2, input_layout="BNSD", scale=scale, precision="pasa_rs", softmax_lse_flag=True)
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    assert tiling["kShiftCols"] <= tiling["baseK"] and tiling["kvSplits"] == 1
+    out, lse, counters = npu_host_model.count(q, k, v, cost={}, **kw)
+    stats = {}
+    g_out, g_lse = golden.attention(q, k, v, precision="pasa_rs", scale=scale, block_q=tiling["blockQ"],
+                                    block_kv=tiling["blockKv"], stats=stats)
+    np.testing.assert_array_equal(out, g_out)
+    np.testing.assert_array_equal(lse[..., 0], g_lse)
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    ref, _ = golden.reference(q, k, v, scale=scale)
+    assert metrics.rmse(out, ref) <= 1.1 * metrics.rmse(g_out, ref)
+    aivs = counters[tiling["block_dim"]:]
+    for name in ("reshifted_row_blocks", "recomputed_row_blocks"):
+        assert sum(c[name] for c in aivs) == stats[name], name
+    if kind == "recompute":
+        # every row of blocks 2 and 3; block 1's own pass has ψ at its maximum (its first, learning pass
+        # is recomputed too, and not counted)
+        assert stats["recomputed_row_blocks"] == stats["row_blocks"] * 2 // 3
+        assert metrics.rmse(out, ref) < 2e-3
+    elif kind == "mixed":
+        assert stats["recomputed_row_blocks"] > 0 and stats["reshifted_row_blocks"] > 0
+    elif kind == "long_near_equal":  # scores ≈ 0: every block max lands within RESHIFT_AT of ψ
+        assert stats["reshifted_row_blocks"] == stats["recomputed_row_blocks"] == 0
+    else:
+        assert stats["reshifted_row_blocks"] > 0 and stats["recomputed_row_blocks"] == 0
+
+
 @pytest.mark.parametrize("block_kv", [16, 32, 64, 128, 256])
 def test_cpp_default_beta_equals_python(block_kv):
     for d in (64, 80, 96, 128, 256):
