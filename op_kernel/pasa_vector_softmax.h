@@ -649,13 +649,14 @@ private:
         return a > b ? a : b;
     }
 
-    // The valid rows where flag vector v is non-zero (rows past the valid ones ask for no work).
+    // The valid rows where 0/1 flag vector v is 1 (rows past the valid ones ask for no work): one vector sum
+    // over the first valid_ lanes (exact: at most 64 ones) and one scalar read, not one read per row.
     __aicore__ inline uint32_t ValidRowsFlagged(const LocalTensor<float>& v) {
+        if (valid_ == 0) return 0;
+        WholeReduceSum<float>(fa_, v, (int32_t)valid_, 1, 1, 1, 8);
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
-        uint32_t n = 0;
-        for (uint32_t i = 0; i < valid_; ++i) n += v.GetValue(i) != 0.0f ? 1 : 0;
-        return n;
+        return (uint32_t)fa_.GetValue(0);
     }
 
     // S' of an FP16 pass into sT_ (FP32), masked, its row max mBlk_ and the rows that must be recomputed
