@@ -16,7 +16,7 @@ constexpr uint64_t kWsAlign = 512;      // GM workspace regions start on 512-byt
 constexpr uint32_t kL0Half = 32 * 1024; // one of the two ping-pong buffers of L0A/L0B
 constexpr uint32_t kFractal = 16;       // one NZ strip: the augmented column of pasa_rs takes one
 // pasa_rs: the FP32 row vectors its AIVs keep beside the others (op_kernel/pasa_vector_softmax.h, kRowShiftVectors)
-constexpr uint64_t kRowShiftVectors = 12;
+constexpr uint64_t kRowShiftVectors = 13;
 // blockwise.RESHIFT_RELEVANCE: a block whose maximum lies this far below the running one is not reshifted
 constexpr double kReshiftRelevance = 4.0;
 
@@ -320,7 +320,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     if (rowShifted) {
         auto slot = [&](uint64_t bytes) { coreBytes = AlignUp(coreBytes, kWsAlign); uint64_t at = coreBytes; coreBytes += bytes; return at; };
         t.wsQhatSlot = slot((uint64_t)t.blockQ * D * 2);
-        t.wsShiftColSlot = slot((uint64_t)t.blockQ * kFractal * 2);
+        t.wsShiftColSlot = slot(2ull * t.blockQ * kFractal * 2);  // one per block parity
         t.wsCentreProdSlot = slot(2ull * t.kvBlocksPerSplit * t.blockQ * 4);
         t.wsScore32Slot = slot((uint64_t)t.blockQ * kBlockKv * 4);
         t.wsRequestSlot = slot(4 * 64);

@@ -4,8 +4,8 @@
 // before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
 // Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
 // after P_{j+2} arrived (the AIVs consumed PV_j before they started block j+2).
-// pasa_rs (ShiftKind::ROW_SHIFTED) takes Q^ and S' from RowShiftScores (pasa_row_shift_cube.h): block j's
-// passes end with the AIVs' verdict, then PV_j; the next block starts after it.
+// pasa_rs (ShiftKind::ROW_SHIFTED) takes Q^ and S' from RowShiftScores (pasa_row_shift_cube.h), which runs
+// block j + 1's first pass before the AIVs' verdict on block j, and PV_j once block j is closed.
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
@@ -39,9 +39,9 @@ public:
         const uint32_t mp = Align16(k.tileRows);
         if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
             LocalTensor<half> q = rowShift_.LoadQuery(k, mp);
-            rowShift_.Passes(k, q, mp, 0);  // block 1's learning passes (psi at its mean), closed by the AIVs
+            rowShift_.Learn(k, q, mp);
             for (uint32_t j = 0; j < k.nBlocks; ++j) {
-                rowShift_.Passes(k, q, mp, j);
+                rowShift_.Block(k, q, mp, j);
                 Pv(k, mp, j);
             }
             cube_->qL1_.FreeTensor(q);

@@ -92,9 +92,9 @@ struct PasaTilingData {
     uint64_t wsCentreOffset;   // u_j and K^_j, FP16 [B][Nkv][2*numKvBlocks][D]: row 2j = u_j, row 2j+1 = K^_j
     // pasa_rs per-core slots, after the S'/P/PV slots and the ones matrix L (byte offsets in the core's stride)
     uint64_t wsQhatSlot;       // Q^ of the task's tile, FP16 blockQ x D
-    uint64_t wsShiftColSlot;   // the augmented column of Q^: -psi/64 in FP16, blockQ x 16 (one NZ strip)
+    uint64_t wsShiftColSlot;   // the augmented column of Q^: -psi/64 in FP16, blockQ x 16 (one NZ strip), x 2 block parities
     uint64_t wsCentreProdSlot; // C_j and Q^ K^_j, FP32 [2*kvBlocksPerSplit][blockQ]: row 2j = C_j
-    uint64_t wsScore32Slot;    // S' - psi with FP32 out (the recompute), blockQ x blockKv FP32
+    uint64_t wsScore32Slot;    // S' - psi with FP32 out (the recompute), blockQ x blockKv FP32 (FP16 passes use the S' slots)
     uint64_t wsRequestSlot;    // the AIVs' requests to the AIC: uint32 [2 parities][2 AIVs], 64 B apart
     uint64_t wsPartialOffset;  // split-KV partials: O/l FP32 [B*N*S1][kvSplits][D], then lse FP32 [B*N*S1][kvSplits]
     uint64_t wsPartialLseOffset;

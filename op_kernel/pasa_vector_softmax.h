@@ -42,9 +42,9 @@ namespace pasa_kernel {
 
 enum class RowOp { SUB, MUL, DIV };
 
-// pasa_rs: the FP32 row vectors beside the others (C_j, lv_j, C_1, psi_j, psi_1, E, two excesses, the redo and
-// reshift flags, the block max in block 1's frame, the moved psi); op_host/pasa_tiling.cpp counts them.
-constexpr uint32_t kRowShiftVectors = 12;
+// pasa_rs: the FP32 row vectors beside the others (C_j, lv_j, psi_j for two blocks, C_1, psi_1, E, the redo
+// and reshift flags, the block max in block 1's frame, the moved psi); op_host/pasa_tiling.cpp counts them.
+constexpr uint32_t kRowShiftVectors = 13;
 // blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K) is reshifted
 constexpr float RESHIFT_AT = 2.0f;
 
@@ -94,8 +94,8 @@ public:
         off += rm_ * 32;
         if constexpr (ROW_SHIFTED) {
             rsScratch_ = base[off].template ReinterpretCast<float>();
-            LocalTensor<float>* rvecs[kRowShiftVectors] = {&cj_, &lv_, &c1_, &psi_, &psi1_, &eRun_, &excess_[0],
-                                                           &excess_[1], &redo_, &far_, &frame_, &moved_};
+            LocalTensor<float>* rvecs[kRowShiftVectors] = {&cj_[0], &cj_[1], &lv_[0], &lv_[1], &psi_[0], &psi_[1],
+                                                           &c1_, &psi1_, &eRun_, &redo_, &far_, &frame_, &moved_};
             for (uint32_t i = 0; i < kRowShiftVectors; ++i) *rvecs[i] = rsScratch_[i * ROW_VEC];
             qGm_.SetGlobalBuffer((__gm__ half*)query);
             const uint64_t slots = t->wsCoreOffset + (uint64_t)core * t->wsCoreStride;
@@ -550,6 +550,8 @@ private:
     }
 
     // ---- pasa_rs (ShiftKind::ROW_SHIFTED) ---------------------------------------------------------------
+    // The conversation with the AIC is described in pasa_row_shift_cube.h. Per block parity s = j % 2 this
+    // AIV keeps C_j, lv_j and psi_j (cj_[s], lv_[s], psi_[s]): block j + 1's are set while block j is open.
 
     // Q^ = FP16(Q 2^e) of this AIV's rows into the core's slot (Q 2^e is exact in FP32; one rounding to FP16,
     // which only a subnormal Q^ feels), through O's FP32 buffer, which the task zeroes afterwards.
@@ -576,17 +578,18 @@ private:
         CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_QHAT_READY);
     }
 
-    // C_j (cj_) and lv_j = Q^ K^_j - C_j (lv_) of this AIV's rows: rows 2j and 2j + 1 of the centre products.
+    // C_j and lv_j = Q^ K^_j - C_j of this AIV's rows (rows 2j and 2j + 1 of the centre products) into
+    // cj_[j % 2], lv_[j % 2].
     __aicore__ inline void LoadCentreProducts(const Task& k, uint32_t j) {
-        const uint32_t mp = Align16(k.tileRows);
+        const uint32_t mp = Align16(k.tileRows), s = j % 2;
         const uint32_t second = (rows_ + 7) / 8 * 8;  // DataCopyPad starts each row on a 32-byte block
         LocalTensor<float> c = maskQue_.template AllocTensor<float>();
         DataCopyPad(c, centreProdGm_[(uint64_t)2 * j * mp + r0_],
                     DataCopyExtParams(2, rows_ * 4, (mp - rows_) * 4, 0, 0), DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
         maskQue_.EnQue(c);
         c = maskQue_.template DeQue<float>();
-        Muls(cj_, c, 1.0f, (int32_t)second);
-        Sub(lv_, c[second], c, (int32_t)second);
+        Muls(cj_[s], c, 1.0f, (int32_t)second);
+        Sub(lv_[s], c[second], c, (int32_t)second);
         Bar();
         maskQue_.FreeTensor(c);
     }
@@ -609,22 +612,36 @@ private:
         Bar();
     }
 
-    // This AIV's request for the current round; with the shift column -psi/64 (exact in FP16) of its rows
-    // first where the AIC is to run a pass with a new psi.
-    __aicore__ inline void SendRequest(uint32_t request, bool withShift) {
-        if (withShift && rows_ > 0) {
-            LocalTensor<half> h = fb_.template ReinterpretCast<half>();
-            Muls(fa_, psi_, -1.0f / 64, (int32_t)ROW_VEC);
-            Bar();
-            Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
-            Bar();
-            LocalTensor<half> col = pQue_.template AllocTensor<half>();
-            Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
-            pQue_.EnQue(col);
-            col = pQue_.template DeQue<half>();
-            DataCopy(shiftColGm_[r0_ * FRACTAL], col, rows_ * FRACTAL);
-            pQue_.FreeTensor(col);
-        }
+    // psi_j = shift(lv_j + E), E = eRun_ taken as 0 on a row with no kept key yet (E = -inf).
+    __aicore__ inline void BlockShift(uint32_t j) {
+        const uint32_t s = j % 2;
+        CompareScalar(bits_, eRun_, NegInf<float>(), CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(tmp1_, bits_, eRun_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+        Add(tmp1_, lv_[s], tmp1_, (int32_t)ROW_VEC);
+        Bar();
+        ShiftOf(psi_[s], tmp1_);
+    }
+
+    // This AIV's rows of block j's shift column, -psi_j / 64 (exact in FP16), into slot j % 2.
+    __aicore__ inline void WriteShiftColumn(uint32_t j) {
+        if (rows_ == 0) return;
+        LocalTensor<half> h = fb_.template ReinterpretCast<half>();
+        Muls(fa_, psi_[j % 2], -1.0f / 64, (int32_t)ROW_VEC);
+        Bar();
+        Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
+        Bar();
+        LocalTensor<half> col = pQue_.template AllocTensor<half>();
+        Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
+        pQue_.EnQue(col);
+        col = pQue_.template DeQue<half>();
+        DataCopy(shiftColGm_[((j % 2) * t_->blockQ + r0_) * FRACTAL], col, rows_ * FRACTAL);
+        pQue_.FreeTensor(col);
+    }
+
+    // This AIV's request word for the current round (its shift column written before, where it changed).
+    __aicore__ inline void SendRequest(uint32_t request) {
         LocalTensor<uint32_t> w = lseQue_.template AllocTensor<uint32_t>();
         Duplicate(w, request, 8);
         lseQue_.EnQue(w);
@@ -634,7 +651,7 @@ private:
         CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_REQUEST);
     }
 
-    // After FLAG_S_READY: what the AIC served this round, the larger of the two AIVs' requests (both words
+    // After the answer to a round: what the AIC served, the larger of the two AIVs' requests (both words
     // are in GM: the AIC answered only after both were written).
     __aicore__ inline uint32_t ServedRequest() {
         LocalTensor<uint32_t> w = maskQue_.template AllocTensor<uint32_t>();
@@ -659,14 +676,14 @@ private:
         return (uint32_t)fa_.GetValue(0);
     }
 
-    // S' of an FP16 pass into sT_ (FP32), masked, its row max mBlk_ and the rows that must be recomputed
-    // (redo_): max +inf (a score more than 65504 above psi), or every kept score below FP16's range. To tell
-    // the latter from a row with no kept key, -inf scores become the lowest finite value before the masks:
-    // the row max is then that value, not -inf (such a score still weighs exp(-huge) = 0).
-    __aicore__ inline void LoadScores16(const Task& k, uint32_t c0, uint32_t keys) {
+    // S' of an FP16 pass of block j into sT_ (FP32), masked, its row max mBlk_ and the rows that must be
+    // recomputed (redo_): max +inf (a score more than 65504 above psi), or every kept score below FP16's range.
+    // To tell the latter from a row with no kept key, -inf scores become the lowest finite value before the
+    // masks: the row max is then that value, not -inf (such a score still weighs exp(-huge) = 0).
+    __aicore__ inline void LoadScores16(const Task& k, uint32_t j, uint32_t c0, uint32_t keys) {
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
         LocalTensor<half> s16 = sQue_.template AllocTensor<half>();
-        DataCopy(s16, slots_.score[0][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
+        DataCopy(s16, slots_.score[j % 2][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
@@ -705,11 +722,11 @@ private:
         RowMax(mBlk_, sT_);
     }
 
-    // frame_ = mBlk + ((C_j - C_1) + (psi_j - psi_1)): the block max in block 1's frame.
-    __aicore__ inline void BlockMaxInFrame() {
+    // frame_ = mBlk + ((C_j - C_1) + (psi_j - psi_1)): block j's max in block 1's frame.
+    __aicore__ inline void BlockMaxInFrame(uint32_t j) {
         const int32_t rv = (int32_t)ROW_VEC;
-        Sub(tmp1_, cj_, c1_, rv);
-        Sub(tmp2_, psi_, psi1_, rv);
+        Sub(tmp1_, cj_[j % 2], c1_, rv);
+        Sub(tmp2_, psi_[j % 2], psi1_, rv);
         Bar();
         Add(tmp1_, tmp1_, tmp2_, rv);
         Bar();
@@ -717,13 +734,14 @@ private:
         Bar();
     }
 
-    // The reshift after the first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT from 0,
-    // that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 8192 a step of psi exceeds
-    // 2 RESHIFT_AT), in a block that can matter (its max above the running max less the relevance). Those
-    // rows take the moved psi; returns whether a valid row did.
-    __aicore__ inline bool Reshift() {
+    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
+    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 8192 a step of psi
+    // exceeds 2 RESHIFT_AT), in a block that can matter (its max above the running max less the relevance).
+    // Those rows take the moved psi; returns whether a valid row did.
+    __aicore__ inline bool Reshift(uint32_t j) {
         const int32_t rv = (int32_t)ROW_VEC;
-        BlockMaxInFrame();
+        const LocalTensor<float>& psi = psi_[j % 2];
+        BlockMaxInFrame(j);
         Adds(tmp1_, m_, -t_->rsRelevance, rv);
         Duplicate(far_, 1.0f, rv);
         Bar();
@@ -738,97 +756,118 @@ private:
         CompareScalar(bits_, redo_, 0.0f, CMPMODE::EQ, ROW_VEC);
         Bar();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Add(tmp2_, psi_, mBlk_, rv);
+        Add(tmp2_, psi, mBlk_, rv);
         Bar();
         ShiftOf(moved_, tmp2_);
-        Compare(bits_, moved_, psi_, CMPMODE::NE, ROW_VEC);
+        Compare(bits_, moved_, psi, CMPMODE::NE, ROW_VEC);
         Bar();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Bar();
         if (ValidRowsFlagged(far_) == 0) return false;
         CompareScalar(bits_, far_, 0.0f, CMPMODE::NE, ROW_VEC);
         Bar();
-        Select(psi_, bits_, moved_, psi_, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
+        Select(psi, bits_, moved_, psi, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
         Bar();
         return true;
     }
 
-    // The rounds of one block with the current psi_, until the AIC closes them: after them sT_ holds S' (FP16
-    // values, FP32 for recomputed rows), mBlk_ its row max and psi_ the shift it was computed with. A block's
-    // first pass (block 1's learning pass: without a reshift) is always FP16; after the first FP16 pass this
-    // AIV asks for a reshift where Reshift() moved a row, else for the FP32 pass where a row needs it.
-    // Returns whether this AIV reshifted rows (far_).
-    __aicore__ inline bool Passes(const Task& k, uint32_t c0, uint32_t keys, bool mayReshift) {
-        SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT, true);
+    // Block j's rounds from a served pass on, until the AIC closes them: then sT_ holds S' (FP16 values,
+    // FP32 for recomputed rows), mBlk_ its row max and psi_[j % 2] the shift it was computed with. After the
+    // first FP16 pass (if mayReshift) this AIV asks for a reshift where Reshift() moved a row, else for the
+    // FP32 pass where a row needs it, else accepts. nextFirstPass: the AIC runs block j + 1's first pass before
+    // it serves this block's first round; its FLAG_S_READY comes first. Returns whether this AIV reshifted.
+    __aicore__ inline bool Rounds(const Task& k, uint32_t j, uint32_t served, bool mayReshift, bool nextFirstPass) {
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
         bool reshiftDecided = !mayReshift, reshifted = false;
-        for (;;) {
-            CrossCoreWaitFlag(FLAG_S_READY);
-            const uint32_t served = ServedRequest();
-            if (served == REQUEST_ACCEPT) return reshifted;
+        while (served != REQUEST_ACCEPT) {
             uint32_t request = REQUEST_ACCEPT;
             if (rows_ > 0 && served == REQUEST_FP16) {
-                LoadScores16(k, c0, keys);
+                LoadScores16(k, j, c0, keys);
                 if (!reshiftDecided) {
                     reshiftDecided = true;
-                    reshifted = Reshift();
-                    if (reshifted) request = REQUEST_FP16;
+                    reshifted = Reshift(j);
+                    if (reshifted) {
+                        request = REQUEST_FP16;
+                        WriteShiftColumn(j);
+                    }
                 }
                 if (request == REQUEST_ACCEPT && ValidRowsFlagged(redo_) > 0) request = REQUEST_FP32;
             } else if (rows_ > 0) {
                 MergeRecomputed(k, c0, keys);
             }
-            SendRequest(request, request == REQUEST_FP16);
+            SendRequest(request);
+            if (nextFirstPass) {
+                CrossCoreWaitFlag(FLAG_S_READY);  // block j + 1's first pass is in its score slot
+                nextFirstPass = false;
+            }
+            CrossCoreWaitFlag(FLAG_S_READY);
+            served = ServedRequest();
         }
+        return reshifted;
     }
 
-    // dst = excess of the block: (m' + psi) - lv, its row max above its mean (-inf where every key is masked).
-    __aicore__ inline void Excess(const LocalTensor<float>& dst) {
-        Add(dst, mBlk_, psi_, (int32_t)ROW_VEC);
+    // dst = excess of block j: (m' + psi_j) - lv_j, its row max above its mean (-inf where every key is masked).
+    __aicore__ inline void Excess(const LocalTensor<float>& dst, uint32_t j) {
+        Add(dst, mBlk_, psi_[j % 2], (int32_t)ROW_VEC);
         Bar();
-        Sub(dst, dst, lv_, (int32_t)ROW_VEC);
+        Sub(dst, dst, lv_[j % 2], (int32_t)ROW_VEC);
         Bar();
     }
 
-    // Block j of the task: the shift, the passes, the local softmax and the merge (blockwise._query_block_rs).
+    // Before block 1: its learning conversation (psi = shift(lv_1), without a reshift) gives E's start, the
+    // excess of block 1 over its mean; then one round for the first passes of blocks 1 and 2.
+    __aicore__ inline void RowShiftLearn(const Task& k) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        if (rows_ > 0) {
+            LoadCentreProducts(k, 0);
+            Muls(c1_, cj_[0], 1.0f, rv);
+            ShiftOf(psi_[0], lv_[0]);
+            WriteShiftColumn(0);
+        }
+        SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT);
+        CrossCoreWaitFlag(FLAG_S_READY);
+        Rounds(k, 0, ServedRequest(), false, false);
+        if (rows_ > 0) {
+            Excess(eRun_, 0);
+            BlockShift(0);
+            Muls(psi1_, psi_[0], 1.0f, rv);  // block 1's frame: its psi before any reshift
+            WriteShiftColumn(0);
+            if (k.nBlocks > 1) {
+                LoadCentreProducts(k, 1);
+                BlockShift(1);
+                WriteShiftColumn(1);
+            }
+        }
+        SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT);
+        CrossCoreWaitFlag(FLAG_S_READY);  // block 1's first pass: a round answered without reading the words
+        ++round_;
+    }
+
+    // Block j of the task: its rounds, then (once closed) its excess, E for block j + 2 and that block's
+    // shift column, the local softmax and the merge (blockwise._query_block_rs).
     __aicore__ inline void RowShiftBlock(const Task& k, uint32_t j) {
         const uint32_t slot = j % 2;
-        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
-        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
-        if (rows_ > 0) LoadCentreProducts(k, j);
-        if (j == 0) {
-            // Block 1 first with psi at its mean, to learn how far its max lies above it (E's start).
-            if (rows_ > 0) {
-                Muls(c1_, cj_, 1.0f, rv);
-                ShiftOf(psi_, lv_);
-            }
-            Passes(k, c0, keys, false);
-            if (rows_ > 0) Excess(eRun_);
-        } else if (j >= 2 && rows_ > 0) {
-            // the lag of two blocks: block j - 2's excess joins E now
-            Max(eRun_, eRun_, excess_[slot], rv);
-            Bar();
-        }
-        if (rows_ > 0) {
-            // psi_j = shift(lv_j + E), E taken as 0 on a row with no kept key yet (E = -inf)
-            CompareScalar(bits_, eRun_, NegInf<float>(), CMPMODE::NE, ROW_VEC);
-            Bar();
-            Select(tmp1_, bits_, eRun_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-            Bar();
-            Add(tmp1_, lv_, tmp1_, rv);
-            Bar();
-            ShiftOf(psi_, tmp1_);
-            if (j == 0) Muls(psi1_, psi_, 1.0f, rv);  // block 1's frame: its psi before any reshift
-        }
-        const bool reshifted = Passes(k, c0, keys, true);
+        if (j == 0) RowShiftLearn(k);
+        const bool reshifted = Rounds(k, j, REQUEST_FP16, true, j + 1 < k.nBlocks);
         if (rows_ == 0) {
             CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
             return;
         }
         recomputedRows_ += ValidRowsFlagged(redo_);
         if (reshifted) reshiftedRows_ += ValidRowsFlagged(far_);
-        Excess(excess_[slot]);
-        BlockMaxInFrame();
+        BlockMaxInFrame(j);
+        // E for block j + 2 takes block j's excess (the lag of two blocks); block j's parity slot passes to
+        // block j + 2, whose shift column the AIC reads for its first pass after P_j V_j.
+        Excess(tmp1_, j);
+        Max(eRun_, eRun_, tmp1_, rv);
+        Bar();
+        if (j + 2 < k.nBlocks) {
+            LoadCentreProducts(k, j + 2);
+            BlockShift(j + 2);
+            WriteShiftColumn(j + 2);
+        }
         // Local softmax in FP32: P = exp(rho (S' - m')), l' its pairwise row sum; P enters P V in FP16.
         Maxs(tmp1_, mBlk_, Lowest<float>(), rv);
         Bar();
@@ -886,7 +925,7 @@ private:
     // pasa_rs only
     uint32_t round_ = 0;  // request rounds so far: the parity of the request words (pasa_row_shift_cube.h)
     uint32_t reshiftedRows_ = 0, recomputedRows_ = 0;  // the status words 1 and 2
-    LocalTensor<float> rsScratch_, cj_, lv_, c1_, psi_, psi1_, eRun_, excess_[2], redo_, far_, frame_, moved_;
+    LocalTensor<float> rsScratch_, cj_[2], lv_[2], psi_[2], c1_, psi1_, eRun_, redo_, far_, frame_, moved_;
     GlobalTensor<half> qGm_, qhatGm_, shiftColGm_;
     GlobalTensor<float> centreProdGm_, score32Gm_;
     GlobalTensor<uint32_t> requestGm_;

@@ -245,7 +245,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         const uint64_t fixed = slotMin + (uint64_t)t.blockKv * t.blockKv * 2;
         CHECK(fixed <= t.wsQhatSlot);
         CHECK(t.wsQhatSlot + (uint64_t)t.blockQ * d.D * 2 <= t.wsShiftColSlot);
-        CHECK(t.wsShiftColSlot + (uint64_t)t.blockQ * 16 * 2 <= t.wsCentreProdSlot);
+        CHECK(t.wsShiftColSlot + 2ull * t.blockQ * 16 * 2 <= t.wsCentreProdSlot);
         CHECK(t.wsCentreProdSlot + 2ull * t.kvBlocksPerSplit * t.blockQ * 4 <= t.wsScore32Slot);
         CHECK(t.wsScore32Slot + (uint64_t)t.blockQ * t.blockKv * 4 <= t.wsRequestSlot);
         CHECK(t.wsRequestSlot + 4 * 64 <= t.wsCoreStride);
