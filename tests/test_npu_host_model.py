@@ -334,6 +334,9 @@ CASES = {
                                split=True),
     "rs_overflow_n30": dict(b=1, n=2, nkv=2, s1=128, s2=256, d=128, layout="BNSD", precision="pasa_rs",
                             mean=30.0),
+    # 64 tasks on 24 cores: the request words' parity carries over from task to task
+    "rs_tasks_per_core_3": dict(b=2, n=8, nkv=2, s1=256, s2=256, d=64, layout="BSH", precision="pasa_rs",
+                                sparse_mode=3),
 }
 
 
