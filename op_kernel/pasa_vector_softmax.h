@@ -771,18 +771,24 @@ private:
         return true;
     }
 
-    // Block j's rounds from a served pass on, until the AIC closes them: then sT_ holds S' (FP16 values,
-    // FP32 for recomputed rows), mBlk_ its row max and psi_[j % 2] the shift it was computed with. After the
-    // first FP16 pass (if mayReshift) this AIV asks for a reshift where Reshift() moved a row, else for the
-    // FP32 pass where a row needs it, else accepts. nextFirstPass: the AIC runs block j + 1's first pass before
-    // it serves this block's first round; its FLAG_S_READY comes first. Returns whether this AIV reshifted.
-    __aicore__ inline bool Rounds(const Task& k, uint32_t j, uint32_t served, bool mayReshift, bool nextFirstPass) {
+    // Block j's rounds from a served pass on, until the AIC closes them. After the first FP16 pass (if
+    // mayReshift) this AIV asks for a reshift where Reshift() moved a row, else for the FP32 pass where a row
+    // needs it, else accepts: its rows' S' are then final (sT_: FP16 values, FP32 for recomputed rows; mBlk_
+    // their row max; psi_[j % 2] the shift), whatever the other AIV still asks for (rows are independent: this
+    // AIV does not read those passes, whose rows of it may already use block j + 2's shift column), so
+    // `close` (the block's own work, Close()) runs before the accepting word goes out, off the AIC's path. The learning conversation closes nothing:
+    // it leaves S' and mBlk_ for its caller. nextFirstPass: the AIC runs block j + 1's first pass before it
+    // serves this block's first round; its FLAG_S_READY comes first.
+    __aicore__ inline void Rounds(const Task& k, uint32_t j, uint32_t served, bool mayReshift, bool nextFirstPass,
+                                  bool close) {
         const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
-        bool reshiftDecided = !mayReshift, reshifted = false;
+        bool reshiftDecided = !mayReshift, reshifted = false, closed = rows_ == 0;
         while (served != REQUEST_ACCEPT) {
             uint32_t request = REQUEST_ACCEPT;
-            if (rows_ > 0 && served == REQUEST_FP16) {
+            if (closed) {
+                // final rows: a pass the other AIV asked for is not read
+            } else if (served == REQUEST_FP16) {
                 LoadScores16(k, j, c0, keys);
                 if (!reshiftDecided) {
                     reshiftDecided = true;
@@ -793,8 +799,12 @@ private:
                     }
                 }
                 if (request == REQUEST_ACCEPT && ValidRowsFlagged(redo_) > 0) request = REQUEST_FP32;
-            } else if (rows_ > 0) {
+            } else {
                 MergeRecomputed(k, c0, keys);
+            }
+            if (request == REQUEST_ACCEPT && !closed && close) {
+                Close(k, j, reshifted);
+                closed = true;
             }
             SendRequest(request);
             if (nextFirstPass) {
@@ -804,7 +814,6 @@ private:
             CrossCoreWaitFlag(FLAG_S_READY);
             served = ServedRequest();
         }
-        return reshifted;
     }
 
     // dst = excess of block j: (m' + psi_j) - lv_j, its row max above its mean (-inf where every key is masked).
@@ -827,7 +836,7 @@ private:
         }
         SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT);
         CrossCoreWaitFlag(FLAG_S_READY);
-        Rounds(k, 0, ServedRequest(), false, false);
+        Rounds(k, 0, ServedRequest(), false, false, false);
         if (rows_ > 0) {
             Excess(eRun_, 0);
             BlockShift(0);
@@ -844,17 +853,19 @@ private:
         ++round_;
     }
 
-    // Block j of the task: its rounds, then (once closed) its excess, E for block j + 2 and that block's
-    // shift column, the local softmax and the merge (blockwise._query_block_rs).
+    // Block j of the task: its rounds (which close it), then P_j to the AIC once the AIC has closed them:
+    // P_j's slot holds both AIVs' rows, and a pass the other AIV still asked for must not find P_j V_j run.
     __aicore__ inline void RowShiftBlock(const Task& k, uint32_t j) {
+        if (j == 0) RowShiftLearn(k);
+        Rounds(k, j, REQUEST_FP16, true, j + 1 < k.nBlocks, true);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+    }
+
+    // Block j's own work once its S' is final: its counters, excess, E for block j + 2 and that block's
+    // shift column, the local softmax and the merge (blockwise._query_block_rs), P_j into its slot.
+    __aicore__ inline void Close(const Task& k, uint32_t j, bool reshifted) {
         const uint32_t slot = j % 2;
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
-        if (j == 0) RowShiftLearn(k);
-        const bool reshifted = Rounds(k, j, REQUEST_FP16, true, j + 1 < k.nBlocks);
-        if (rows_ == 0) {
-            CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
-            return;
-        }
         recomputedRows_ += ValidRowsFlagged(redo_);
         if (reshifted) reshiftedRows_ += ValidRowsFlagged(far_);
         BlockMaxInFrame(j);
@@ -903,7 +914,6 @@ private:
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
-        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
     }
 
     const PasaTilingData* t_;
