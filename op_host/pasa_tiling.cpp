@@ -14,6 +14,11 @@ namespace {
 constexpr uint32_t kBlockKv = 128;      // n of M = (I - beta/n J)*scale; 1/n is exact
 constexpr uint64_t kWsAlign = 512;      // GM workspace regions start on 512-byte boundaries
 constexpr uint32_t kL0Half = 32 * 1024; // one of the two ping-pong buffers of L0A/L0B
+constexpr uint32_t kFractal = 16;       // one NZ strip: the augmented column of pasa_rs takes one
+// pasa_rs: the FP32 row vectors its AIVs keep beside the others (op_kernel/pasa_vector_softmax.h, kRowShiftVectors)
+constexpr uint64_t kRowShiftVectors = 13;
+// blockwise.RESHIFT_RELEVANCE: a block whose maximum lies this far below the running one is not reshifted
+constexpr double kReshiftRelevance = 4.0;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -52,7 +57,7 @@ struct Plan {
 // The on-chip buffers the kernel allocates per core for query blocks of bq rows: this must stay the
 // sum of the InitBuffer calls of op_kernel/pasa_vector_softmax.h (UB, per AIV) and
 // op_kernel/pasa_cube_ops.h + pasa_fused_attention.cpp (L1, L0A, L0B, L0C, per AIC).
-Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State) {
+Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted) {
     Plan p{};
     p.blockQ = bq;
     const uint64_t st = fp32State ? 4 : 2;  // state / O / PV element size
@@ -63,11 +68,17 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State) {
                             std::max<uint64_t>(rm * d * 2, d * 4) /* out */ + 2 * rowVec * 4 /* lse */;
     const uint64_t calc = (fp32State ? 2 * rm * n * 4 : 0) /* S', P in FP32 */ + rm * n * st /* work */ +
                           AlignUp(rm * n / 8, 32) /* compare bits */ + rm * d * st /* O */ +
-                          15 * rowVec * st /* row state */ + 4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */;
+                          15 * rowVec * st /* row state */ + 4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */ +
+                          (rowShifted ? kRowShiftVectors * rowVec * 4 : 0) /* pasa_rs: C, psi, excesses, ... */;
     p.ub = queues + calc;
-    p.l1 = (uint64_t)bq * d * 2 + 2 * n * d * 2 /* K' or K */ + 2 * n * d * 2 /* V */ + 2 * n * n * 2 /* P or M */;
+    // pasa_rs: Q^ and K' carry one more NZ strip (the augmented column that subtracts psi in L0C)
+    const uint64_t cols = d + (rowShifted ? kFractal : 0);
+    p.l1 = (uint64_t)bq * cols * 2 + 2 * n * cols * 2 /* K' or K */ + 2 * n * cols * 2 /* V (same tile size) */ +
+           2 * n * n * 2 /* P, or M / L */;
     // L0A/L0B: two 32 KB buffers each; the head-dim chunk of S' = Q K'^T fits both operands in one.
-    p.baseK = std::min<uint32_t>(d, kL0Half / (2 * std::max<uint32_t>(bq, n))) / 16 * 16;
+    // pasa_rs: over D + 16 columns, so that for D <= 112 the augmented column is in the same Mmad call as
+    // Q^ K'^T and psi is subtracted before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
+    p.baseK = std::min<uint32_t>(cols, kL0Half / (2 * std::max<uint32_t>(bq, n))) / 16 * 16;
     p.l0a = 2 * kL0Half;
     p.l0b = 2 * kL0Half;
     p.l0c = 2 * 64 * 1024;  // S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit one FP32 buffer
@@ -75,9 +86,13 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State) {
 }
 
 // UB and L1 as TPipe offers them: the physical sizes less the toolchain's reserves (pasa_tiling.h).
-bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d) {
+// pasa_rs's key pre-pass borrows the AIV's S' and P queues for one 16-column strip of a KV block (128 x 16
+// FP16) in and out (op_kernel/pasa_centre_keys.h): they hold it from 16 rows per AIV on.
+bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, bool rowShifted) {
     const uint64_t ub = pl.ubSize > kUbReservedBytes ? pl.ubSize - kUbReservedBytes : 0;
     const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
+    const uint64_t strip = (uint64_t)kBlockKv * kFractal * 2, rm = p.blockQ / 2;
+    if (rowShifted && rm * kBlockKv * 2 < strip) return false;
     return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
            p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= 64 * 1024 &&
            (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;
@@ -205,9 +220,11 @@ TilingResult ComputeTiling(const TilingInput& in) {
     if (in.precision == "pasa") key = PASA_TILING_KEY_FP16_STATE;
     else if (in.precision == "pasa_fp32") key = PASA_TILING_KEY_FP32_STATE;
     else if (in.precision == "fp16_fp32") key = PASA_TILING_KEY_FLASH_FP16_SCORE;
-    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", \"fp16_fp32\", got \"" + in.precision + "\"");
+    else if (in.precision == "pasa_rs") key = PASA_TILING_KEY_ROW_SHIFTED;
+    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", \"fp16_fp32\", \"pasa_rs\", got \"" + in.precision + "\"");
     const bool fp32State = key != PASA_TILING_KEY_FP16_STATE;
-    const bool shifted = key != PASA_TILING_KEY_FLASH_FP16_SCORE;
+    const bool shifted = key == PASA_TILING_KEY_FP16_STATE || key == PASA_TILING_KEY_FP32_STATE;
+    const bool rowShifted = key == PASA_TILING_KEY_ROW_SHIFTED;
     if (in.sparseMode < 0 || in.sparseMode > 4) Bad("sparse_mode must be one of 0, 1, 2, 3, 4");
     const bool hasMask = !in.maskShape.empty();
     if (hasMask) {
@@ -255,7 +272,13 @@ TilingResult ComputeTiling(const TilingInput& in) {
         }
     }
     t.scale = (float)in.scale;
-    if (shifted) {  // FlashAttention has no M: beta, I and M's entries stay 0, and any scale is accepted
+    if (rowShifted) {  // blockwise._query_block_rs: e = floor(log2 scale), rho = scale / 2^e
+        const double pow2 = std::ldexp(1.0, (int)std::floor(std::log2(in.scale)));
+        t.rsScalePow2 = (float)pow2;
+        t.rsRho = (float)(in.scale / pow2);
+        t.rsRelevance = (float)(kReshiftRelevance * pow2 / in.scale);
+    }
+    if (shifted) {  // FlashAttention and pasa_rs have no M: beta, I and M's entries stay 0, any scale is accepted
         double beta = in.beta < 0 ? DefaultBeta(kBlockKv, in.scale) : in.beta;
         double diag, off;
         ShiftEntries(beta, kBlockKv, in.scale, &diag, &off);
@@ -269,13 +292,14 @@ TilingResult ComputeTiling(const TilingInput& in) {
     Plan plan{};
     bool found = false;
     for (uint32_t bq : {128u, 64u, 32u, 16u}) {
-        plan = MakePlan(bq, D, fp32State);
-        if (Fits(plan, pl, D)) { found = true; break; }
+        plan = MakePlan(bq, D, fp32State, rowShifted);
+        if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
     }
     if (!found) Bad("platform: no block plan fits the on-chip memories for this head dim");
     t.blockQ = plan.blockQ;
     t.blockKv = kBlockKv;
     t.baseK = plan.baseK;
+    t.kShiftCols = D + (rowShifted ? kFractal : 0);
     t.numQBlocks = CeilDiv(S1, t.blockQ);
     t.numKvBlocks = CeilDiv(S2, kBlockKv);
 
@@ -317,7 +341,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.totalTasks = tasks;
     t.tasksPerCore = CeilDiv(tasks, pl.aicNum);
     t.blockDim = CeilDiv(tasks, t.tasksPerCore);
-    t.prepassItems = shifted ? (uint64_t)B * NKV * t.numKvBlocks : 0;
+    t.prepassItems = shifted || rowShifted ? (uint64_t)B * NKV * t.numKvBlocks : 0;
     t.prepassPerCore = CeilDiv(t.prepassItems, t.blockDim);
     const uint64_t rowsAll = (uint64_t)B * N * S1;
     t.combineRowsPerAiv = t.kvSplits > 1 ? CeilDiv(rowsAll, 2ull * t.blockDim) : 0;
@@ -327,14 +351,30 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.wsStatusOffset = off0;
     off0 = AlignUp(off0 + 2ull * t.blockDim * 32, kWsAlign);
     t.wsKShiftOffset = off0;
-    if (shifted) off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * D * 2, kWsAlign);
+    if (shifted || rowShifted) off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * t.kShiftCols * 2, kWsAlign);
+    t.wsKSumOffset = off0;
+    t.wsCentreOffset = off0;
+    if (rowShifted) {
+        t.wsCentreOffset = AlignUp(off0 + (uint64_t)t.prepassItems * D * 4, kWsAlign);
+        off0 = AlignUp(t.wsCentreOffset + (uint64_t)B * NKV * 2 * t.numKvBlocks * D * 2, kWsAlign);
+    }
     t.wsScoreSlot = (uint64_t)t.blockQ * kBlockKv * 2;
     t.wsProbSlot = t.wsScoreSlot;
     t.wsPvSlot = (uint64_t)t.blockQ * D * (fp32State ? 4 : 2);
     t.wsCoreOffset = off0;
-    // S'[2], P[2], PV[2], then M (n x n FP16, written by the core's AIVs for its pre-pass; PASA only)
-    const uint64_t shiftSlot = shifted ? (uint64_t)kBlockKv * kBlockKv * 2 : 0;
-    t.wsCoreStride = AlignUp(2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot, kWsAlign);
+    // S'[2], P[2], PV[2], then M (PASA) or the ones matrix L (pasa_rs): n x n FP16, written by the core's
+    // AIVs for its pre-pass; then pasa_rs's own slots (pasa_tiling_data.h), each 512-byte aligned
+    const uint64_t shiftSlot = shifted || rowShifted ? (uint64_t)kBlockKv * kBlockKv * 2 : 0;
+    uint64_t coreBytes = 2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot;
+    if (rowShifted) {
+        auto slot = [&](uint64_t bytes) { coreBytes = AlignUp(coreBytes, kWsAlign); uint64_t at = coreBytes; coreBytes += bytes; return at; };
+        t.wsQhatSlot = slot((uint64_t)t.blockQ * D * 2);
+        t.wsShiftColSlot = slot(2ull * t.blockQ * kFractal * 2);  // one per block parity
+        t.wsCentreProdSlot = slot(2ull * t.kvBlocksPerSplit * t.blockQ * 4);
+        t.wsScore32Slot = slot((uint64_t)t.blockQ * kBlockKv * 4);
+        t.wsRequestSlot = slot(4 * 64);
+    }
+    t.wsCoreStride = AlignUp(coreBytes, kWsAlign);
     off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);
     t.wsPartialOffset = off0;
     if (t.kvSplits > 1) {

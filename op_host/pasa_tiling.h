@@ -12,6 +12,8 @@
 //               pre-pass items; beta, invariance and M's entries 0.
 //   2026-11-23  PageAttention: TilingInput::blockTableShape / blockSize, the PasaTilingData fields
 //               hasBlockTable, pageSize, maxBlocksPerSeq, kvPageStride, and CheckBlockTable.
+//   2026-11-23  precision "pasa_rs" (PASA_TILING_KEY_ROW_SHIFTED): the key pre-pass (column sums, u and K^,
+//               K' with one more column), rs* constants, kShiftCols, pasa_rs's workspace regions and slots.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -65,7 +67,7 @@ struct TilingInput {
     // shape only): CheckBlockTable checks them where they are on the host.
     std::vector<int64_t> blockTableShape;
     int64_t blockSize = 0;
-    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32" or "fp16_fp32" (FlashAttention, no shift)
+    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32", "fp16_fp32" (FlashAttention, no shift) or "pasa_rs"
     PlatformInfo platform;
 };
 

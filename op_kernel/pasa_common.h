@@ -9,6 +9,9 @@
 // The AIC runs S'_{j+1} while the AIVs do the softmax of block j (two slots of each kind).
 // FlashAttention ("fp16_fp32", pasa_allocation.h) has no pre-pass: the AIC reads K_j from GM and writes
 // the unscaled S_j = Q K_j^T, the AIVs scale it, and O = alpha_j O + PV_j.
+// Row-shifted PASA ("pasa_rs") has its own pre-pass (pasa_centre_keys.h) and, per block, a conversation
+// between the AIVs and the AIC in which the AIVs ask for S'_j with a per-row shift psi, and again with a
+// moved psi or with FP32 out where a row needs it (pasa_row_shift_cube.h says how).
 #ifndef PASA_COMMON_H
 #define PASA_COMMON_H
 
@@ -25,12 +28,18 @@ constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
 // Cross-core flag ids. Atlas A2 has 16 per core (0..15), and SyncAll's hardware barrier takes 11..14
 // (CrossCoreSetFlag docs, 约束说明), so the kernel keeps to 0..10. Every flag is waited as often as it is
 // set, per task.
-constexpr uint16_t FLAG_M_READY = 1;       // AIV -> AIC (mode 2): M written to the core's slot
-constexpr uint16_t FLAG_PREPASS_DONE = 2;  // AIC <-> all AICs (mode 0): every K' block written
+constexpr uint16_t FLAG_M_READY = 1;       // AIV -> AIC (mode 2): M (PASA) or L (pasa_rs) written to the core's slot
+constexpr uint16_t FLAG_PREPASS_DONE = 2;  // AIC <-> all AICs (mode 0): every K' block (and pasa_rs's u, K^) written
 constexpr uint16_t FLAG_S_READY = 3;       // AIC -> AIV (mode 2)
 constexpr uint16_t FLAG_P_READY = 4;       // AIV -> AIC (mode 2)
 constexpr uint16_t FLAG_PV_READY = 5;      // AIC -> AIV (mode 2)
 constexpr uint16_t FLAG_AIV_DONE = 6;      // AIV <-> all AIVs (mode 0): partials written (split-KV)
+// pasa_rs only
+constexpr uint16_t FLAG_REQUEST = 0;            // AIV -> AIC (mode 2): request word (and shift column) written
+constexpr uint16_t FLAG_KEY_SUMS_READY = 7;     // AIC -> AIV (mode 2): the core's KV block column sums in GM
+constexpr uint16_t FLAG_KEYS_CENTRED = 8;       // AIV -> AIC (mode 2): the core's K', u and K^ blocks written
+constexpr uint16_t FLAG_QHAT_READY = 9;         // AIV -> AIC (mode 2): Q^ of the task's tile written
+constexpr uint16_t FLAG_CENTRE_PROD_READY = 10; // AIC -> AIV (mode 2): C_j and Q^ K^_j of the task written
 
 __aicore__ inline uint32_t CeilDivU(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 __aicore__ inline uint32_t Align16(uint32_t a) { return (a + 15) / 16 * 16; }
@@ -85,10 +94,22 @@ struct SlotTensors {
     }
 };
 
-// Element offset of K'_j of (b, kv head h) in the K' region (FP16, blockKv rows x D each).
+// Element offset of K'_j of (b, kv head h) in the K' region (FP16, blockKv rows x kShiftCols each).
 __aicore__ inline uint64_t KShiftIndex(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t j) {
-    return (((uint64_t)b * t.numKvHeads + h) * t.numKvBlocks + j) * BLOCK_KV * t.headDim;
+    return (((uint64_t)b * t.numKvHeads + h) * t.numKvBlocks + j) * BLOCK_KV * t.kShiftCols;
 }
+
+// Element offset of row 2j (u_j; row 2j + 1 holds K^_j) of (b, kv head h) in pasa_rs's centre region.
+__aicore__ inline uint64_t CentreIndex(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t j) {
+    return (((uint64_t)b * t.numKvHeads + h) * t.numKvBlocks + j) * 2 * t.headDim;
+}
+
+// pasa_rs: what an AIV asks of the AIC for the current block, in increasing precedence: the AIC serves the
+// larger of the two AIVs' requests (a reshift first, then the FP32 recompute it may still need).
+enum RowShiftRequest : uint32_t { REQUEST_ACCEPT = 0, REQUEST_FP32 = 1, REQUEST_FP16 = 2 };
+// Element index (uint32) of AIV `sub`'s request word for a round of parity `parity` in the request slot: one
+// 64-byte data-cache line each, so that the AIC can drop exactly the line it is about to read.
+__aicore__ inline uint32_t RequestWordIndex(uint32_t parity, uint32_t sub) { return (parity * 2 + sub) * 16; }
 
 __aicore__ inline uint64_t QOffset(const PasaTilingData& t, uint32_t b, uint32_t n, uint32_t s) {
     return b * t.qBatchStride + n * t.qHeadStride + s * t.qRowStride;

@@ -33,10 +33,10 @@ public:
         pipe->InitBuffer(l0c_, 2, L0C_HALF_BYTES);
     }
 
-    TQue<TPosition::A1, 1> qL1_;   // the query block (or M in the pre-pass)
+    TQue<TPosition::A1, 1> qL1_;   // the query block (pasa_rs: Q^ and its augmented column)
     TQue<TPosition::B1, 1> kL1_;   // K' (PASA), K (FlashAttention, and PASA's pre-pass)
     TQue<TPosition::B1, 1> vL1_;   // V
-    TQue<TPosition::A1, 1> pL1_;   // P
+    TQue<TPosition::A1, 1> pL1_;   // P (M of PASA's pre-pass, a stripe of L in pasa_rs's)
 
     // rows x cols FP16 from GM (row stride srcStride elements) into a fresh L1 tile of `que` in NZ
     // with rowsPad rows; rows [rows, rowsPad) repeat row rows-1 so that no operand row is garbage
@@ -45,10 +45,18 @@ public:
     __aicore__ inline LocalTensor<half> LoadRows(Q& que, const GlobalTensor<half>& src, uint32_t rows,
                                                  uint32_t rowsPad, uint32_t cols, uint64_t srcStride) {
         LocalTensor<half> dst = que.template AllocTensor<half>();
-        CopyRowsNz(dst, 0, src, rows, rowsPad, cols, srcStride);
-        PadRowsNz(dst, rows, rowsPad, src[(uint64_t)(rows - 1) * srcStride], cols, srcStride);
+        CopyRows(dst, src, rows, rowsPad, cols, srcStride);
         que.EnQue(dst);
         return que.template DeQue<half>();
+    }
+
+    // LoadRows's copy into a tile the caller holds: dst's NZ strips are rowsPad rows apart, so dst may be
+    // a later strip of a wider tile (pasa_rs writes the augmented column of its Q^ tile this way). A tail's
+    // padding rows repeat its last row.
+    __aicore__ inline void CopyRows(const LocalTensor<half>& dst, const GlobalTensor<half>& src, uint32_t rows,
+                                    uint32_t rowsPad, uint32_t cols, uint64_t srcStride) {
+        CopyRowsNz(dst, 0, src, rows, rowsPad, cols, srcStride);
+        PadRowsNz(dst, rows, rowsPad, src[(uint64_t)(rows - 1) * srcStride], cols, srcStride);
     }
 
     // rows x cols FP16 from GM (row stride srcStride elements) into rows [row0, row0 + rows) of an
@@ -151,6 +159,20 @@ public:
         fp.quantPre = sizeof(OutT) == 2 ? QuantMode_t::F322F16 : QuantMode_t::NoQuant;
         fp.ndNum = 1;
         Fixpipe<OutT, float, CFG_ROW_MAJOR>(dst, c, fp);
+        l0c_.FreeTensor(c);
+    }
+
+    // Row `row` (n columns) of C (mp rows in L0C) to GM as FP32. Frees C.
+    __aicore__ inline void RowToGm(const GlobalTensor<float>& dst, LocalTensor<float>& c, uint32_t mp, uint32_t row,
+                                   uint32_t n) {
+        FixpipeParamsV220 fp;
+        fp.nSize = n;
+        fp.mSize = 1;
+        fp.srcStride = mp;
+        fp.dstStride = n;
+        fp.quantPre = QuantMode_t::NoQuant;
+        fp.ndNum = 1;
+        Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c[row * FRACTAL], fp);
         l0c_.FreeTensor(c);
     }
 

@@ -4,12 +4,15 @@
 // before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
 // Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
 // after P_{j+2} arrived (the AIVs consumed PV_j before they started block j+2).
+// pasa_rs (ShiftKind::ROW_SHIFTED) takes Q^ and S' from RowShiftScores (pasa_row_shift_cube.h), which runs
+// block j + 1's first pass before the AIVs' verdict on block j, and PV_j once block j is closed.
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
 #include "pasa_allocation.h"
 #include "pasa_cube_ops.h"
 #include "pasa_kv_rows.h"
+#include "pasa_row_shift_cube.h"
 
 namespace pasa_kernel {
 
@@ -24,8 +27,9 @@ public:
         cube_ = cube;
         qGm_.SetGlobalBuffer((__gm__ half*)query);
         vRows_.Init(t, value, blockTable);
-        if constexpr (Policy::SHIFTED) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
-        else kRows_.Init(t, key, blockTable);
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) kGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
+        else if constexpr (Policy::SHIFT == ShiftKind::NONE) kRows_.Init(t, key, blockTable);
+        else rowShift_.Init(t, cube, workspace, core);
         slots_.Init(*t, workspace, core);
         // K chunk of P V: one L0B buffer holds kc x D FP16
         kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
@@ -34,6 +38,16 @@ public:
     __aicore__ inline void Run(const Task& k) {
         if (k.nBlocks == 0) return;
         const uint32_t mp = Align16(k.tileRows);
+        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
+            LocalTensor<half> q = rowShift_.LoadQuery(k, mp);
+            rowShift_.Learn(k, q, mp);
+            for (uint32_t j = 0; j < k.nBlocks; ++j) {
+                rowShift_.Block(k, q, mp, j);
+                Pv(k, mp, j);
+            }
+            cube_->qL1_.FreeTensor(q);
+            return;
+        }
         LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
                                               t_->headDim, t_->qRowStride);
         for (uint32_t j = 0; j < k.nBlocks; ++j) {
@@ -50,7 +64,7 @@ private:
         const uint32_t d = t_->headDim;
         const uint32_t jb = k.kvBlock0 + j;
         LocalTensor<half> kt;
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // K' blocks are already padded to BLOCK_KV rows by the pre-pass
             kt = cube_->LoadRows(cube_->kL1_, kGm_[KShiftIndex(*t_, k.b, k.kvHead, jb)], BLOCK_KV, BLOCK_KV, d, d);
         } else {
@@ -81,9 +95,10 @@ private:
     const PasaTilingData* t_;
     CubeOps* cube_;
     GlobalTensor<half> qGm_;
-    GlobalTensor<half> kGm_;  // K' in the workspace (PASA)
-    KvRows kRows_;            // the key input (FlashAttention)
+    GlobalTensor<half> kGm_;   // K' in the workspace (PASA)
+    KvRows kRows_;             // the key input (FlashAttention)
     KvRows vRows_;
+    RowShiftScores rowShift_;  // pasa_rs only
     SlotTensors<PvT> slots_;
     uint32_t kcPv_;
 };

@@ -1,11 +1,12 @@
 // Entry of the PASA fused-attention kernel (KERNEL_TYPE_MIX_AIC_1_2, Atlas A2): tiling-key dispatch
-// between the allocations of pasa_allocation.h ("pasa", "pasa_fp32" and the FlashAttention baseline
-// "fp16_fp32"), and the AIC / AIV programs. See pasa_common.h for the data flow and
+// between the allocations of pasa_allocation.h ("pasa", "pasa_fp32", the FlashAttention baseline
+// "fp16_fp32" and "pasa_rs"), and the AIC / AIV programs. See pasa_common.h for the data flow and
 // op_host/pasa_tiling.h for the tiling.
 #include "kernel_operator.h"
 #include "pasa_tiling_data.h"
 #include "pasa_allocation.h"
 #include "pasa_shift_matmul.h"
+#include "pasa_centre_keys.h"
 #include "pasa_cube_stage.h"
 #include "pasa_vector_softmax.h"
 #include "pasa_decode_combine.h"
@@ -17,20 +18,26 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
                                     GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR out,
                                     GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
+    // Only FlashAttention skips the KV blocks the band hides from a whole tile (DecodeTask): PASA's
+    // pseudo-average F is a mean over every block, and pasa_rs's frame (block 1, C_1 + psi_1) and the lag
+    // of its shifts are defined over every block, masked or not (blockwise._query_block_rs).
+    constexpr bool SKIP_MASKED_BLOCKS = Policy::SHIFT == ShiftKind::NONE;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
     if (lenKvAddr != nullptr) lenKv.SetGlobalBuffer((__gm__ int64_t*)lenKvAddr);
     if ASCEND_IS_AIC {
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
-        cube.Init(&pipe, t.blockQ * t.headDim * 2, BLOCK_KV * t.headDim * 2, BLOCK_KV * BLOCK_KV * 2);
-        if constexpr (Policy::SHIFTED) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
+        // Q and K' tiles: kShiftCols columns (pasa_rs's augmented column), V tiles D
+        cube.Init(&pipe, t.blockQ * t.kShiftCols * 2, BLOCK_KV * t.kShiftCols * 2, BLOCK_KV * BLOCK_KV * 2);
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
+        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) KeySumsPrepass(t, cube, key, blockTable, ws, lenKv, core);
         CubeStage<Policy> stage;
         stage.Init(&t, &cube, query, key, value, blockTable, ws, core);
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;
-            stage.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+            stage.Run(DecodeTask(t, id, lenQ, lenKv, SKIP_MASKED_BLOCKS));
         }
     }
     if ASCEND_IS_AIV {
@@ -38,12 +45,17 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         const uint32_t core = aiv / GetTaskRatio();
         const uint32_t sub = GetSubBlockIdx();
         VectorSoftmax<Policy> softmax;
-        softmax.Init(&t, &pipe, mask, out, lse, ws, core, sub);
-        if constexpr (Policy::SHIFTED) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
+        softmax.Init(&t, &pipe, query, mask, out, lse, ws, core, sub);
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
+        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
+            KeyCentring centring(t, key, blockTable, ws, softmax.ScoreQueue(), softmax.ProbQueue(), softmax.LseQueue(),
+                                 softmax.RowShiftScratch(), softmax.Bits());
+            centring.Run(lenKv, core, sub, softmax.RowsPerAiv());
+        }
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;
-            softmax.Run(DecodeTask(t, id, lenQ, lenKv, !Policy::SHIFTED));
+            softmax.Run(DecodeTask(t, id, lenQ, lenKv, SKIP_MASKED_BLOCKS));
         }
         if (t.kvSplits > 1)
             CombineSplits(t, ws, out, lse, aiv, softmax.InQueue(), softmax.OutQueue(), softmax.LseQueue(),
@@ -70,5 +82,8 @@ extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADD
     } else if (TILING_KEY_IS(PASA_TILING_KEY_FLASH_FP16_SCORE)) {
         RunAttention<FlashFp16ScoreFp32State>(td, query, key, value, attenMask, actualSeqLengths,
                                               actualSeqLengthsKv, blockTable, attentionOut, softmaxLse, ws);
+    } else if (TILING_KEY_IS(PASA_TILING_KEY_ROW_SHIFTED)) {
+        RunAttention<RowShiftedFp32State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
+                                          blockTable, attentionOut, softmaxLse, ws);
     }
 }

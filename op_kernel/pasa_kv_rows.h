@@ -1,7 +1,7 @@
 // The one place the kernel reads key or value rows from GM: where row s of (batch b, kv head h) sits,
 // and the copy of up to one KV block of such rows into an L1 tile (NZ, padded to BLOCK_KV rows). Every
-// K/V read goes through it: the K' pre-pass (pasa_shift_matmul.h) and the cube stage's S = Q K^T and
-// P V loads (pasa_cube_stage.h).
+// K/V read goes through it: the K' pre-pass (pasa_shift_matmul.h), pasa_rs's key pre-pass on the AIC
+// and the AIVs (pasa_centre_keys.h), and the cube stage's S = Q K^T and P V loads (pasa_cube_stage.h).
 //
 // Dense key/value: the block's rows are one strided run (KvOffset), copied exactly as CubeOps::LoadRows
 // copies any operand. PageAttention (FIA's block_table): row s of batch b is row s % pageSize of page
@@ -40,10 +40,8 @@ public:
         LocalTensor<half> dst = que.template AllocTensor<half>();
         uint64_t lastRow = 0;
         for (uint32_t r = 0; r < rows;) {
-            const uint64_t runStart = PagedRowOffset(b, h, pos0 + r);
-            uint32_t n = MinU(t_->pageSize - (pos0 + r) % t_->pageSize, rows - r);
-            while (r + n < rows && PagedRowOffset(b, h, pos0 + r + n) == runStart + n * rowStride)
-                n += MinU(t_->pageSize, rows - r - n);
+            uint64_t runStart;
+            const uint32_t n = Run(b, h, pos0 + r, rows - r, &runStart);
             cube.CopyRowsNz(dst, r, cache_[runStart], n, BLOCK_KV, d, rowStride);
             lastRow = runStart + (uint64_t)(n - 1) * rowStride;
             r += n;
@@ -52,6 +50,24 @@ public:
         que.EnQue(dst);
         return que.template DeQue<half>();
     }
+
+    // The rows [pos, pos + n) of (b, h), 1 <= n <= rows, that follow each other in GM (row stride
+    // kvRowStride) from row pos on: returns n and puts the first row's element offset in the cache in
+    // *offset. Dense: all `rows`. Paged: the rest of pos's page, extended over the next pages where the
+    // table places them right after it.
+    __aicore__ inline uint32_t Run(uint32_t b, uint32_t h, uint32_t pos, uint32_t rows, uint64_t* offset) {
+        if (!t_->hasBlockTable) {
+            *offset = KvOffset(*t_, b, h, pos);
+            return rows;
+        }
+        *offset = PagedRowOffset(b, h, pos);
+        uint32_t n = MinU(t_->pageSize - pos % t_->pageSize, rows);
+        while (n < rows && PagedRowOffset(b, h, pos + n) == *offset + (uint64_t)n * t_->kvRowStride)
+            n += MinU(t_->pageSize, rows - n);
+        return n;
+    }
+
+    __aicore__ inline const GlobalTensor<half>& Cache() const { return cache_; }
 
 private:
     // Element offset of row `pos` of (b, h) in a paged cache. The table entry is read by the scalar unit

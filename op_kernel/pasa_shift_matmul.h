@@ -54,32 +54,40 @@ __aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_A
     CrossCoreWaitFlag(FLAG_PREPASS_DONE);
 }
 
-// AIV side: rows [r0, r0 + rows) of M into the core's slot, through a UB tile of `tileRows` rows.
+// AIV side: this AIV's half of the rows of an n x n FP16 matrix into GM, through a UB tile of `tileRows`
+// rows: every entry `fill`, except `value` on the columns [prefix ? 0 : r, r] of row r. M = diag on the
+// diagonal and off elsewhere; pasa_rs's L = ones on and below the diagonal (pasa_centre_keys.h).
 template <class Q>
-__aicore__ inline void WriteShiftMatrix(const PasaTilingData& t, Q& outQue, GM_ADDR workspace, uint32_t core,
-                                        uint32_t sub, uint32_t tileRows) {
-    const CoreSlots slots = SlotsOf(t, core);
-    GlobalTensor<half> mGm;
-    mGm.SetGlobalBuffer((__gm__ half*)(workspace + slots.shift));
-    const half diag = (half)t.shiftDiag, off = (half)t.shiftOff;  // exact: the tiling rounded them to FP16
+__aicore__ inline void WriteRowPatternMatrix(const GlobalTensor<half>& dst, Q& outQue, uint32_t sub, uint32_t tileRows,
+                                             half fill, half value, bool prefix) {
     const uint32_t half0 = sub * (BLOCK_KV / 2);
     for (uint32_t r0 = half0; r0 < half0 + BLOCK_KV / 2; r0 += tileRows) {
         const uint32_t rows = MinU(tileRows, half0 + BLOCK_KV / 2 - r0);
         LocalTensor<half> tile = outQue.template AllocTensor<half>();
-        Duplicate(tile, off, (int32_t)(rows * BLOCK_KV));
+        Duplicate(tile, fill, (int32_t)(rows * BLOCK_KV));
         PipeBarrier<PIPE_V>();
-        // the diagonal: one element per row, through the lane mask of Duplicate (no scalar stores)
+        // the pattern of each row through the lane mask of Duplicate (no scalar stores)
         for (uint32_t i = 0; i < rows; ++i) {
             const uint32_t col = r0 + i;
             uint64_t mask[2] = {0, 0};
-            mask[col / 64] = (uint64_t)1 << (col % 64);
-            Duplicate(tile[i * BLOCK_KV], diag, mask, 1, 1, 8);
+            for (uint32_t c = prefix ? 0 : col; c <= col; ++c) mask[c / 64] |= (uint64_t)1 << (c % 64);
+            Duplicate(tile[i * BLOCK_KV], value, mask, 1, 1, 8);
         }
         outQue.EnQue(tile);
         tile = outQue.template DeQue<half>();
-        DataCopy(mGm[(uint64_t)r0 * BLOCK_KV], tile, rows * BLOCK_KV);
+        DataCopy(dst[(uint64_t)r0 * BLOCK_KV], tile, rows * BLOCK_KV);
         outQue.FreeTensor(tile);
     }
+}
+
+// AIV side: this AIV's half of M into the core's slot, then FLAG_M_READY for the AIC.
+template <class Q>
+__aicore__ inline void WriteShiftMatrix(const PasaTilingData& t, Q& outQue, GM_ADDR workspace, uint32_t core,
+                                        uint32_t sub, uint32_t tileRows) {
+    GlobalTensor<half> mGm;
+    mGm.SetGlobalBuffer((__gm__ half*)(workspace + SlotsOf(t, core).shift));
+    // exact: the tiling rounded M's entries to FP16
+    WriteRowPatternMatrix(mGm, outQue, sub, tileRows, (half)t.shiftOff, (half)t.shiftDiag, false);
     CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_M_READY);
 }
 

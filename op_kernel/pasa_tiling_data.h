@@ -24,6 +24,7 @@
 #define PASA_TILING_KEY_FP16_STATE 0   // allocation "pasa": S', P, m, l, F, O all FP16
 #define PASA_TILING_KEY_FP32_STATE 1   // allocation "pasa_fp32": FP16 S' and P, FP32 m, l, F, O
 #define PASA_TILING_KEY_FLASH_FP16_SCORE 2  // allocation "fp16_fp32": FlashAttention, FP16 S and P, FP32 m, l, O
+#define PASA_TILING_KEY_ROW_SHIFTED 3  // allocation "pasa_rs": centred K, FP16 S' shifted per row, FP32 m, l, O
 
 // input_layout codes
 #define PASA_LAYOUT_BNSD 0
@@ -50,12 +51,17 @@ struct PasaTilingData {
     float shiftDiag;           // M's diagonal (1 - beta/n)*scale, already rounded to FP16 (exact in float)
     float shiftOff;            // M's off-diagonal -beta/n*scale, already rounded to FP16
     uint32_t precision;        // PASA_TILING_KEY_* (also the tiling key)
+    // ---- row-shifted PASA constants ("pasa_rs"; 0 for the other allocations) ----
+    float rsScalePow2;         // 2^e, e = floor(log2 scale): Q^ = FP16(Q 2^e)
+    float rsRho;               // rho = scale / 2^e in [1, 2), rounded to FP32 from the double scale
+    float rsRelevance;         // RESHIFT_RELEVANCE 2^e / scale, rounded to FP32: a block below m - this is not reshifted
     // ---- blocks ----
     uint32_t blockQ;           // query rows per task (128, or 64 for D > 128)
     uint32_t blockKv;          // KV block length n (128)
     uint32_t numQBlocks;       // ceil(S1 / blockQ)
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)
     uint32_t baseK;            // head-dim chunk of one L0A/L0B buffer (<= 128)
+    uint32_t kShiftCols;       // columns of a K' row in the workspace: D, or D + 16 for pasa_rs (the column of 64)
     // ---- masks ----
     uint32_t sparseMode;       // 0..4 (FIA)
     uint32_t hasMask;          // 1: attenMask (uint8/bool, 1 = masked out) is read, modes 0 and 1
@@ -84,13 +90,22 @@ struct PasaTilingData {
     uint32_t prepassPerCore;
     uint32_t combineRowsPerAiv;
     // ---- GM workspace layout (byte offsets from the user workspace) ----
-    uint64_t wsStatusOffset;   // uint32 status word per AIV (32-byte stride): bit 0 = Inf seen in S'
-    uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][D] (empty for FlashAttention)
+    uint64_t wsStatusOffset;   // uint32 status words per AIV (32-byte stride): [0] bit 0 = Inf seen in S'; pasa_rs: [1] reshifted, [2] recomputed (row, block) pairs
+    uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][kShiftCols] (empty for FlashAttention)
     uint64_t wsCoreOffset;     // per-AI-core ping-pong slots, wsCoreStride bytes each
     uint64_t wsCoreStride;
     uint64_t wsScoreSlot;      // bytes of one S' slot (blockQ x blockKv FP16), 2 slots
     uint64_t wsProbSlot;       // bytes of one P slot (blockQ x blockKv FP16), 2 slots
     uint64_t wsPvSlot;         // bytes of one PV slot (blockQ x D, FP16 or FP32), 2 slots
+    // pasa_rs only (0 otherwise): the pre-pass outputs, shared by every task of a (b, kv head)
+    uint64_t wsKSumOffset;     // column sums of the KV blocks, FP32 [prepassItems][D] (the AIC's ones-row GEMM)
+    uint64_t wsCentreOffset;   // u_j and K^_j, FP16 [B][Nkv][2*numKvBlocks][D]: row 2j = u_j, row 2j+1 = K^_j
+    // pasa_rs per-core slots, after the S'/P/PV slots and the ones matrix L (byte offsets in the core's stride)
+    uint64_t wsQhatSlot;       // Q^ of the task's tile, FP16 blockQ x D
+    uint64_t wsShiftColSlot;   // the augmented column of Q^: -psi/64 in FP16, blockQ x 16 (one NZ strip), x 2 block parities
+    uint64_t wsCentreProdSlot; // C_j and Q^ K^_j, FP32 [2*kvBlocksPerSplit][blockQ]: row 2j = C_j
+    uint64_t wsScore32Slot;    // S' - psi with FP32 out (the recompute), blockQ x blockKv FP32 (FP16 passes use the S' slots)
+    uint64_t wsRequestSlot;    // the AIVs' requests to the AIC: uint32 [2 parities][2 AIVs], 64 B apart
     uint64_t wsPartialOffset;  // split-KV partials: O/l FP32 [B*N*S1][kvSplits][D], then lse FP32 [B*N*S1][kvSplits]
     uint64_t wsPartialLseOffset;
     uint64_t workspaceBytes;   // total user workspace

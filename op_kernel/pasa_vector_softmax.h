@@ -14,6 +14,14 @@
 // FlashAttention-2 (eqs. 4-7), per block: S in, S·scale, masks, row max, m_j = max(m_{j-1}, m'),
 // P = exp(S - m_j) out to the cube, α = exp(m_{j-1} - m_j) (guarded), l_j = α l_{j-1} + rowsum P;
 // then O = α O + P V.
+// Row-shifted PASA ("pasa_rs", T = float; blockwise._query_block_rs), per task: Q^ = FP16(Q 2^e) to the
+// cube, C_j and lv_j of every block from it; per block: psi_j = shift(lv_j + E_j) with E_j the largest excess
+// of the blocks <= j - 2 (and of block 1's first pass, which uses psi = shift(lv_1)), the passes the AIVs
+// request from the AIC (pasa_row_shift_cube.h): a row whose FP16 S' max is +inf, or lost below FP16's range,
+// takes the FP32 recompute; a row whose max lies more than RESHIFT_AT from 0 in a block that matters
+// (RESHIFT_RELEVANCE) takes a second FP16 pass with psi moved by its max; then the local softmax
+// P = exp(rho (S' - m')), l' and the merge through delta_j = (C_j - C_1) + (psi_j - psi_1), all FP32, and
+// lse = rho (m + C_1 + psi_1) + ln l.
 //
 // Overflow (an Inf in S', the paper's "adaptive mechanism" case): the documented alternative to a
 // recompute path. The values follow the golden model (Inf/NaN propagate as the hardware's would), and
@@ -23,7 +31,7 @@
 // finite iff no S' of the row is ±Inf (|S'/n| <= 65504/n, so the sum itself cannot overflow).
 // FlashAttention has no F: there a row's running maximum m turns +Inf (then NaN) iff some S of the row
 // overflowed upward; an S that overflowed downward weighs 0, as a masked key does (and as in the golden
-// model), and is not reported.
+// model), and is not reported. pasa_rs recomputes such rows in FP32 and never overflows.
 #ifndef PASA_VECTOR_SOFTMAX_H
 #define PASA_VECTOR_SOFTMAX_H
 
@@ -34,13 +42,21 @@ namespace pasa_kernel {
 
 enum class RowOp { SUB, MUL, DIV };
 
+// pasa_rs: the FP32 row vectors beside the others (C_j, lv_j, psi_j for two blocks, C_1, psi_1, E, the redo
+// and reshift flags, the block max in block 1's frame, the moved psi); op_host/pasa_tiling.cpp counts them.
+constexpr uint32_t kRowShiftVectors = 13;
+// blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K) is reshifted
+constexpr float RESHIFT_AT = 2.0f;
+
 template <class Policy>
 class VectorSoftmax {
 public:
     using T = typename Policy::ElementAccumulator;
 
-    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR mask, GM_ADDR out, GM_ADDR lse,
-                                GM_ADDR workspace, uint32_t core, uint32_t sub) {
+    static constexpr bool ROW_SHIFTED = Policy::SHIFT == ShiftKind::ROW_SHIFTED;
+
+    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR out,
+                                GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
         t_ = t;
         sub_ = sub;
         d_ = t->headDim;
@@ -58,7 +74,7 @@ public:
         const uint32_t tile = rm_ * BLOCK_KV * st;
         const uint32_t bitsBytes = ((rm_ * BLOCK_KV / 8) + 31) / 32 * 32;
         const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st + 15 * ROW_VEC * st +
-                              4 * ROW_VEC * 4 + rm_ * 32;
+                              4 * ROW_VEC * 4 + rm_ * 32 + (ROW_SHIFTED ? kRowShiftVectors * ROW_VEC * 4 : 0);
         pipe->InitBuffer(calc_, calc);
         uint32_t off = 0;
         LocalTensor<uint8_t> base = calc_.Get<uint8_t>();
@@ -75,6 +91,20 @@ public:
         LocalTensor<float>* fvecs[4] = {&fa_, &fb_, &fc_, &fd_};
         for (uint32_t i = 0; i < 4; ++i) { *fvecs[i] = base[off].template ReinterpretCast<float>(); off += ROW_VEC * 4; }
         bc_ = base[off].template ReinterpretCast<T>();
+        off += rm_ * 32;
+        if constexpr (ROW_SHIFTED) {
+            rsScratch_ = base[off].template ReinterpretCast<float>();
+            LocalTensor<float>* rvecs[kRowShiftVectors] = {&cj_[0], &cj_[1], &lv_[0], &lv_[1], &psi_[0], &psi_[1],
+                                                           &c1_, &psi1_, &eRun_, &redo_, &far_, &frame_, &moved_};
+            for (uint32_t i = 0; i < kRowShiftVectors; ++i) *rvecs[i] = rsScratch_[i * ROW_VEC];
+            qGm_.SetGlobalBuffer((__gm__ half*)query);
+            const uint64_t slots = t->wsCoreOffset + (uint64_t)core * t->wsCoreStride;
+            qhatGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsQhatSlot));
+            shiftColGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsShiftColSlot));
+            centreProdGm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsCentreProdSlot));
+            score32Gm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsScore32Slot));
+            requestGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + slots + t->wsRequestSlot));
+        }
 
         if (mask != nullptr) maskGm_.SetGlobalBuffer((__gm__ uint8_t*)mask);
         outGm_.SetGlobalBuffer((__gm__ half*)out);
@@ -88,17 +118,24 @@ public:
     // Buffers lent to the other AIV stages (M writer, split-KV combine), which run outside the task loop.
     __aicore__ inline TQue<TPosition::VECOUT, 1>& ProbQueue() { return pQue_; }
     __aicore__ inline TQue<TPosition::VECIN, 1>& InQueue() { return pvQue_; }
+    __aicore__ inline TQue<TPosition::VECIN, 1>& ScoreQueue() { return sQue_; }
     __aicore__ inline TQue<TPosition::VECOUT, 1>& OutQueue() { return outQue_; }
     __aicore__ inline TQue<TPosition::VECOUT, 1>& LseQueue() { return lseQue_; }
     __aicore__ inline uint32_t RowsPerAiv() const { return rm_; }
     __aicore__ inline LocalTensor<float> Scratch() { return oAcc_.template ReinterpretCast<float>(); }  // >= D floats
     __aicore__ inline LocalTensor<float> ScratchVec() { return fd_; }  // ROW_VEC floats
+    // pasa_rs's key pre-pass (before the tasks): its kRowShiftVectors x ROW_VEC floats, and compare bits
+    __aicore__ inline LocalTensor<float> RowShiftScratch() { return rsScratch_; }
+    __aicore__ inline LocalTensor<uint8_t> Bits() { return bits_; }
 
     __aicore__ inline void Run(const Task& k) {
         const uint32_t first = (k.tileRows + 1) / 2;
         r0_ = sub_ == 0 ? 0 : first;
         rows_ = sub_ == 0 ? first : k.tileRows - first;
         valid_ = k.rowsValid > r0_ ? MinU(k.rowsValid - r0_, rows_) : 0;
+        if constexpr (ROW_SHIFTED) {
+            if (k.nBlocks > 0) WriteQhat(k);  // uses O's buffer, zeroed below
+        }
         if (rows_ > 0) {
             Duplicate(m_, NegInf<T>(), (int32_t)ROW_VEC);
             Duplicate(l_, (T)0, (int32_t)ROW_VEC);
@@ -106,18 +143,31 @@ public:
             Duplicate(oAcc_, (T)0, (int32_t)(rows_ * d_));
             PipeBarrier<PIPE_V>();
         }
+        if constexpr (ROW_SHIFTED) {
+            if (k.nBlocks > 0) CrossCoreWaitFlag(FLAG_CENTRE_PROD_READY);
+        }
         for (uint32_t j = 0; j < k.nBlocks; ++j) {
-            Softmax(k, j);
+            if constexpr (ROW_SHIFTED) RowShiftBlock(k, j);
+            else Softmax(k, j);
             if (j >= 1) Update(j - 1);
         }
         if (k.nBlocks > 0) Update(k.nBlocks - 1);
         if (rows_ > 0) Finalize(k);
     }
 
-    // The status word of this AIV (bit 0: Inf in S' on a valid row); written once, at the end.
+    // The status words of this AIV, written once, at the end: word 0 bit 0: Inf in S' on a valid row; pasa_rs:
+    // word 1 the (valid row, KV block) pairs reshifted, word 2 those recomputed in FP32 (block 1's learning
+    // pass not counted: the golden model's reshifted_row_blocks and recomputed_row_blocks).
     __aicore__ inline void WriteStatus(uint32_t aiv) {
         LocalTensor<uint32_t> s = lseQue_.template AllocTensor<uint32_t>();
-        Duplicate(s, overflow_ ? 1u : 0u, 8);
+        Duplicate(s, 0u, 8);
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        s.SetValue(0, overflow_ ? 1u : 0u);
+        s.SetValue(1, reshiftedRows_);
+        s.SetValue(2, recomputedRows_);
+        SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
+        WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
         lseQue_.EnQue(s);
         s = lseQue_.template DeQue<uint32_t>();
         DataCopy(statusGm_[aiv * 8], s, 8);
@@ -276,7 +326,7 @@ private:
         }
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV);
         const int32_t rv = (int32_t)ROW_VEC;
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
             Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
             Bar();
@@ -288,7 +338,7 @@ private:
         }
         ApplyMasks(k, s, c0, keys);
         RowMax(mBlk_, s);
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             ShiftedRowState(j);
             // P' = exp(S' - m') relative to the block's own max (m' -> lowest finite where the row is all -inf)
             Maxs(tmp1_, mBlk_, Lowest<T>(), rv);
@@ -316,7 +366,7 @@ private:
         }
         pQue_.EnQue(p);
         sQue_.FreeTensor(s16);
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
             Sub(tmp1_, m_, mNew_, rv);
             Sub(tmp2_, mBlk_, mNew_, rv);
@@ -379,7 +429,7 @@ private:
         Max(mNew_, tmp1_, tmp2_, rv);
     }
 
-    // O = α O + γ PV (PASA) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
+    // O = α O + γ PV (PASA, pasa_rs) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
     __aicore__ inline void Update(uint32_t j) {
         const uint32_t slot = j % 2;
         CrossCoreWaitFlag(FLAG_PV_READY);
@@ -391,7 +441,7 @@ private:
         Broadcast(alpha_[slot]);
         RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
         Bar();
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT != ShiftKind::NONE) {
             Broadcast(gamma_[slot]);
             RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
             Bar();
@@ -401,8 +451,8 @@ private:
         pvQue_.FreeTensor(pv);
     }
 
-    // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l (+ I F for PASA) in FP32,
-    // -inf for l = 0.
+    // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l (+ I F for PASA; pasa_rs:
+    // rho (m + C_1 + psi_1) + ln l) in FP32, -inf for l = 0.
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
         CompareScalar(bits_, l_, (T)0, CMPMODE::NE, ROW_VEC);
@@ -415,19 +465,26 @@ private:
         if (sizeof(T) == 2) {
             Cast(fa_, m_, RoundMode::CAST_NONE, ROW_VEC);
             Cast(fb_, l_, RoundMode::CAST_NONE, ROW_VEC);
-            if constexpr (Policy::SHIFTED) Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
+            if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
         } else {
             Muls(fa_, m_.template ReinterpretCast<float>(), 1.0f, rv);
             Muls(fb_, l_.template ReinterpretCast<float>(), 1.0f, rv);
-            if constexpr (Policy::SHIFTED) Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
+            if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
         }
         Bar();
         Ln(fb_, fb_, rv);
-        if constexpr (Policy::SHIFTED) Muls(fc_, fc_, (float)inva_, rv);
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, fc_, (float)inva_, rv);
+        if constexpr (ROW_SHIFTED) {  // rho (m + C_1 + psi_1): m is in block 1's frame, in units of Q^ K
+            Add(fa_, fa_, c1_, rv);
+            Bar();
+            Add(fa_, fa_, psi1_, rv);
+            Bar();
+            Muls(fa_, fa_, t_->rsRho, rv);
+        }
         Bar();
         Add(fa_, fa_, fb_, rv);
         Bar();
-        if constexpr (Policy::SHIFTED) {
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             Add(fa_, fa_, fc_, rv);
             Bar();
         }
@@ -442,7 +499,7 @@ private:
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
         for (uint32_t i = 0; i < valid_; ++i) {
-            if constexpr (Policy::SHIFTED) {
+            if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
                 const float f = (float)f_.GetValue(i);
                 if (!(f - f == 0.0f)) overflow_ = true;  // F is Inf or NaN
             } else {
@@ -497,6 +554,373 @@ private:
         lseQue_.FreeTensor(lt);
     }
 
+    // ---- pasa_rs (ShiftKind::ROW_SHIFTED) ---------------------------------------------------------------
+    // The conversation with the AIC is described in pasa_row_shift_cube.h. Per block parity s = j % 2 this
+    // AIV keeps C_j, lv_j and psi_j (cj_[s], lv_[s], psi_[s]): block j + 1's are set while block j is open.
+
+    // Q^ = FP16(Q 2^e) of this AIV's rows into the core's slot (Q 2^e is exact in FP32; one rounding to FP16,
+    // which only a subnormal Q^ feels), through O's FP32 buffer, which the task zeroes afterwards.
+    __aicore__ inline void WriteQhat(const Task& k) {
+        if (rows_ > 0) {
+            const int32_t cnt = (int32_t)(rows_ * d_);
+            LocalTensor<half> q = pvQue_.template AllocTensor<half>();
+            DataCopy(q, qGm_[QOffset(*t_, k.b, k.n, k.row0 + r0_)],
+                     DataCopyParams((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), (uint16_t)((t_->qRowStride - d_) * 2 / 32), 0));
+            pvQue_.EnQue(q);
+            q = pvQue_.template DeQue<half>();
+            Cast(oAcc_, q, RoundMode::CAST_NONE, cnt);
+            Bar();
+            pvQue_.FreeTensor(q);
+            Muls(oAcc_, oAcc_, t_->rsScalePow2, cnt);
+            Bar();
+            LocalTensor<half> qh = outQue_.template AllocTensor<half>();
+            Cast(qh, oAcc_, RoundMode::CAST_RINT, cnt);
+            outQue_.EnQue(qh);
+            qh = outQue_.template DeQue<half>();
+            DataCopy(qhatGm_[r0_ * d_], qh, cnt);
+            outQue_.FreeTensor(qh);
+        }
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_QHAT_READY);
+    }
+
+    // C_j and lv_j = Q^ K^_j - C_j of this AIV's rows (rows 2j and 2j + 1 of the centre products) into
+    // cj_[j % 2], lv_[j % 2].
+    __aicore__ inline void LoadCentreProducts(const Task& k, uint32_t j) {
+        const uint32_t mp = Align16(k.tileRows), s = j % 2;
+        const uint32_t second = (rows_ + 7) / 8 * 8;  // DataCopyPad starts each row on a 32-byte block
+        LocalTensor<float> c = maskQue_.template AllocTensor<float>();
+        DataCopyPad(c, centreProdGm_[(uint64_t)2 * j * mp + r0_],
+                    DataCopyExtParams(2, rows_ * 4, (mp - rows_) * 4, 0, 0), DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
+        maskQue_.EnQue(c);
+        c = maskQue_.template DeQue<float>();
+        Muls(cj_[s], c, 1.0f, (int32_t)second);
+        Sub(lv_[s], c[second], c, (int32_t)second);
+        Bar();
+        maskQue_.FreeTensor(c);
+    }
+
+    // dst = psi(x) = 64 FP16(x / 64), x / 64 saturated at +-65504 (an FP16 number times 64, exact in FP32).
+    __aicore__ inline void ShiftOf(const LocalTensor<float>& dst, const LocalTensor<float>& x) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        LocalTensor<half> h = fb_.template ReinterpretCast<half>();
+        Muls(fa_, x, 1.0f / 64, rv);
+        Bar();
+        Mins(fa_, fa_, 65504.0f, rv);
+        Bar();
+        Maxs(fa_, fa_, -65504.0f, rv);
+        Bar();
+        Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
+        Bar();
+        Cast(dst, h, RoundMode::CAST_NONE, ROW_VEC);
+        Bar();
+        Muls(dst, dst, 64.0f, rv);
+        Bar();
+    }
+
+    // psi_j = shift(lv_j + E), E = eRun_ taken as 0 on a row with no kept key yet (E = -inf).
+    __aicore__ inline void BlockShift(uint32_t j) {
+        const uint32_t s = j % 2;
+        CompareScalar(bits_, eRun_, NegInf<float>(), CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(tmp1_, bits_, eRun_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+        Add(tmp1_, lv_[s], tmp1_, (int32_t)ROW_VEC);
+        Bar();
+        ShiftOf(psi_[s], tmp1_);
+    }
+
+    // This AIV's rows of block j's shift column, -psi_j / 64 (exact in FP16), into slot j % 2.
+    __aicore__ inline void WriteShiftColumn(uint32_t j) {
+        if (rows_ == 0) return;
+        LocalTensor<half> h = fb_.template ReinterpretCast<half>();
+        Muls(fa_, psi_[j % 2], -1.0f / 64, (int32_t)ROW_VEC);
+        Bar();
+        Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
+        Bar();
+        LocalTensor<half> col = pQue_.template AllocTensor<half>();
+        Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
+        pQue_.EnQue(col);
+        col = pQue_.template DeQue<half>();
+        DataCopy(shiftColGm_[((j % 2) * t_->blockQ + r0_) * FRACTAL], col, rows_ * FRACTAL);
+        pQue_.FreeTensor(col);
+    }
+
+    // This AIV's request word for the current round (its shift column written before, where it changed).
+    __aicore__ inline void SendRequest(uint32_t request) {
+        LocalTensor<uint32_t> w = lseQue_.template AllocTensor<uint32_t>();
+        Duplicate(w, request, 8);
+        lseQue_.EnQue(w);
+        w = lseQue_.template DeQue<uint32_t>();
+        DataCopy(requestGm_[RequestWordIndex(round_ % 2, sub_)], w, 8);
+        lseQue_.FreeTensor(w);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_REQUEST);
+    }
+
+    // After the answer to a round: what the AIC served, the larger of the two AIVs' requests (both words
+    // are in GM: the AIC answered only after both were written).
+    __aicore__ inline uint32_t ServedRequest() {
+        LocalTensor<uint32_t> w = maskQue_.template AllocTensor<uint32_t>();
+        DataCopy(w, requestGm_[RequestWordIndex(round_ % 2, 0)], RequestWordIndex(0, 1) + 8);
+        maskQue_.EnQue(w);
+        w = maskQue_.template DeQue<uint32_t>();
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        const uint32_t a = w.GetValue(0), b = w.GetValue(RequestWordIndex(0, 1));
+        maskQue_.FreeTensor(w);
+        ++round_;
+        return a > b ? a : b;
+    }
+
+    // The valid rows where 0/1 flag vector v is 1 (rows past the valid ones ask for no work): one vector sum
+    // over the first valid_ lanes (exact: at most 64 ones) and one scalar read, not one read per row.
+    __aicore__ inline uint32_t ValidRowsFlagged(const LocalTensor<float>& v) {
+        if (valid_ == 0) return 0;
+        WholeReduceSum<float>(fa_, v, (int32_t)valid_, 1, 1, 1, 8);
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        return (uint32_t)fa_.GetValue(0);
+    }
+
+    // S' of an FP16 pass of block j into sT_ (FP32), masked, its row max mBlk_ and the rows that must be
+    // recomputed (redo_): max +inf (a score more than 65504 above psi), or every kept score below FP16's range.
+    // To tell the latter from a row with no kept key, -inf scores become the lowest finite value before the
+    // masks: the row max is then that value, not -inf (such a score still weighs exp(-huge) = 0).
+    __aicore__ inline void LoadScores16(const Task& k, uint32_t j, uint32_t c0, uint32_t keys) {
+        const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
+        LocalTensor<half> s16 = sQue_.template AllocTensor<half>();
+        DataCopy(s16, slots_.score[j % 2][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
+        sQue_.EnQue(s16);
+        s16 = sQue_.template DeQue<half>();
+        Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
+        Bar();
+        sQue_.FreeTensor(s16);
+        Maxs(sT_, sT_, Lowest<float>(), cnt);
+        Bar();
+        ApplyMasks(k, sT_, c0, keys);
+        RowMax(mBlk_, sT_);
+        Duplicate(redo_, 0.0f, rv);
+        CompareScalar(bits_, mBlk_, PosInf<float>(), CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        CompareScalar(bits_, mBlk_, Lowest<float>(), CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Select(mBlk_, bits_, mBlk_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+    }
+
+    // The FP32 pass: the rows in redo_ take their S' from it (the others keep the FP16 pass's), masked.
+    __aicore__ inline void MergeRecomputed(const Task& k, uint32_t c0, uint32_t keys) {
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        for (uint32_t i = 0; i < rows_; ++i) {
+            if (redo_.GetValue(i) == 0.0f) continue;
+            LocalTensor<float> row = sQue_.template AllocTensor<float>();
+            DataCopy(row, score32Gm_[(uint64_t)(r0_ + i) * BLOCK_KV], BLOCK_KV);
+            sQue_.EnQue(row);
+            row = sQue_.template DeQue<float>();
+            Muls(sT_[i * BLOCK_KV], row, 1.0f, (int32_t)BLOCK_KV);
+            Bar();
+            sQue_.FreeTensor(row);
+        }
+        ApplyMasks(k, sT_, c0, keys);
+        RowMax(mBlk_, sT_);
+    }
+
+    // frame_ = mBlk + ((C_j - C_1) + (psi_j - psi_1)): block j's max in block 1's frame.
+    __aicore__ inline void BlockMaxInFrame(uint32_t j) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        Sub(tmp1_, cj_[j % 2], c1_, rv);
+        Sub(tmp2_, psi_[j % 2], psi1_, rv);
+        Bar();
+        Add(tmp1_, tmp1_, tmp2_, rv);
+        Bar();
+        Add(frame_, mBlk_, tmp1_, rv);
+        Bar();
+    }
+
+    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
+    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 8192 a step of psi
+    // exceeds 2 RESHIFT_AT), in a block that can matter (its max above the running max less the relevance).
+    // Those rows take the moved psi; returns whether a valid row did.
+    __aicore__ inline bool Reshift(uint32_t j) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        const LocalTensor<float>& psi = psi_[j % 2];
+        BlockMaxInFrame(j);
+        Adds(tmp1_, m_, -t_->rsRelevance, rv);
+        Duplicate(far_, 1.0f, rv);
+        Bar();
+        Compare(bits_, frame_, tmp1_, CMPMODE::GT, ROW_VEC);
+        Bar();
+        Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Abs(tmp2_, mBlk_, rv);
+        Bar();
+        CompareScalar(bits_, tmp2_, RESHIFT_AT, CMPMODE::GT, ROW_VEC);
+        Bar();
+        Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        CompareScalar(bits_, redo_, 0.0f, CMPMODE::EQ, ROW_VEC);
+        Bar();
+        Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Add(tmp2_, psi, mBlk_, rv);
+        Bar();
+        ShiftOf(moved_, tmp2_);
+        Compare(bits_, moved_, psi, CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        Bar();
+        if (ValidRowsFlagged(far_) == 0) return false;
+        CompareScalar(bits_, far_, 0.0f, CMPMODE::NE, ROW_VEC);
+        Bar();
+        Select(psi, bits_, moved_, psi, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
+        Bar();
+        return true;
+    }
+
+    // Block j's rounds from a served pass on, until the AIC closes them. After the first FP16 pass (if
+    // mayReshift) this AIV asks for a reshift where Reshift() moved a row, else for the FP32 pass where a row
+    // needs it, else accepts: its rows' S' are then final (sT_: FP16 values, FP32 for recomputed rows; mBlk_
+    // their row max; psi_[j % 2] the shift), whatever the other AIV still asks for (rows are independent: this
+    // AIV does not read those passes, whose rows of it may already use block j + 2's shift column), so
+    // `close` (the block's own work, Close()) runs before the accepting word goes out, off the AIC's path. The learning conversation closes nothing:
+    // it leaves S' and mBlk_ for its caller. nextFirstPass: the AIC runs block j + 1's first pass before it
+    // serves this block's first round; its FLAG_S_READY comes first.
+    __aicore__ inline void Rounds(const Task& k, uint32_t j, uint32_t served, bool mayReshift, bool nextFirstPass,
+                                  bool close) {
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
+        bool reshiftDecided = !mayReshift, reshifted = false, closed = rows_ == 0;
+        while (served != REQUEST_ACCEPT) {
+            uint32_t request = REQUEST_ACCEPT;
+            if (closed) {
+                // final rows: a pass the other AIV asked for is not read
+            } else if (served == REQUEST_FP16) {
+                LoadScores16(k, j, c0, keys);
+                if (!reshiftDecided) {
+                    reshiftDecided = true;
+                    reshifted = Reshift(j);
+                    if (reshifted) {
+                        request = REQUEST_FP16;
+                        WriteShiftColumn(j);
+                    }
+                }
+                if (request == REQUEST_ACCEPT && ValidRowsFlagged(redo_) > 0) request = REQUEST_FP32;
+            } else {
+                MergeRecomputed(k, c0, keys);
+            }
+            if (request == REQUEST_ACCEPT && !closed && close) {
+                Close(k, j, reshifted);
+                closed = true;
+            }
+            SendRequest(request);
+            if (nextFirstPass) {
+                CrossCoreWaitFlag(FLAG_S_READY);  // block j + 1's first pass is in its score slot
+                nextFirstPass = false;
+            }
+            CrossCoreWaitFlag(FLAG_S_READY);
+            served = ServedRequest();
+        }
+    }
+
+    // dst = excess of block j: (m' + psi_j) - lv_j, its row max above its mean (-inf where every key is masked).
+    __aicore__ inline void Excess(const LocalTensor<float>& dst, uint32_t j) {
+        Add(dst, mBlk_, psi_[j % 2], (int32_t)ROW_VEC);
+        Bar();
+        Sub(dst, dst, lv_[j % 2], (int32_t)ROW_VEC);
+        Bar();
+    }
+
+    // Before block 1: its learning conversation (psi = shift(lv_1), without a reshift) gives E's start, the
+    // excess of block 1 over its mean; then one round for the first passes of blocks 1 and 2.
+    __aicore__ inline void RowShiftLearn(const Task& k) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        if (rows_ > 0) {
+            LoadCentreProducts(k, 0);
+            Muls(c1_, cj_[0], 1.0f, rv);
+            ShiftOf(psi_[0], lv_[0]);
+            WriteShiftColumn(0);
+        }
+        SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT);
+        CrossCoreWaitFlag(FLAG_S_READY);
+        Rounds(k, 0, ServedRequest(), false, false, false);
+        if (rows_ > 0) {
+            Excess(eRun_, 0);
+            BlockShift(0);
+            Muls(psi1_, psi_[0], 1.0f, rv);  // block 1's frame: its psi before any reshift
+            WriteShiftColumn(0);
+            if (k.nBlocks > 1) {
+                LoadCentreProducts(k, 1);
+                BlockShift(1);
+                WriteShiftColumn(1);
+            }
+        }
+        SendRequest(rows_ > 0 ? REQUEST_FP16 : REQUEST_ACCEPT);
+        CrossCoreWaitFlag(FLAG_S_READY);  // block 1's first pass: a round answered without reading the words
+        ++round_;
+    }
+
+    // Block j of the task: its rounds (which close it), then P_j to the AIC once the AIC has closed them:
+    // P_j's slot holds both AIVs' rows, and a pass the other AIV still asked for must not find P_j V_j run.
+    __aicore__ inline void RowShiftBlock(const Task& k, uint32_t j) {
+        if (j == 0) RowShiftLearn(k);
+        Rounds(k, j, REQUEST_FP16, true, j + 1 < k.nBlocks, true);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+    }
+
+    // Block j's own work once its S' is final: its counters, excess, E for block j + 2 and that block's
+    // shift column, the local softmax and the merge (blockwise._query_block_rs), P_j into its slot.
+    __aicore__ inline void Close(const Task& k, uint32_t j, bool reshifted) {
+        const uint32_t slot = j % 2;
+        const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
+        recomputedRows_ += ValidRowsFlagged(redo_);
+        if (reshifted) reshiftedRows_ += ValidRowsFlagged(far_);
+        BlockMaxInFrame(j);
+        // E for block j + 2 takes block j's excess (the lag of two blocks); block j's parity slot passes to
+        // block j + 2, whose shift column the AIC reads for its first pass after P_j V_j.
+        Excess(tmp1_, j);
+        Max(eRun_, eRun_, tmp1_, rv);
+        Bar();
+        if (j + 2 < k.nBlocks) {
+            LoadCentreProducts(k, j + 2);
+            BlockShift(j + 2);
+            WriteShiftColumn(j + 2);
+        }
+        // Local softmax in FP32: P = exp(rho (S' - m')), l' its pairwise row sum; P enters P V in FP16.
+        Maxs(tmp1_, mBlk_, Lowest<float>(), rv);
+        Bar();
+        Broadcast(tmp1_);
+        RowBroadcast(RowOp::SUB, sT_, sT_, bc_, rows_, BLOCK_KV);
+        Bar();
+        Muls(sT_, sT_, t_->rsRho, cnt);
+        Bar();
+        LocalTensor<half> p = pQue_.template AllocTensor<half>();
+        Exp(pT_, sT_, cnt);
+        Bar();
+        Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);
+        Bar();
+        TreeRowSum(lBlk_, pT_);
+        pQue_.EnQue(p);
+        // Merge in block 1's frame: α = exp(rho (m - m_new)), γ = exp(rho (m~ - m_new)), guarded; l = α l + γ l'.
+        Max(mNew_, m_, frame_, rv);
+        Bar();
+        Sub(tmp1_, m_, mNew_, rv);
+        Sub(tmp2_, frame_, mNew_, rv);
+        Bar();
+        Muls(tmp1_, tmp1_, t_->rsRho, rv);
+        Muls(tmp2_, tmp2_, t_->rsRho, rv);
+        Bar();
+        GuardedExp(alpha_[slot], tmp1_);
+        GuardedExp(gamma_[slot], tmp2_);
+        Mul(tmp1_, alpha_[slot], l_, rv);
+        Mul(tmp2_, gamma_[slot], lBlk_, rv);
+        Bar();
+        Add(l_, tmp1_, tmp2_, rv);
+        Muls(m_, mNew_, 1.0f, rv);
+        Bar();
+        p = pQue_.template DeQue<half>();
+        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
+        pQue_.FreeTensor(p);
+    }
+
     const PasaTilingData* t_;
     uint32_t sub_, d_, rm_, r0_ = 0, rows_ = 0, valid_ = 0;
     T inva_, scale_;
@@ -513,6 +937,13 @@ private:
     SlotTensors<T> slots_;
     GlobalTensor<float> lseGm_, partOGm_, partLseGm_;
     GlobalTensor<uint32_t> statusGm_;
+    // pasa_rs only
+    uint32_t round_ = 0;  // request rounds so far: the parity of the request words (pasa_row_shift_cube.h)
+    uint32_t reshiftedRows_ = 0, recomputedRows_ = 0;  // the status words 1 and 2
+    LocalTensor<float> rsScratch_, cj_[2], lv_[2], psi_[2], c1_, psi1_, eRun_, redo_, far_, frame_, moved_;
+    GlobalTensor<half> qGm_, qhatGm_, shiftColGm_;
+    GlobalTensor<float> centreProdGm_, score32Gm_;
+    GlobalTensor<uint32_t> requestGm_;
 };
 
 }  // namespace pasa_kernel

@@ -137,10 +137,10 @@ def test_model_small_case_runs_in_full_and_reports_a_rate():
     assert 0 < r.tflops_serial <= r.tflops_overlap < cost_model.PEAK_TFLOPS
 
 
-@pytest.mark.parametrize("precision", ["pasa", "fp16_fp32"])
+@pytest.mark.parametrize("precision", ["pasa", "fp16_fp32", "pasa_rs"])
 def test_scaled_model_agrees_with_a_full_run(precision):
     # The reduced-run scaling on a shape small enough to run in full: within 15% (FlashAttention has no
-    # K' pre-pass: its fixed part is once per core).
+    # K' pre-pass: its fixed part is once per core; pasa_rs has its centring pre-pass).
     full = cost_model.model(1, 4, 2, 512, 512, 64, precision=precision)
     scaled = cost_model.model(1, 4, 2, 512, 512, 64, precision=precision, full_run_limit=0)
     assert scaled.method.startswith("scaled")

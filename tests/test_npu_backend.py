@@ -56,7 +56,8 @@ def _problem(**kw):
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision):
     why = npu.BACKEND.supports(_problem(precision=precision))
-    assert why == f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32'), not {precision!r}"
+    assert why == (f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs'), not "
+                   f"{precision!r}")
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel implements"):
         q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
         pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", precision=precision, backend="npu")
@@ -227,11 +228,12 @@ def _matrix_call(case, precision, backend):
 
 
 @needs_host_model
-@pytest.mark.parametrize("precision", ["pasa", "pasa_fp32", "fp16_fp32"])
+@pytest.mark.parametrize("precision", ["pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"])
 @pytest.mark.parametrize("case", list(MATRIX), ids=list(MATRIX))
 def test_fia_matrix_through_the_kernel_equals_the_reference(case, precision):
-    """The kernel rounds where the golden model rounds: all-FP16 ``pasa`` bit-identical to the
-    reference backend outside decode, the FP32-state allocations and decode within a few FP16 ulps;
+    """The kernel rounds where the golden model rounds: all-FP16 ``pasa`` and ``pasa_rs`` (D = 64: S' in one
+    Mmad call; its FP32 exp and log are the golden model's) bit-identical to the reference backend outside
+    decode, the other FP32-state allocations and decode within a few FP16 ulps;
     lse, padded rows (+inf) and rows with no key (LSE_NO_KEY) identical in kind. (FlashAttention,
     "fp16_fp32", on the biased case: its unscaled S ≈ 57600 ± 330 stays below 65504, in FP16 steps
     of 32, the same in both.)"""
@@ -240,7 +242,7 @@ def test_fia_matrix_through_the_kernel_equals_the_reference(case, precision):
     assert out.shape == ref.shape and out.dtype == ref.dtype and lse.shape == ref_lse.shape
     assert torch.equal(torch.isposinf(lse), torch.isposinf(ref_lse))
     assert torch.equal(lse == LSE_NO_KEY, ref_lse == LSE_NO_KEY)
-    if precision == "pasa" and MATRIX[case].get("s1") != 1:
+    if precision in ("pasa", "pasa_rs") and MATRIX[case].get("s1") != 1:
         assert torch.equal(out, ref)
     else:
         # FP32 row state, or decode's split-KV partials merged through their lse: other roundings,

@@ -349,7 +349,7 @@ def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
 
 needs_host_model = pytest.mark.skipif(importlib.util.find_spec("pasa_npu._npu_host_model") is None,
                                       reason="pasa_npu._npu_host_model is not built (pip install -e .)")
-NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa"]
+NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa", "pasa_rs"]
 
 
 def _dense_from_pages(kc, vc, table, nkv, d):
@@ -508,13 +508,15 @@ def _page_runs(table_row, page, first_key, keys, page_stride, row_stride):
 
 
 @needs_host_model
-@pytest.mark.parametrize("precision", ["fp16_fp32", "pasa"])
+@pytest.mark.parametrize("precision", ["fp16_fp32", "pasa", "pasa_rs"])
 @pytest.mark.parametrize("four_d, shuffled", [(True, True), (False, False)])
 def test_npu_paged_decode_reads_what_dense_decode_reads(precision, four_d, shuffled):
     """The cost model's counts: a paged decode moves exactly the dense decode's bytes GM -> L1 (MTE2),
     in one more DataCopy per extra run of a KV block. Each block of K is read once per query head by
     FlashAttention (S = Q K^T) and once per KV head by PASA's pre-pass (K' = M K; S' reads K' from
-    the workspace, dense), each block of V once per query head. Shuffled pages in a (num_blocks, Nkv,
+    the workspace, dense), each block of V once per query head. pasa_rs's pre-pass reads each block of K
+    once per KV head on the AIC (its column sums) and once per 16-column strip on the AIVs (the
+    centring, K' = K - u). Shuffled pages in a (num_blocks, Nkv,
     page, D) cache never continue each other in GM (Nkv = 2): a block makes one run per page it touches.
     Pages handed out in order in a (num_blocks, page, Nkv·D) cache do: one run per block, the dense count."""
     rng = np.random.default_rng(11)
@@ -538,7 +540,7 @@ def test_npu_paged_decode_reads_what_dense_decode_reads(precision, four_d, shuff
     page_stride, row_stride = (nkv * page * d, d) if four_d else (page * nkv * d, nkv * d)
     extra_runs = [sum(_page_runs(table[i], page, j0, min(128, lens[i] - j0), page_stride, row_stride) - 1
                       for j0 in range(0, lens[i], 128)) for i in range(b)]
-    k_reads = n if precision == "fp16_fp32" else nkv
+    k_reads = {"fp16_fp32": n, "pasa": nkv, "pasa_rs": nkv * (1 + d // 16)}[precision]
     assert total(paged, "mte2_calls") - total(dense, "mte2_calls") == (k_reads + n) * sum(extra_runs)
     assert sum(extra_runs) == (9 if shuffled else 0)  # docs/npu.md quotes the 9
 

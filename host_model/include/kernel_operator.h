@@ -10,3 +10,4 @@
 #include "host_model/vector.h"
 #include "host_model/reduce.h"
 #include "host_model/sync.h"
+#include "host_model/cache.h"

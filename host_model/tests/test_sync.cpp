@@ -158,3 +158,30 @@ HM_CASE(misuse_error_releases_waiters) {
         if ASCEND_IS_AIV CrossCoreWaitFlag(1);
     });
 }
+
+HM_CASE(sync_scalar_reads_need_dcci) {
+    // The AIC reads a word its AIVs rewrite every round. A plain GetValue keeps returning the line as it was
+    // first fetched (the scalar data cache); after DataCacheCleanAndInvalid it sees the new value.
+    std::vector<int32_t> gm(16, 0);
+    std::atomic<int> staleWithout{0}, freshWith{0};
+    LaunchMix({1, 0, 5.0}, [&] {
+        GlobalTensor<int32_t> word;
+        word.SetGlobalBuffer(gm.data(), gm.size());
+        for (int32_t r = 1; r <= 3; ++r) {
+            if ASCEND_IS_AIV {
+                if (GetSubBlockIdx() == 0) gm[0] = r;
+                CrossCoreSetFlag<2, PIPE_MTE3>(3);
+                CrossCoreWaitFlag(4);
+            } else {
+                CrossCoreWaitFlag(3);
+                if (r == 1) (void)word.GetValue(0);  // the line is now cached with r = 1
+                else if (word.GetValue(0) == r - 1) staleWithout++;  // last round's value, fetched after the last dcci
+                DataCacheCleanAndInvalid<int32_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(word);
+                if (word.GetValue(0) == r) freshWith++;
+                CrossCoreSetFlag<2, PIPE_FIX>(4);
+            }
+        }
+    });
+    HM_CHECK(staleWithout == 2, "a cached line hides the other core's write");
+    HM_CHECK(freshWith == 3, "DataCacheCleanAndInvalid makes the next read fetch GM");
+}

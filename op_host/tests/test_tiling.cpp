@@ -109,13 +109,15 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     const PasaTilingData& t = r.data;
     const pasa::PlatformInfo& pl = in.platform;
     const bool fp32 = in.precision != "pasa";          // FP32 row state, O and PV
-    const bool shifted = in.precision != "fp16_fp32";  // PASA: K' pre-pass and M; else FlashAttention
+    const bool rowShifted = in.precision == "pasa_rs";  // pasa_rs: the key pre-pass, K' one strip wider
+    const bool shifted = in.precision == "pasa" || in.precision == "pasa_fp32";  // PASA: K' = M K and M
 
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
     CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
-    CHECK(r.tilingKey == (!shifted ? PASA_TILING_KEY_FLASH_FP16_SCORE
-                                   : fp32 ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
+    CHECK(r.tilingKey == (rowShifted ? PASA_TILING_KEY_ROW_SHIFTED
+                          : !shifted ? PASA_TILING_KEY_FLASH_FP16_SCORE
+                          : fp32     ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
     CHECK(t.precision == r.tilingKey);
     CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);
     CHECK(r.workspaceBytes == t.workspaceBytes);
@@ -125,7 +127,10 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= 128);
     CHECK(t.numQBlocks == CeilDiv(d.S1, t.blockQ));
     CHECK(t.numKvBlocks == CeilDiv(d.S2, t.blockKv));
-    CHECK(t.baseK >= 16 && t.baseK % 16 == 0 && t.baseK <= d.D);
+    CHECK(t.kShiftCols == d.D + (rowShifted ? 16 : 0));
+    CHECK(t.baseK >= 16 && t.baseK % 16 == 0 && t.baseK <= t.kShiftCols);
+    // pasa_rs: psi is subtracted in the same Mmad call as Q^ K'^T wherever the augmented column fits
+    if (rowShifted && t.kShiftCols <= 128 && t.blockQ <= 128) CHECK(t.baseK == t.kShiftCols);
 
     // ---- on-chip capacities -------------------------------------------------------------------
     // UB and L1 as TPipe offers them: less the vector APIs' scratch (TMP_UB_OFFSET = 184 KB on A2) and the
@@ -217,11 +222,12 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
 
     // K' pre-pass: items (b, h, j) split over the cores (none for FlashAttention).
-    CHECK(t.prepassItems == (shifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks : 0));
+    CHECK(t.prepassItems == (shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks : 0));
     CHECK((uint64_t)t.prepassPerCore * t.blockDim >= t.prepassItems);
 
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
-    const uint64_t kshift = shifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * d.D * 2 : 0;
+    const uint64_t kshift =
+        shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * t.kShiftCols * 2 : 0;
     const uint64_t slotMin = 2 * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
     CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
@@ -230,7 +236,25 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
                          t.wsPartialOffset, t.wsPartialLseOffset, t.workspaceBytes})
         CHECK(off % 32 == 0);
     CHECK(t.wsStatusOffset + 2ull * t.blockDim * 32 <= t.wsKShiftOffset);
-    CHECK(t.wsKShiftOffset + kshift <= t.wsCoreOffset);
+    CHECK(t.wsKShiftOffset + kshift <= t.wsKSumOffset);
+    if (rowShifted) {
+        // the column sums, u and K^; per core, after the S'/P/PV slots and L: Q^, the shift column, the
+        // centre products of a whole split, S' in FP32 and the four 64-byte request words, in that order
+        CHECK(t.wsKSumOffset + (uint64_t)t.prepassItems * d.D * 4 <= t.wsCentreOffset);
+        CHECK(t.wsCentreOffset + (uint64_t)d.B * d.NKV * 2 * t.numKvBlocks * d.D * 2 <= t.wsCoreOffset);
+        const uint64_t fixed = slotMin + (uint64_t)t.blockKv * t.blockKv * 2;
+        CHECK(fixed <= t.wsQhatSlot);
+        CHECK(t.wsQhatSlot + (uint64_t)t.blockQ * d.D * 2 <= t.wsShiftColSlot);
+        CHECK(t.wsShiftColSlot + 2ull * t.blockQ * 16 * 2 <= t.wsCentreProdSlot);
+        CHECK(t.wsCentreProdSlot + 2ull * t.kvBlocksPerSplit * t.blockQ * 4 <= t.wsScore32Slot);
+        CHECK(t.wsScore32Slot + (uint64_t)t.blockQ * t.blockKv * 4 <= t.wsRequestSlot);
+        CHECK(t.wsRequestSlot + 4 * 64 <= t.wsCoreStride);
+        for (uint64_t off : {t.wsKSumOffset, t.wsCentreOffset, t.wsQhatSlot, t.wsShiftColSlot, t.wsCentreProdSlot,
+                             t.wsScore32Slot, t.wsRequestSlot})
+            CHECK(off % 64 == 0);  // DMA-friendly, and a request word starts a data-cache line
+    } else {
+        CHECK(t.wsKSumOffset <= t.wsCoreOffset && t.wsCentreOffset == t.wsKSumOffset);
+    }
     CHECK(t.wsCoreStride >= slotMin);
     CHECK(t.wsCoreOffset + (uint64_t)t.blockDim * t.wsCoreStride <= t.wsPartialOffset);
     if (t.kvSplits > 1) {
@@ -240,12 +264,22 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         CHECK(t.wsPartialLseOffset <= t.workspaceBytes);
     }
 
-    // ---- PASA constants (FlashAttention has none: all 0) ---------------------------------------
+    // ---- PASA constants (FlashAttention and pasa_rs have none: all 0) ---------------------------
     if (!shifted) {
         CHECK(t.beta == 0.0f && t.invariance == 0.0f && t.shiftDiag == 0.0f && t.shiftOff == 0.0f);
         CHECK(t.scale == (float)in.scale);
+        if (rowShifted) {  // 2^e with e = floor(log2 scale), rho = scale / 2^e in [1, 2), the relevance 4 / rho
+            int e;
+            CHECK(std::frexp((double)t.rsScalePow2, &e) == 0.5);
+            CHECK(t.rsRho >= 1.0f && t.rsRho < 2.0f);
+            CHECK(std::fabs((double)t.rsRho * t.rsScalePow2 - in.scale) <= 1e-6 * in.scale);
+            CHECK(std::fabs((double)t.rsRelevance * t.rsRho - 4.0) <= 1e-6);
+        } else {
+            CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f);
+        }
         return;
     }
+    CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f);
     CHECK(t.beta >= 0.0f && t.beta < 1.0f);
     CHECK(std::fabs(t.invariance - t.beta / (1.0 - t.beta)) <= 1e-5 * t.invariance + 1e-7);
     CHECK(t.scale == (float)in.scale);
@@ -270,7 +304,7 @@ void SectionGrid() {
         for (int64_t S1 : S1s)
             for (int64_t S2 : S2s)
                 for (int64_t g : ratios)
-                    for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32"}) {
+                    for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"}) {
                         // Long queries with few heads keep the task list small enough to enumerate.
                         const int64_t nkv = S1 >= 8192 ? 1 : 2, B = S1 >= 8192 ? 1 : 2;
                         Dims d{B, nkv * g, nkv, S1, S2, D};
@@ -334,7 +368,7 @@ void SectionHeadDims() {
     uint64_t worstUb = 0, worstL1 = 0;
     std::string worstUbCase, worstL1Case;
     for (int64_t D = 16; D <= 256; D += 16)
-        for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32"})
+        for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"})
             for (int64_t S1 : {1, 128, 4096})
                 for (int64_t g : {1, 8}) {
                     Dims d{1, 2 * g, 2, S1, 4096, D};
@@ -452,12 +486,13 @@ void SectionErrors() {
     expect("beta 1", [](auto& in) { in.beta = 1.0; }, "beta");
     expect("beta NaN", [](auto& in) { in.beta = std::nan(""); }, "beta");
     expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");
-    // FlashAttention has no M: a scale PASA refuses is planned
-    for (double scale : {1e6, 1e-4}) {
-        pasa::TilingInput in = MakeInput(d, "BNSD", "fp16_fp32");
-        in.scale = scale;
-        CheckPlan(in, d);
-    }
+    // FlashAttention and pasa_rs have no M: a scale PASA refuses is planned
+    for (const char* prec : {"fp16_fp32", "pasa_rs"})
+        for (double scale : {1e6, 1e-4}) {
+            pasa::TilingInput in = MakeInput(d, "BNSD", prec);
+            in.scale = scale;
+            CheckPlan(in, d);
+        }
     expect("sparse_mode 5", [](auto& in) { in.sparseMode = 5; }, "sparse_mode");
     expect("sparse_mode -1", [](auto& in) { in.sparseMode = -1; }, "sparse_mode");
     expect("mode 1 without mask", [](auto& in) { in.sparseMode = 1; }, "atten_mask");

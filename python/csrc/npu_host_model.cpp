@@ -193,6 +193,9 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(wsScoreSlot) PASA_FIELD(wsProbSlot) PASA_FIELD(wsPvSlot) PASA_FIELD(wsPartialOffset)
     PASA_FIELD(wsPartialLseOffset) PASA_FIELD(workspaceBytes) PASA_FIELD(ubBytes) PASA_FIELD(l1Bytes)
     PASA_FIELD(l0aBytes) PASA_FIELD(l0bBytes) PASA_FIELD(l0cBytes)
+    PASA_FIELD(kShiftCols) PASA_FIELD(rsScalePow2) PASA_FIELD(rsRho) PASA_FIELD(rsRelevance) PASA_FIELD(wsKSumOffset)
+    PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot) PASA_FIELD(wsCentreProdSlot)
+    PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot)
 #undef PASA_FIELD
     return d;
 }
@@ -327,7 +330,16 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
     if (counters)
-        for (const auto& k : coreCounters) counters->append(CountersDict(k));
+        for (size_t i = 0; i < coreCounters.size(); ++i) {
+            py::dict d = CountersDict(coreCounters[i]);
+            if (i >= r.blockDim) {  // an AIV: pasa_rs's row counts from its status words (0 for the others)
+                uint32_t words[3];
+                std::memcpy(words, ws.data() + pasa::StatusWordOffset(t, uint32_t(i - r.blockDim)), sizeof(words));
+                d["reshifted_row_blocks"] = words[1];
+                d["recomputed_row_blocks"] = words[2];
+            }
+            counters->append(d);
+        }
     return py::make_tuple(outArr, lseArr, OverflowStatus(ws, t, r.blockDim));
 }
 
@@ -371,7 +383,8 @@ void DefCount(py::module_& m) {
         },
         "run() that also counts what every core issues per pipe and runs the modelled clocks (cost model). "
         "ai_cores > 0 tiles for that many AI cores instead of the A2's 24. "
-        "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first).",
+        "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first; the AIVs' also "
+        "hold pasa_rs's reshifted_row_blocks and recomputed_row_blocks).",
         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
         py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
         py::arg("block_table") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),

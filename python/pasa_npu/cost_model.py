@@ -16,6 +16,10 @@ are counted on reduced problems on one AI core and scaled analytically (:func:`m
 
 ``python -m pasa_npu.cost_model --help`` prints the modelled time for any FIA call arguments;
 ``python -m pasa_npu.cost_model --paper`` the table of docs/cost_model.md.
+
+pasa_rs's work depends on the data: its AIVs ask the AIC for a second S' pass where a row is reshifted
+and for an FP32 one where a row leaves FP16's range. The model prices what the kernel issues on its
+inputs (Q, K, V ~ N(0, 1)), reshifts included; inputs that need more passes cost more.
 """
 
 from __future__ import annotations
@@ -183,7 +187,8 @@ def _block_q(head_dim, precision, layout) -> int:
 
 
 def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted=True) -> float:
-    """Unique off-chip traffic: Q, K, V, the output once, and for PASA K' written and read once (FP16)."""
+    """Unique off-chip traffic: Q, K, V, the output once, and for PASA and pasa_rs K' written and read once
+    (FP16; pasa_rs's extra column, u and K^ are left out: 16/D and 2/128 of K)."""
     kv_passes = 4 if shifted else 2
     elems = batch * head_dim * (2 * num_heads * seq_q + kv_passes * num_kv_heads * seq_kv)
     return 2.0 * elems / HBM_BYTES_PER_S
@@ -201,7 +206,9 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     bq = _block_q(head_dim, precision, layout)
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
-    shifted = ALLOCATIONS[precision].shifted
+    # PASA and pasa_rs have a key pre-pass (K' = M K; the centring) and visit every KV block
+    alloc = ALLOCATIONS[precision]
+    shifted = alloc.shifted or alloc.row_shifted
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
     kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
     if batch * num_heads * nq * nkb <= full_run_limit:
@@ -224,7 +231,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     per_task_full = t2 - t1
     fixed = 2 * t1 - t2
     # The kernel skips the KV blocks a causal mask hides from a whole query tile for FlashAttention only;
-    # PASA visits every block (its pseudo-average F covers all of them).
+    # PASA visits every block (its pseudo-average F covers all of them), pasa_rs too (its shifts' lag and
+    # block 1's frame are defined over every block).
     skips_masked_blocks = sparse_mode != 0 and not shifted
     if not skips_masked_blocks:
         def per_task(nb):

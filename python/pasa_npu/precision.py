@@ -63,7 +63,7 @@ ALLOCATIONS: dict[str, Allocation] = {
                    "row-shifted PASA: exactly centred K, FP16 S' shifted per row near its running maximum, "
                    "FP32 softmax, merge and output, a second shift where a block's max lands far from it, FP32 "
                    "recompute of a block whose S' overflows",
-                   row_shifted=True, overflow_free=True),
+                   row_shifted=True, overflow_free=True, kernel_key=3),
     )
 }
 

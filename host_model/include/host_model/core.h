@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@ constexpr int kHardEventKinds = 64;
 
 class TPipeState;
 
+// One 64-byte GM line in a core's scalar data cache: the bytes its reads fetched (valid bit per byte).
+struct CachedLine {
+    std::array<uint8_t, 64> bytes{};
+    uint64_t valid = 0;
+};
+
 struct CoreContext {
     CoreType type = CoreType::AIV;
     uint32_t blockIdx = 0;     // index of the AI core (AIC index; for an AIV, the AIC it belongs to)
@@ -50,6 +57,9 @@ struct CoreContext {
     std::array<std::vector<uint8_t>, 5> memory;
     std::array<std::array<int, kEventIds>, kHardEventKinds> eventCount{};
     TPipeState* pipe = nullptr;  // the live TPipe of this core (at most one)
+    // The scalar unit's data cache (cache.h): 64-byte GM lines as this core's scalar reads last fetched
+    // them, kept until DataCacheCleanAndInvalid drops them.
+    std::map<uintptr_t, CachedLine> dataCache;
     // Cost model (cost.h): what this core issued, the cycles of the open segment per pipe, the unit costs.
     CoreCounters counters;
     std::array<double, kPipes> segment{};

@@ -13,6 +13,10 @@
 
 namespace ascendc_model {
 
+// Scalar GM access through the calling core's data cache (cache.h, src/cache.cpp).
+void CachedRead(const void* gm, void* out, uint32_t bytes);
+void CachedWrite(void* gm, const void* in, uint32_t bytes);
+
 // One buffer handed out by TPipe::InitBuffer (a TQue slot or a TBuf). The generation changes on
 // every FreeTensor so stale LocalTensor copies are recognised.
 struct BufferSlot {
@@ -126,13 +130,17 @@ public:
     __gm__ T* GetPhyAddr() const { return base_; }
     __gm__ T* GetPhyAddr(uint64_t offset) const { return base_ + offset; }
     uint64_t GetSize() const { return size_; }
+    // Scalar access to GM goes through the core's data cache (cache.h): a read returns the line as this
+    // core last fetched it, so data another core wrote since is seen only after DataCacheCleanAndInvalid.
     T GetValue(uint64_t index) const {
         ascendc_model::CountScalarAccess();
-        return *Span("GlobalTensor::GetValue", index, 1);
+        T v;
+        ascendc_model::CachedRead(Span("GlobalTensor::GetValue", index, 1), &v, sizeof(T));
+        return v;
     }
     void SetValue(uint64_t index, T value) const {
         ascendc_model::CountScalarAccess();
-        *Span("GlobalTensor::SetValue", index, 1) = value;
+        ascendc_model::CachedWrite(Span("GlobalTensor::SetValue", index, 1), &value, sizeof(T));
     }
 
     T* Span(const std::string& api, uint64_t first, uint64_t count) const {
