@@ -317,11 +317,10 @@ def test_triton_paged_user_mask_equals_triton_dense(precision):
     _check_float64_rows(out, lse, q, k, v, [s1] * b, kv_lens, precision, mask_of)
 
 
-def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
+def _long_paged_decode():
     """Long-context decode from a paged cache: 131 072 near-equal keys in 1024 shuffled pages (FP16 l
-    of the published allocations overflows past ~65k such keys). The default allocation's output is
-    finite, equals dense decode, and its error against float64 is within 2x FP32 FA's; lse within
-    max(10x FP32 FA's, 1e-3)."""
+    of the published allocations overflows past ~65k such keys), with FP32 FA's output and lse and the
+    float64 reference on the dense keys."""
     rng = np.random.default_rng(131072)
     b, n, nkv, d, page, length = 1, 2, 1, 64, 128, 131072
     g = torch.Generator().manual_seed(7)
@@ -331,18 +330,31 @@ def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
     kc, vc, table = _paged(k, v, [length], page, rng, four_d=True, spare=0)
     kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=d ** -0.5, softmax_lse_flag=True,
               actual_seq_lengths_kv=[length])
-    out, lse = pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=page, **kw)
-    dense, dense_lse = pasa_npu.fused_attention(q, k, v, **kw)
-    fa32, fa32_lse = pasa_npu.fused_attention(q, k, v, precision="fp32", **kw)
-    assert torch.equal(out, dense) and torch.equal(lse, dense_lse) and torch.isfinite(out).all()
-    ref, ref_lse = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=d ** -0.5)
+    fa32 = pasa_npu.fused_attention(q, k, v, precision="fp32", **kw)
+    ref = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=d ** -0.5)
+    return (q, k, v, kc, vc, table, page, kw), fa32, ref
+
+
+def _assert_as_accurate_as_fp32(out, lse, fa32, ref):
+    """Finite, output error against float64 within 2x FP32 FA's, lse within max(10x FP32 FA's, 1e-3)."""
+    (fa32_out, fa32_lse), (ref_out, ref_lse) = fa32, ref
 
     def rel(x):
-        return float(np.sqrt(((x.float().numpy() - ref) ** 2).mean() / (ref ** 2).mean()))
+        return float(np.sqrt(((x.float().numpy() - ref_out) ** 2).mean() / (ref_out ** 2).mean()))
 
-    assert rel(out) <= 2 * rel(fa32), (rel(out), rel(fa32))
+    assert torch.isfinite(out).all()
+    assert rel(out) <= 2 * rel(fa32_out), (rel(out), rel(fa32_out))
     lse_err = np.abs(lse[..., 0].numpy() - ref_lse).max()
     assert lse_err <= max(10 * np.abs(fa32_lse[..., 0].numpy() - ref_lse).max(), 1e-3)
+
+
+def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
+    """The default allocation on the long paged decode: equal to dense decode, and as accurate as FP32 FA."""
+    (q, k, v, kc, vc, table, page, kw), fa32, ref = _long_paged_decode()
+    out, lse = pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=page, **kw)
+    dense, dense_lse = pasa_npu.fused_attention(q, k, v, **kw)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _assert_as_accurate_as_fp32(out, lse, fa32, ref)
 
 
 # --- the AscendC kernel walking the table (backend="npu": the kernel on the host model) ---
@@ -350,6 +362,16 @@ def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
 needs_host_model = pytest.mark.skipif(importlib.util.find_spec("pasa_npu._npu_host_model") is None,
                                       reason="pasa_npu._npu_host_model is not built (pip install -e .)")
 NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa", "pasa_rs"]
+
+
+@needs_host_model
+def test_npu_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
+    """The AscendC kernel's pasa_rs on the long paged decode: 1024 pages walked through the table (split-KV
+    over the AI cores, the splits merged through the true-scale lse), as accurate as FP32 FA."""
+    (q, _, _, kc, vc, table, page, kw), fa32, ref = _long_paged_decode()
+    out, lse = pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=page, backend="npu",
+                                        precision="pasa_rs", safety_net=False, **kw)
+    _assert_as_accurate_as_fp32(out, lse, fa32, ref)
 
 
 def _dense_from_pages(kc, vc, table, nkv, d):
