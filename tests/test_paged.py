@@ -357,6 +357,16 @@ def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
     _assert_as_accurate_as_fp32(out, lse, fa32, ref)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the compiled Triton kernel on 131072 "
+                    "keys (CI runs the Triton paged cases above through the interpreter on small shapes)")
+def test_triton_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
+    """The Triton kernel's pasa_rs on the long paged decode, the caches read through the table on the GPU."""
+    (q, _, _, kc, vc, table, page, kw), fa32, ref = _long_paged_decode()
+    out, lse = pasa_npu.fused_attention(q.cuda(), kc.cuda(), vc.cuda(), block_table=table.cuda(), block_size=page,
+                                        backend="triton", precision="pasa_rs", **kw)
+    _assert_as_accurate_as_fp32(out.cpu(), lse.cpu(), fa32, ref)
+
+
 # --- the AscendC kernel walking the table (backend="npu": the kernel on the host model) ---
 
 needs_host_model = pytest.mark.skipif(importlib.util.find_spec("pasa_npu._npu_host_model") is None,
