@@ -94,6 +94,23 @@ struct SlotTensors {
     }
 };
 
+// A core's pasa_rs slots in the workspace as typed GM tensors, the same for its AIC and its AIVs: Q^ (FP16),
+// the augmented column -psi/64 (two, by block parity), the centre products C_j and Q^ K^_j (FP32), a
+// recomputed block's FP32 S' - psi, and the AIVs' request words.
+struct RowShiftSlots {
+    GlobalTensor<half> qhat, shiftCol;
+    GlobalTensor<float> centreProd, score32;
+    GlobalTensor<uint32_t> request;
+    __aicore__ inline void Init(const PasaTilingData& t, GM_ADDR workspace, uint32_t core) {
+        GM_ADDR slots = workspace + t.wsCoreOffset + (uint64_t)core * t.wsCoreStride;
+        qhat.SetGlobalBuffer((__gm__ half*)(slots + t.wsQhatSlot));
+        shiftCol.SetGlobalBuffer((__gm__ half*)(slots + t.wsShiftColSlot));
+        centreProd.SetGlobalBuffer((__gm__ float*)(slots + t.wsCentreProdSlot));
+        score32.SetGlobalBuffer((__gm__ float*)(slots + t.wsScore32Slot));
+        request.SetGlobalBuffer((__gm__ uint32_t*)(slots + t.wsRequestSlot));
+    }
+};
+
 // Element offset of K'_j of (b, kv head h) in the K' region (FP16, blockKv rows x kShiftCols each).
 __aicore__ inline uint64_t KShiftIndex(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t j) {
     return (((uint64_t)b * t.numKvHeads + h) * t.numKvBlocks + j) * BLOCK_KV * t.kShiftCols;

@@ -35,12 +35,7 @@ public:
     __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
-        const uint64_t slots = t->wsCoreOffset + (uint64_t)core * t->wsCoreStride;
-        qhatGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsQhatSlot));
-        shiftColGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsShiftColSlot));
-        centreProdGm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsCentreProdSlot));
-        score32Gm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsScore32Slot));
-        requestGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + slots + t->wsRequestSlot));
+        rsSlots_.Init(*t, workspace, core);
         for (uint32_t i = 0; i < 2; ++i)
             score16Gm_[i].SetGlobalBuffer((__gm__ half*)(workspace + SlotsOf(*t, core).score[i]));
         centreGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsCentreOffset));
@@ -51,7 +46,7 @@ public:
     // then the centre products. The caller frees the tile with qL1_.
     __aicore__ inline LocalTensor<half> LoadQuery(const Task& k, uint32_t mp) {
         CrossCoreWaitFlag(FLAG_QHAT_READY);
-        LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qhatGm_, k.rowsValid, mp, t_->headDim, t_->headDim);
+        LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, rsSlots_.qhat, k.rowsValid, mp, t_->headDim, t_->headDim);
         const uint32_t d = t_->headDim;
         for (uint32_t c0 = 0; c0 < k.nBlocks; c0 += CENTRE_BLOCKS_PER_GEMM) {
             const uint32_t rows = 2 * MinU(CENTRE_BLOCKS_PER_GEMM, k.nBlocks - c0);
@@ -60,7 +55,7 @@ public:
                                                    rows, rowsPad, d, d);
             LocalTensor<float> c = cube_->Gemm(uk, rowsPad, d, q, BLayout::TRANSPOSED, mp, mp, 0, t_->baseK);
             cube_->kL1_.FreeTensor(uk);
-            cube_->template ToGm<float>(centreProdGm_[(uint64_t)2 * c0 * mp], c, rowsPad, rows, mp, mp);
+            cube_->template ToGm<float>(rsSlots_.centreProd[(uint64_t)2 * c0 * mp], c, rowsPad, rows, mp, mp);
         }
         CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_CENTRE_PROD_READY);
         return q;
@@ -102,7 +97,7 @@ private:
         // the shift column into Q^'s last strip, after the previous pass's loads from the tile
         SetFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
         WaitFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
-        cube_->CopyRows(q[d * mp], shiftColGm_[(uint64_t)(j % 2) * t_->blockQ * FRACTAL], k.rowsValid, mp, FRACTAL,
+        cube_->CopyRows(q[d * mp], rsSlots_.shiftCol[(uint64_t)(j % 2) * t_->blockQ * FRACTAL], k.rowsValid, mp, FRACTAL,
                         FRACTAL);
         SetFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
         WaitFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
@@ -111,7 +106,7 @@ private:
                                                BLOCK_KV, cols, cols);
         LocalTensor<float> c = cube_->Gemm(q, mp, cols, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);
-        if (request == REQUEST_FP32) cube_->template ToGm<float>(score32Gm_, c, mp, mp, BLOCK_KV, BLOCK_KV);
+        if (request == REQUEST_FP32) cube_->template ToGm<float>(rsSlots_.score32, c, mp, mp, BLOCK_KV, BLOCK_KV);
         else cube_->template ToGm<half>(score16Gm_[j % 2], c, mp, mp, BLOCK_KV, BLOCK_KV);
         CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
     }
@@ -122,7 +117,7 @@ private:
         const uint32_t parity = round_++ % 2;
         uint32_t request = REQUEST_ACCEPT;
         for (uint32_t sub = 0; sub < 2; ++sub) {
-            GlobalTensor<uint32_t> word = requestGm_[RequestWordIndex(parity, sub)];
+            GlobalTensor<uint32_t> word = rsSlots_.request[RequestWordIndex(parity, sub)];
             DataCacheCleanAndInvalid<uint32_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(word);
             const uint32_t w = word.GetValue(0);
             if (w > request) request = w;
@@ -133,9 +128,8 @@ private:
     const PasaTilingData* t_;
     CubeOps* cube_;
     uint32_t round_ = 0;
-    GlobalTensor<half> qhatGm_, shiftColGm_, score16Gm_[2], centreGm_, kShiftGm_;
-    GlobalTensor<float> centreProdGm_, score32Gm_;
-    GlobalTensor<uint32_t> requestGm_;
+    GlobalTensor<half> score16Gm_[2], centreGm_, kShiftGm_;
+    RowShiftSlots rsSlots_;
 };
 
 }  // namespace pasa_kernel

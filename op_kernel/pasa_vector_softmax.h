@@ -98,12 +98,7 @@ public:
                                                            &c1_, &psi1_, &eRun_, &redo_, &far_, &frame_, &moved_};
             for (uint32_t i = 0; i < kRowShiftVectors; ++i) *rvecs[i] = rsScratch_[i * ROW_VEC];
             qGm_.SetGlobalBuffer((__gm__ half*)query);
-            const uint64_t slots = t->wsCoreOffset + (uint64_t)core * t->wsCoreStride;
-            qhatGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsQhatSlot));
-            shiftColGm_.SetGlobalBuffer((__gm__ half*)(workspace + slots + t->wsShiftColSlot));
-            centreProdGm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsCentreProdSlot));
-            score32Gm_.SetGlobalBuffer((__gm__ float*)(workspace + slots + t->wsScore32Slot));
-            requestGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + slots + t->wsRequestSlot));
+            rsSlots_.Init(*t, workspace, core);
         }
 
         if (mask != nullptr) maskGm_.SetGlobalBuffer((__gm__ uint8_t*)mask);
@@ -287,6 +282,17 @@ private:
         Bar();
     }
 
+    // The merge's weights of the running state and of block j, alpha = exp(tmp1_) and gamma = exp(tmp2_)
+    // (guarded), into the slot's vectors, and l_j = alpha l_{j-1} + gamma l'.
+    __aicore__ inline void MergeRowSums(uint32_t slot) {
+        GuardedExp(alpha_[slot], tmp1_);
+        GuardedExp(gamma_[slot], tmp2_);
+        Mul(tmp1_, alpha_[slot], l_, (int32_t)ROW_VEC);
+        Mul(tmp2_, gamma_[slot], lBlk_, (int32_t)ROW_VEC);
+        Bar();
+        Add(l_, tmp1_, tmp2_, (int32_t)ROW_VEC);
+    }
+
     // dst = src / j rounded to T, computed as FP32 division then one rounding (the golden's r(x / j)).
     __aicore__ inline void DivideByBlockIndex(const LocalTensor<T>& x, uint32_t j) {
         Duplicate(fb_, (float)j, (int32_t)ROW_VEC);
@@ -374,12 +380,7 @@ private:
             Add(tmp1_, tmp1_, dPrev_, rv);
             Add(tmp2_, tmp2_, dCur_, rv);
             Bar();
-            GuardedExp(alpha_[slot], tmp1_);
-            GuardedExp(gamma_[slot], tmp2_);
-            Mul(tmp1_, alpha_[slot], l_, rv);
-            Mul(tmp2_, gamma_[slot], lBlk_, rv);
-            Bar();
-            Add(l_, tmp1_, tmp2_, rv);
+            MergeRowSums(slot);
         } else {
             // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
             Sub(tmp1_, m_, mNew_, rv);
@@ -577,7 +578,7 @@ private:
             Cast(qh, oAcc_, RoundMode::CAST_RINT, cnt);
             outQue_.EnQue(qh);
             qh = outQue_.template DeQue<half>();
-            DataCopy(qhatGm_[r0_ * d_], qh, cnt);
+            DataCopy(rsSlots_.qhat[r0_ * d_], qh, cnt);
             outQue_.FreeTensor(qh);
         }
         CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_QHAT_READY);
@@ -589,7 +590,7 @@ private:
         const uint32_t mp = Align16(k.tileRows), s = j % 2;
         const uint32_t second = (rows_ + 7) / 8 * 8;  // DataCopyPad starts each row on a 32-byte block
         LocalTensor<float> c = maskQue_.template AllocTensor<float>();
-        DataCopyPad(c, centreProdGm_[(uint64_t)2 * j * mp + r0_],
+        DataCopyPad(c, rsSlots_.centreProd[(uint64_t)2 * j * mp + r0_],
                     DataCopyExtParams(2, rows_ * 4, (mp - rows_) * 4, 0, 0), DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
         maskQue_.EnQue(c);
         c = maskQue_.template DeQue<float>();
@@ -641,7 +642,7 @@ private:
         Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
         pQue_.EnQue(col);
         col = pQue_.template DeQue<half>();
-        DataCopy(shiftColGm_[((j % 2) * t_->blockQ + r0_) * FRACTAL], col, rows_ * FRACTAL);
+        DataCopy(rsSlots_.shiftCol[((j % 2) * t_->blockQ + r0_) * FRACTAL], col, rows_ * FRACTAL);
         pQue_.FreeTensor(col);
     }
 
@@ -651,7 +652,7 @@ private:
         Duplicate(w, request, 8);
         lseQue_.EnQue(w);
         w = lseQue_.template DeQue<uint32_t>();
-        DataCopy(requestGm_[RequestWordIndex(round_ % 2, sub_)], w, 8);
+        DataCopy(rsSlots_.request[RequestWordIndex(round_ % 2, sub_)], w, 8);
         lseQue_.FreeTensor(w);
         CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_REQUEST);
     }
@@ -660,7 +661,7 @@ private:
     // are in GM: the AIC answered only after both were written).
     __aicore__ inline uint32_t ServedRequest() {
         LocalTensor<uint32_t> w = maskQue_.template AllocTensor<uint32_t>();
-        DataCopy(w, requestGm_[RequestWordIndex(round_ % 2, 0)], RequestWordIndex(0, 1) + 8);
+        DataCopy(w, rsSlots_.request[RequestWordIndex(round_ % 2, 0)], RequestWordIndex(0, 1) + 8);
         maskQue_.EnQue(w);
         w = maskQue_.template DeQue<uint32_t>();
         SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
@@ -716,7 +717,7 @@ private:
         for (uint32_t i = 0; i < rows_; ++i) {
             if (redo_.GetValue(i) == 0.0f) continue;
             LocalTensor<float> row = sQue_.template AllocTensor<float>();
-            DataCopy(row, score32Gm_[(uint64_t)(r0_ + i) * BLOCK_KV], BLOCK_KV);
+            DataCopy(row, rsSlots_.score32[(uint64_t)(r0_ + i) * BLOCK_KV], BLOCK_KV);
             sQue_.EnQue(row);
             row = sQue_.template DeQue<float>();
             Muls(sT_[i * BLOCK_KV], row, 1.0f, (int32_t)BLOCK_KV);
@@ -908,12 +909,7 @@ private:
         Muls(tmp1_, tmp1_, t_->rsRho, rv);
         Muls(tmp2_, tmp2_, t_->rsRho, rv);
         Bar();
-        GuardedExp(alpha_[slot], tmp1_);
-        GuardedExp(gamma_[slot], tmp2_);
-        Mul(tmp1_, alpha_[slot], l_, rv);
-        Mul(tmp2_, gamma_[slot], lBlk_, rv);
-        Bar();
-        Add(l_, tmp1_, tmp2_, rv);
+        MergeRowSums(slot);
         Muls(m_, mNew_, 1.0f, rv);
         Bar();
         p = pQue_.template DeQue<half>();
@@ -941,9 +937,8 @@ private:
     uint32_t round_ = 0;  // request rounds so far: the parity of the request words (pasa_row_shift_cube.h)
     uint32_t reshiftedRows_ = 0, recomputedRows_ = 0;  // the status words 1 and 2
     LocalTensor<float> rsScratch_, cj_[2], lv_[2], psi_[2], c1_, psi1_, eRun_, redo_, far_, frame_, moved_;
-    GlobalTensor<half> qGm_, qhatGm_, shiftColGm_;
-    GlobalTensor<float> centreProdGm_, score32Gm_;
-    GlobalTensor<uint32_t> requestGm_;
+    GlobalTensor<half> qGm_;
+    RowShiftSlots rsSlots_;  // pasa_rs only
 };
 
 }  // namespace pasa_kernel
