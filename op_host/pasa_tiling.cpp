@@ -300,7 +300,10 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.blockKv = kBlockKv;
     t.baseK = plan.baseK;
     t.kShiftCols = D + (rowShifted ? kFractal : 0);
-    t.numQBlocks = CeilDiv(S1, t.blockQ);
+    // Decode with GQA packs a KV head's group of query heads into the rows of its tasks (pasa_tiling_data.h),
+    // so K and V are read once per group; groups larger than blockQ take several query blocks.
+    t.packedHeads = decode && t.groupSize > 1 ? t.groupSize : 1;
+    t.numQBlocks = CeilDiv((uint64_t)S1 * t.packedHeads, t.blockQ);
     t.numKvBlocks = CeilDiv(S2, kBlockKv);
 
     t.sparseMode = in.sparseMode;
@@ -317,9 +320,10 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.hasActualSeqQ = !decode && !in.actualSeqLengths.empty();
     t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
 
-    // Work split. Prefill: one task per (b, n, q block). Decode (S1 == 1) with fewer tasks than
-    // cores: split the KV blocks so that every core gets work; partials are combined through lse.
-    const uint64_t baseTasks = (uint64_t)B * N * t.numQBlocks;
+    // Work split. Prefill: one task per (b, n, q block); decode with GQA: per (b, kv head, q block of
+    // the group's heads). Decode (S1 == 1) with fewer tasks than cores: split the KV blocks so that every
+    // core gets work; partials are combined through lse.
+    const uint64_t baseTasks = (uint64_t)B * (N / t.packedHeads) * t.numQBlocks;
     t.kvSplits = 1;
     if (decode && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
         // The split count that minimises the busiest core's work, ceil(tasks/cores) * (blocks per split
@@ -417,9 +421,10 @@ std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core) {
         TaskInfo ti{};
         ti.b = c.b;
         ti.n = c.n;
+        ti.heads = c.heads;
         ti.split = c.split;
-        ti.row0 = c.qBlock * t.blockQ;
-        ti.rows = std::min(t.blockQ, t.seqQ - ti.row0);
+        ti.row0 = c.row0;
+        ti.rows = c.tileRows / c.heads;  // query positions per head: 1 where the rows are packed heads
         ti.kvBlock0 = ti.split * t.kvBlocksPerSplit;
         ti.kvBlockEnd = std::min(ti.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks);
         out.push_back(ti);

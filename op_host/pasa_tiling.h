@@ -115,11 +115,12 @@ double DefaultBeta(int blockKv, double scale);
 // pasa_npu.beta.shift_entries(beta, block_kv, "float16", scale): (diagonal, off-diagonal) rounded to FP16.
 void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off);
 
-// One AI core's share of the work, for coverage tests: the (b, n, first row, row count, kv split)
-// of each task core `core` runs. Rows are [row0, row0 + rows) of (b, n); with kvSplits > 1 every
-// row is covered once per split and combined once (CombineRows).
+// One AI core's share of the work, for coverage tests: the (b, first head, head count, first row, row
+// count, kv split) of each task core `core` runs. Rows are [row0, row0 + rows) of (b, h) for each head h in
+// [n, n + heads) (heads > 1: decode with GQA, a group's heads packed into one task); with kvSplits > 1
+// every row is covered once per split and combined once (CombineRows).
 struct TaskInfo {
-    uint32_t b, n, row0, rows, split, kvBlock0, kvBlockEnd;
+    uint32_t b, n, heads, row0, rows, split, kvBlock0, kvBlockEnd;
 };
 std::vector<TaskInfo> CoreTasks(const PasaTilingData& t, uint32_t core);
 // Rows (flattened (b*N + n)*S1 + s) combined by AIV `aiv` when kvSplits > 1: [first, last).

@@ -45,12 +45,18 @@ __aicore__ inline uint32_t CeilDivU(uint32_t a, uint32_t b) { return (a + b - 1)
 __aicore__ inline uint32_t Align16(uint32_t a) { return (a + 15) / 16 * 16; }
 __aicore__ inline uint32_t MinU(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-// One task, with the per-batch valid lengths applied.
+// One task, with the per-batch valid lengths applied. Row i of the tile is query position
+// row0 + i*positionStep of head n + i*(1 - positionStep): positions of one head, or (decode with GQA,
+// packedHeads > 1) position 0 of consecutive heads. Either way its softmax_lse index is
+// (b*N + n)*S1 + row0 + i, as S1 == 1 where the rows are heads.
 struct Task {
     uint32_t b, n, kvHead, split;
-    uint32_t row0;       // first query row of the block
-    uint32_t tileRows;   // rows of the block in the tensor (<= blockQ)
+    uint32_t row0;       // first query position of the tile
+    uint32_t tileRows;   // rows of the tile (<= blockQ)
     uint32_t rowsValid;  // rows below actual_seq_lengths[b] (the rest are padding: out 0, lse +inf)
+    uint32_t positionStep;   // 1: the rows are consecutive query positions; 0: they are heads at position row0
+    uint64_t qRowStride;     // elements between the rows in query and output: qRowStride, or qHeadStride
+    uint64_t maskRowStride;  // bytes between the rows' mask rows: maskRowStride, or maskHeadStride (0: one row for all)
     uint32_t seqKv;      // valid keys of batch b
     uint32_t kvBlock0;   // first KV block of the split
     uint32_t nBlocks;    // KV blocks this task processes (0: no key, or no valid row)
@@ -165,10 +171,20 @@ __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTe
     k.n = c.n;
     k.split = c.split;
     k.kvHead = k.n / t.groupSize;
-    k.row0 = c.qBlock * t.blockQ;
-    k.tileRows = MinU(t.blockQ, t.seqQ - k.row0);
+    k.row0 = c.row0;
+    k.tileRows = c.tileRows;
     k.seqQ = ValidLen(t.hasActualSeqQ, lenQ, k.b, t.seqQ);
-    k.rowsValid = k.seqQ > k.row0 ? MinU(k.seqQ - k.row0, k.tileRows) : 0;
+    if (t.packedHeads > 1) {  // every row is query position 0, valid as S1 == 1 (FIA ignores actual_seq_lengths)
+        k.rowsValid = k.tileRows;
+        k.positionStep = 0;
+        k.qRowStride = t.qHeadStride;
+        k.maskRowStride = t.maskHeadStride;
+    } else {
+        k.rowsValid = k.seqQ > k.row0 ? MinU(k.seqQ - k.row0, k.tileRows) : 0;
+        k.positionStep = 1;
+        k.qRowStride = t.qRowStride;
+        k.maskRowStride = t.maskRowStride;
+    }
     k.seqKv = ValidLen(t.hasActualSeqKv, lenKv, k.b, t.seqKv);
     uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
     k.kvBlock0 = k.split * t.kvBlocksPerSplit;
@@ -178,7 +194,7 @@ __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTe
         // [row0 + lo, lastRow + hi] and every block outside leaves the FlashAttention state unchanged.
         const Band bd = BandOf(t, k.seqQ, k.seqKv);
         const int64_t lowestKey = (int64_t)k.row0 + bd.lo;
-        const int64_t highestKey = (int64_t)(k.row0 + k.rowsValid - 1) + bd.hi;
+        const int64_t highestKey = (int64_t)(k.row0 + (k.rowsValid - 1) * k.positionStep) + bd.hi;
         if (highestKey < 0 || lowestKey >= (int64_t)k.seqKv) {
             end = k.kvBlock0;
         } else {

@@ -49,7 +49,7 @@ public:
             return;
         }
         LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
-                                              t_->headDim, t_->qRowStride);
+                                              t_->headDim, k.qRowStride);
         for (uint32_t j = 0; j < k.nBlocks; ++j) {
             Score(k, q, mp, j);
             CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);

@@ -10,6 +10,11 @@
 //                                    + (s % pageSize)*kvRowStride, blockTable int32 (B, maxBlocksPerSeq)
 //   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
 // A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
+// Decode with GQA (S1 == 1, packedHeads = N/Nkv > 1) packs the query heads of a KV head into the rows of its
+// tasks, so that K and V are read once per KV head and split, not once per query head: a task is
+// (b, kv head h, q block, kv split), t = ((b*numKvHeads + h)*numQBlocks + qBlock)*kvSplits + split, and its
+// row i is query head h*packedHeads + qBlock*blockQ + i (groups larger than blockQ take several q blocks).
+// Consecutive rows are then heads, qHeadStride apart in query/output, and consecutive in softmax_lse.
 // AI core c (0 <= c < blockDim) runs at most tasksPerCore tasks, dealt in rounds (PasaCoreTaskId).
 // The K' pre-pass item id p = (b*numKvHeads + h)*numKvBlocks + j; core c runs items
 // [c*prepassPerCore, min((c+1)*prepassPerCore, prepassItems)).
@@ -82,6 +87,7 @@ struct PasaTilingData {
     uint64_t kvPageStride;     // elements between consecutive pages of the caches
     // ---- work split ----
     uint32_t blockDim;         // AI cores used (AIC count; 2x AIVs)
+    uint32_t packedHeads;      // query heads in the rows of a task: N/Nkv for decode with GQA, else 1
     uint32_t kvSplits;         // 1, or > 1 for decode split-KV
     uint32_t kvBlocksPerSplit; // KV blocks per split
     uint32_t totalTasks;
@@ -122,18 +128,36 @@ struct PasaTilingData {
 #define PASA_HOST_AICORE
 #endif
 
+// The rows of a task: tileRows rows from query position row0 of head n, or, where the rows are packed heads
+// (packedHeads > 1), query position 0 of the tileRows heads from n on.
 struct PasaTaskCoord {
-    uint32_t b, n, qBlock, split;
+    uint32_t b, split;
+    uint32_t n;         // query head of the first row
+    uint32_t row0;      // first query position
+    uint32_t tileRows;  // rows of the task's tile (<= blockQ)
+    uint32_t heads;     // query heads the rows cover: tileRows where they are packed heads, else 1
 };
 
 PASA_HOST_AICORE inline PasaTaskCoord PasaDecodeTaskId(const PasaTilingData& t, uint32_t id) {
     PasaTaskCoord c;
     c.split = id % t.kvSplits;
     uint32_t rest = id / t.kvSplits;
-    c.qBlock = rest % t.numQBlocks;
+    const uint32_t qBlock = rest % t.numQBlocks;
     rest /= t.numQBlocks;
-    c.n = rest % t.numHeads;
-    c.b = rest / t.numHeads;
+    const uint32_t taskHeads = t.numHeads / t.packedHeads;  // N, or Nkv where a task's rows are a group's heads
+    const uint32_t taskHead = rest % taskHeads;
+    c.b = rest / taskHeads;
+    const uint32_t firstRow = qBlock * t.blockQ, rowsOfTaskHead = t.seqQ * t.packedHeads;
+    c.tileRows = rowsOfTaskHead - firstRow < t.blockQ ? rowsOfTaskHead - firstRow : t.blockQ;
+    if (t.packedHeads > 1) {
+        c.n = taskHead * t.packedHeads + firstRow;
+        c.row0 = 0;
+        c.heads = c.tileRows;
+    } else {
+        c.n = taskHead;
+        c.row0 = firstRow;
+        c.heads = 1;
+    }
     return c;
 }
 

@@ -242,11 +242,17 @@ private:
     __aicore__ inline void ApplyMasks(const Task& k, const LocalTensor<T>& s, uint32_t c0, uint32_t keys) {
         if (t_->hasMask) {
             const uint64_t base = k.b * t_->maskBatchStride + k.n * t_->maskHeadStride +
-                                  (uint64_t)(k.row0 + r0_) * t_->maskRowStride + c0;
+                                  (uint64_t)k.row0 * t_->maskRowStride + (uint64_t)r0_ * k.maskRowStride + c0;
             LocalTensor<uint8_t> mt = maskQue_.template AllocTensor<uint8_t>();
             const uint32_t rowBytes = (keys + 31) / 32 * 32;
-            DataCopyExtParams cp(rows_, keys, (uint32_t)(t_->maskRowStride - keys), (BLOCK_KV - rowBytes) / 32, 0);
-            DataCopyPad(mt, maskGm_[base], cp, DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+            if (k.maskRowStride != 0) {
+                DataCopyExtParams cp(rows_, keys, (uint32_t)(k.maskRowStride - keys), (BLOCK_KV - rowBytes) / 32, 0);
+                DataCopyPad(mt, maskGm_[base], cp, DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+            } else {  // packed heads under a mask shared by every head: each row reads the same mask row
+                for (uint32_t i = 0; i < rows_; ++i)
+                    DataCopyPad(mt[i * BLOCK_KV], maskGm_[base], DataCopyExtParams(1, keys, 0, 0, 0),
+                                DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+            }
             maskQue_.EnQue(mt);
             mt = maskQue_.template DeQue<uint8_t>();
             LocalTensor<half> m16 = work_.template ReinterpretCast<half>();
@@ -263,7 +269,7 @@ private:
         } else {
             const Band bd = BandOf(*t_, k.seqQ, k.seqKv);
             for (uint32_t i = 0; i < rows_; ++i) {
-                const int64_t qi = (int64_t)(k.row0 + r0_ + i) - (int64_t)c0;
+                const int64_t qi = (int64_t)(k.row0 + (r0_ + i) * k.positionStep) - (int64_t)c0;
                 int64_t lo = bd.lo + qi, hi = bd.hi + qi;
                 if (hi > (int64_t)keys - 1) hi = (int64_t)keys - 1;
                 if (lo <= 0 && hi >= (int64_t)BLOCK_KV - 1) continue;
@@ -510,6 +516,11 @@ private:
         }
     }
 
+    // Element offset in query and output of this AIV's first row of the task (row r0_ of the tile).
+    __aicore__ inline uint64_t FirstRowOffset(const Task& k) const {
+        return QOffset(*t_, k.b, k.n, k.row0) + r0_ * k.qRowStride;
+    }
+
     __aicore__ inline void WriteFinal(const Task& k) {
         LocalTensor<half> o = outQue_.template AllocTensor<half>();
         if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
@@ -522,8 +533,8 @@ private:
         Duplicate(lt[ROW_VEC], PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
         lseQue_.EnQue(lt);
         o = outQue_.template DeQue<half>();
-        DataCopyParams cp((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), 0, (uint16_t)((t_->qRowStride - d_) * 2 / 32));
-        DataCopy(outGm_[QOffset(*t_, k.b, k.n, k.row0 + r0_)], o, cp);
+        DataCopyParams cp((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), 0, (uint16_t)((k.qRowStride - d_) * 2 / 32));
+        DataCopy(outGm_[FirstRowOffset(k)], o, cp);
         outQue_.FreeTensor(o);
         lt = lseQue_.template DeQue<float>();
         const uint64_t base = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + r0_;
@@ -534,11 +545,8 @@ private:
     }
 
     // Split-KV: this split's normalised O (FP32) and its lse, per row, for the combine. Splits exist
-    // only for decode (S1 = 1), so a task has one row and rows_ <= 1.
+    // only for decode (S1 = 1), so the rows are one head's query, or the packed heads of a GQA group.
     __aicore__ inline void WritePartial(const Task& k) {
-        LocalTensor<float> lt = lseQue_.template AllocTensor<float>();
-        Muls(lt, fa_, 1.0f, (int32_t)ROW_VEC);
-        lseQue_.EnQue(lt);
         for (uint32_t i = 0; i < rows_; ++i) {
             LocalTensor<float> o = outQue_.template AllocTensor<float>();
             if (sizeof(T) == 2) Cast(o, oAcc_[i * d_], RoundMode::CAST_NONE, d_);
@@ -549,10 +557,16 @@ private:
             DataCopy(partOGm_[(g * t_->kvSplits + k.split) * d_], o, d_);
             outQue_.FreeTensor(o);
         }
-        lt = lseQue_.template DeQue<float>();
+        // The rows' lse entries lie kvSplits floats apart: each value goes to a 32-byte block of its own
+        // (Brcb; rows_ blocks fit the output buffer of rows_ x D halves), one burst of 4 bytes per block.
+        LocalTensor<float> spread = outQue_.template AllocTensor<float>();
+        Brcb(spread, fa_, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));
+        outQue_.EnQue(spread);
+        spread = outQue_.template DeQue<float>();
         const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + r0_;
-        DataCopyPad(partLseGm_[g * t_->kvSplits + k.split], lt, DataCopyExtParams(1, rows_ * 4, 0, 0, 0));
-        lseQue_.FreeTensor(lt);
+        DataCopyPad(partLseGm_[g * t_->kvSplits + k.split], spread,
+                    DataCopyExtParams(rows_, 4, 0, (t_->kvSplits - 1) * 4, 0));
+        outQue_.FreeTensor(spread);
     }
 
     // ---- pasa_rs (ShiftKind::ROW_SHIFTED) ---------------------------------------------------------------
@@ -565,8 +579,8 @@ private:
         if (rows_ > 0) {
             const int32_t cnt = (int32_t)(rows_ * d_);
             LocalTensor<half> q = pvQue_.template AllocTensor<half>();
-            DataCopy(q, qGm_[QOffset(*t_, k.b, k.n, k.row0 + r0_)],
-                     DataCopyParams((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), (uint16_t)((t_->qRowStride - d_) * 2 / 32), 0));
+            DataCopy(q, qGm_[FirstRowOffset(k)],
+                     DataCopyParams((uint16_t)rows_, (uint16_t)(d_ * 2 / 32), (uint16_t)((k.qRowStride - d_) * 2 / 32), 0));
             pvQue_.EnQue(q);
             q = pvQue_.template DeQue<half>();
             Cast(oAcc_, q, RoundMode::CAST_NONE, cnt);

@@ -130,6 +130,34 @@ def test_causal_tasks_are_dealt_evenly_over_the_cores():
     assert [c["cube_fractals"] for c in aics] == [36 * 2 * 128] * 4
 
 
+def test_decode_reads_k_and_v_once_per_kv_head():
+    """Decode with GQA packs a KV head's query heads into the rows of its tasks. B = 1, N = 8, Nkv = 2
+    (g = 4), S1 = 1, S2 = 512 (4 KV blocks), D = 64, "fp16_fp32" on the A2's 24 cores: 2 tasks (b, kv head),
+    each split over kvSplits = 4 cores (one KV block each: the busiest core's 1 + 1 is the least), 8 tasks of
+    4 rows in a 16-row tile (one fractal high; the padding rows repeat the last row, read again from GM).
+    Each task moves GM -> L1 its query tile (16 x 64 x 2 = 2048 B), its KV block of K and of V
+    (128 x 64 x 2 = 16384 B each) and the tile's P (16 x 128 x 2 = 4096 B). In all:
+      Q: kvSplits x B Nkv 16 D 2 = 4 x 2 x 16 x 64 x 2 = 16384 B
+      K: B Nkv S2 D 2 = 2 x 512 x 64 x 2 = 131072 B, and V the same
+      P: B Nkv 16 S2 2 = 2 x 16 x 512 x 2 = 32768 B
+    One task per query head (a 16-row tile of one valid row each) read K and V g = 4 times: 524288 B each."""
+    rng = np.random.default_rng(2)
+    B, N, NKV, S2, D = 1, 8, 2, 512, 64
+    q = rng.standard_normal((B, N, 1, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, NKV, S2, D)).astype(np.float16) for _ in range(2))
+    kw = dict(num_heads=N, num_key_value_heads=NKV, input_layout="BNSD", precision="fp16_fp32")
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    assert tiling["packedHeads"] == N // NKV and tiling["kvSplits"] == 4
+    assert tiling["totalTasks"] == B * NKV * tiling["kvSplits"]
+    _, _, counters = npu_host_model.count(q, k, v, cost={}, **kw)
+    aic_mte2 = sum(c["mte2_bytes"] for c in counters[:len(counters) // 3])
+    tile_rows = 16
+    q_bytes = tiling["kvSplits"] * B * NKV * tile_rows * D * FP16
+    kv_bytes = B * NKV * S2 * D * FP16
+    p_bytes = B * NKV * tile_rows * S2 * FP16
+    assert aic_mte2 == q_bytes + 2 * kv_bytes + p_bytes
+
+
 def test_model_small_case_runs_in_full_and_reports_a_rate():
     r = cost_model.model(1, 2, 1, 256, 256, 64, precision="pasa")
     assert r.method == "full run on the host model"

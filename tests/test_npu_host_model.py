@@ -13,7 +13,8 @@ model run per split and combined through lse). Per case:
 * accuracy: the kernel's relative RMSE against exact float64 attention (golden.reference) is no
   more than 10% above the golden model's own (outputs of RMSE_MIN_ELEMENTS elements or more).
 
-The named cases cover layouts, GQA/MQA, sparse modes, masks, valid lengths, decode with a split KV,
+The named cases cover layouts, GQA/MQA, sparse modes, masks, valid lengths, decode with a split KV
+(and, in PACKED_DECODE_CASES for every allocation, decode with a GQA group's heads packed into one task),
 tail blocks and the three allocations the kernel has (PASA's "pasa" and "pasa_fp32", FlashAttention's
 "fp16_fp32"); a few random configurations per family (more with PASA_HOST_MODEL_RANDOM=N) cover the
 combinations. "fp16_fp32" is also compared bit for bit with the golden model run with the host
@@ -425,6 +426,33 @@ BIT_IDENTICAL_PRECISIONS = ("fp16_fp32", "pasa_rs")
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_matches_golden(name):
     _check_against_golden(name, CASES[name], seed=1000 + list(CASES).index(name))
+
+
+#: Decode with GQA, a KV head's query heads packed into the rows of one task (pasa_tiling_data.h): a mask per
+#: head (maskHeads = N: packed row i reads head n + i's mask row) with per-batch key lengths; one mask row
+#: for every head (each packed row reads the same) with the KV split across cores; a group of 160 heads,
+#: more than a query block's rows, over several tasks; 24 tasks on the 24 cores, no split (so "fp16_fp32" and
+#: "pasa_rs" are compared bit for bit, BIT_IDENTICAL_PRECISIONS).
+PACKED_DECODE_CASES = {
+    "head_mask_lengths": dict(b=2, n=8, nkv=2, s1=1, s2=700, d=64, layout="BSH", mask="bool_bn", mask_p=0.3,
+                              lk=[700, 301]),
+    "shared_mask_split": dict(b=1, n=8, nkv=2, s1=1, s2=1000, d=128, layout="BNSD", mask="decode_2d",
+                              mask_p=0.2, split=True),
+    "group_over_query_blocks": dict(b=1, n=160, nkv=1, s1=1, s2=300, d=256, layout="BSND"),
+    "one_task_per_core": dict(b=3, n=32, nkv=8, s1=1, s2=300, d=64, layout="BSH", mask="bool_bn", mask_p=0.3),
+}
+
+
+@pytest.mark.parametrize("precision", KERNEL_PRECISIONS)
+@pytest.mark.parametrize("name", list(PACKED_DECODE_CASES))
+def test_packed_decode_matches_golden(name, precision):
+    case = dict(PACKED_DECODE_CASES[name], precision=precision)
+    (q, k, v, mask), _ = _inputs(case, seed=11)
+    tiling = npu_host_model.tiling(q, k, v, **_fia_kwargs(case, mask))
+    group = case["n"] // case["nkv"]
+    assert tiling["packedHeads"] == group
+    assert tiling["numQBlocks"] == -(-group // tiling["blockQ"])
+    _check_against_golden(f"{name} {precision}", case, seed=11)
 
 
 def _random_case(seed: int, precision: str | None = None) -> dict:

@@ -439,10 +439,10 @@ def test_npu_paged_decode_is_bit_identical_to_dense_decode(precision, page, four
 @needs_host_model
 @pytest.mark.parametrize("precision", NPU_PRECISIONS)
 def test_npu_paged_decode_on_every_core_without_a_split(precision):
-    """Decode with as many tasks as AI cores (2 batches x 12 heads, GQA 4:1): one task per (b, n)
-    walks all its KV blocks through the table, no split-KV."""
+    """Decode with as many tasks as AI cores (2 batches x 12 KV heads, GQA 4:1, each task the 4 query heads
+    of one KV head): one task per (b, kv head) walks all its KV blocks through the table, no split-KV."""
     rng = np.random.default_rng(24)
-    b, n, nkv, d, page = 2, 12, 3, 16, 16
+    b, n, nkv, d, page = 2, 48, 12, 16, 16
     lens = [300, 129]
     q, k, v = _inputs(b, n, nkv, 1, max(lens), d, seed=24, mean=2.0)
     kc, vc, table = _paged(k, v, lens, page, rng, four_d=False)
@@ -544,9 +544,9 @@ def _page_runs(table_row, page, first_key, keys, page_stride, row_stride):
 @pytest.mark.parametrize("four_d, shuffled", [(True, True), (False, False)])
 def test_npu_paged_decode_reads_what_dense_decode_reads(precision, four_d, shuffled):
     """The cost model's counts: a paged decode moves exactly the dense decode's bytes GM -> L1 (MTE2),
-    in one more DataCopy per extra run of a KV block. Each block of K is read once per query head by
-    FlashAttention (S = Q K^T) and once per KV head by PASA's pre-pass (K' = M K; S' reads K' from
-    the workspace, dense), each block of V once per query head. pasa_rs's pre-pass reads each block of K
+    in one more DataCopy per extra run of a KV block. A decode task's rows are the query heads of one KV
+    head, so each block of K is read once per KV head by FlashAttention (S = Q K^T) and by PASA's pre-pass
+    (K' = M K; S' reads K' from the workspace, dense), each block of V once per KV head. pasa_rs's pre-pass reads each block of K
     once per KV head on the AIC (its column sums) and once per 16-column strip on the AIVs (the
     centring, K' = K - u). Shuffled pages in a (num_blocks, Nkv,
     page, D) cache never continue each other in GM (Nkv = 2): a block makes one run per page it touches.
@@ -572,8 +572,8 @@ def test_npu_paged_decode_reads_what_dense_decode_reads(precision, four_d, shuff
     page_stride, row_stride = (nkv * page * d, d) if four_d else (page * nkv * d, nkv * d)
     extra_runs = [sum(_page_runs(table[i], page, j0, min(128, lens[i] - j0), page_stride, row_stride) - 1
                       for j0 in range(0, lens[i], 128)) for i in range(b)]
-    k_reads = {"fp16_fp32": n, "pasa": nkv, "pasa_rs": nkv * (1 + d // 16)}[precision]
-    assert total(paged, "mte2_calls") - total(dense, "mte2_calls") == (k_reads + n) * sum(extra_runs)
+    k_reads = {"fp16_fp32": nkv, "pasa": nkv, "pasa_rs": nkv * (1 + d // 16)}[precision]
+    assert total(paged, "mte2_calls") - total(dense, "mte2_calls") == (k_reads + nkv) * sum(extra_runs)
     assert sum(extra_runs) == (9 if shuffled else 0)  # docs/npu.md quotes the 9
 
 

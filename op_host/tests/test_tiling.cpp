@@ -125,7 +125,10 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= 128);
-    CHECK(t.numQBlocks == CeilDiv(d.S1, t.blockQ));
+    // decode with GQA: a task's rows are its KV head's group of query heads
+    const uint32_t packedHeads = d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1;
+    CHECK(t.packedHeads == packedHeads);
+    CHECK(t.numQBlocks == CeilDiv(d.S1 * packedHeads, t.blockQ));
     CHECK(t.numKvBlocks == CeilDiv(d.S2, t.blockKv));
     CHECK(t.kShiftCols == d.D + (rowShifted ? 16 : 0));
     CHECK(t.baseK >= 16 && t.baseK % 16 == 0 && t.baseK <= t.kShiftCols);
@@ -169,7 +172,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     checkStrides(d.NKV, d.S2, t.kvBatchStride, t.kvHeadStride, t.kvRowStride);
 
     // ---- work split: every (b, n, row) exactly once per KV split, KV splits partition the blocks ----
-    const uint64_t baseTasks = (uint64_t)d.B * d.N * t.numQBlocks;
+    const uint64_t baseTasks = (uint64_t)d.B * (d.N / packedHeads) * t.numQBlocks;
     CHECK(t.kvSplits >= 1 && t.totalTasks == baseTasks * t.kvSplits);
     CHECK(t.kvSplits == 1 || d.S1 == 1);  // split-KV only for decode
     CHECK(t.kvSplits <= 64);               // the combine reduces a row's split lse values in one 64-lane repeat
@@ -181,14 +184,17 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         CHECK(!tasks.empty());  // blockDim counts only cores with work
         for (const auto& ti : tasks) {
             ++tasksSeen;
-            CHECK(ti.b < d.B && ti.n < d.N && ti.split < t.kvSplits && ti.rows >= 1);
-            CHECK(ti.row0 % t.blockQ == 0 && ti.rows <= t.blockQ && ti.row0 + ti.rows <= d.S1);
+            CHECK(ti.b < d.B && ti.n + ti.heads <= d.N && ti.split < t.kvSplits && ti.rows >= 1 && ti.heads >= 1);
+            CHECK(ti.row0 % t.blockQ == 0 && ti.rows * ti.heads <= t.blockQ && ti.row0 + ti.rows <= d.S1);
+            CHECK(ti.heads == 1 || (ti.rows == 1 && ti.n / t.groupSize == (ti.n + ti.heads - 1) / t.groupSize));
             CHECK(ti.kvBlock0 < ti.kvBlockEnd && ti.kvBlockEnd <= t.numKvBlocks);
-            rows[{ti.b, ti.n, ti.split}].push_back({ti.row0, (uint64_t)ti.row0 + ti.rows});
-            auto key = std::make_tuple(ti.b, ti.n, ti.split);
-            auto it = kvRange.find(key);
-            if (it == kvRange.end()) kvRange[key] = {ti.kvBlock0, ti.kvBlockEnd};
-            else CHECK(it->second == std::make_pair(ti.kvBlock0, ti.kvBlockEnd));
+            for (uint32_t h = ti.n; h < ti.n + ti.heads; ++h) {
+                rows[{ti.b, h, ti.split}].push_back({ti.row0, (uint64_t)ti.row0 + ti.rows});
+                auto key = std::make_tuple(ti.b, h, ti.split);
+                auto it = kvRange.find(key);
+                if (it == kvRange.end()) kvRange[key] = {ti.kvBlock0, ti.kvBlockEnd};
+                else CHECK(it->second == std::make_pair(ti.kvBlock0, ti.kvBlockEnd));
+            }
         }
     }
     CHECK(pasa::CoreTasks(t, t.blockDim).empty());  // no work beyond blockDim

@@ -187,7 +187,7 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(nextTokens) PASA_FIELD(maskBatch) PASA_FIELD(maskHeads) PASA_FIELD(maskBatchStride)
     PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv)
     PASA_FIELD(hasBlockTable) PASA_FIELD(pageSize) PASA_FIELD(maxBlocksPerSeq) PASA_FIELD(kvPageStride)
-    PASA_FIELD(blockDim) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
+    PASA_FIELD(blockDim) PASA_FIELD(packedHeads) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
     PASA_FIELD(tasksPerCore) PASA_FIELD(prepassItems) PASA_FIELD(prepassPerCore) PASA_FIELD(combineRowsPerAiv)
     PASA_FIELD(wsStatusOffset) PASA_FIELD(wsKShiftOffset) PASA_FIELD(wsCoreOffset) PASA_FIELD(wsCoreStride)
     PASA_FIELD(wsScoreSlot) PASA_FIELD(wsProbSlot) PASA_FIELD(wsPvSlot) PASA_FIELD(wsPartialOffset)

@@ -98,7 +98,9 @@ def tiling(query, key, value, **fia_kwargs) -> dict:
 
 def core_task_ids(block_dim: int, total_tasks: int, tasks_per_core: int) -> list[list[int]]:
     """The task ids each AI core runs, in order, for a tiling with these fields (the kernel's own
-    dealing, ``PasaCoreTaskId``); a task id is ((b·N + n)·numQBlocks + query block)·kvSplits + split."""
+    dealing, ``PasaCoreTaskId``); a task id is ((b·N + n)·numQBlocks + query block)·kvSplits + split, with
+    b·Nkv + kv head in place of b·N + n for decode with GQA (a group's heads packed into a task's rows,
+    op_kernel/pasa_tiling_data.h)."""
     return _npu.host_model().core_task_ids(block_dim, total_tasks, tasks_per_core)
 
 
