@@ -34,8 +34,10 @@ SHAPES = {  # name: (B, N, Nkv, S1, S2, D)
 }
 
 
-def _wall_per_call(fn, calls: int, repeats: int) -> float:
-    """Median over ``repeats`` of (wall time of ``calls`` back-to-back calls + one sync) / calls, µs."""
+def _per_call(fn, calls: int, repeats: int, *, until_done: bool) -> float:
+    """Median over ``repeats`` of the time of ``calls`` back-to-back calls, µs per call: until the GPU has
+    finished them (one sync at the end: the wall time a caller sees), or only the host's time issuing
+    them (no sync inside the timed loop)."""
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
@@ -44,10 +46,17 @@ def _wall_per_call(fn, calls: int, repeats: int) -> float:
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        if until_done:
+            torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
     samples.sort()
     return samples[len(samples) // 2]
+
+
+def _wall_per_call(fn, calls: int, repeats: int) -> float:
+    """Wall time per call of back-to-back calls and one sync, µs (median over ``repeats``)."""
+    return _per_call(fn, calls, repeats, until_done=True)
 
 
 def _graph_per_call(fn, calls: int, repeats: int) -> float:
@@ -61,20 +70,9 @@ def _graph_per_call(fn, calls: int, repeats: int) -> float:
 
 
 def _host_per_call(fn, calls: int, repeats: int) -> float:
-    """Median over ``repeats`` of the host time of ``calls`` back-to-back calls (no synchronisation inside
-    the timed loop: the time the host spends issuing them), µs per call."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    samples.sort()
-    return samples[len(samples) // 2]
+    """Host time per call of back-to-back calls, µs (median over ``repeats``): the time the host spends
+    issuing them."""
+    return _per_call(fn, calls, repeats, until_done=False)
 
 
 def _kernel_times(fn, calls: int = 30) -> list[tuple[str, float]]:
