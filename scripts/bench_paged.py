@@ -88,15 +88,18 @@ def _case(b, s2, precision, do_bench, backend, pasa_npu):
     # Equal lengths: both calls split the same KV blocks over B·Nkv programs, so they agree (recorded as
     # a check: anything beyond an FP16 ulp of the output would be a bug in the paged addressing).
     diff = (out_p.float() - out_d.float()).abs().max().item()
-    times = {"paged": do_bench(paged, return_mode="median") * 1e3,
-             "paged_call": do_bench(call, return_mode="median") * 1e3,
-             "dense": do_bench(dense, return_mode="median") * 1e3}
-    if precision == PRECISIONS[0]:
-        def sdpa():
-            kk, vv = gather()
-            return F.scaled_dot_product_attention(q, kk, vv, scale=D ** -0.5, enable_gqa=True)
-        times["sdpa_gather"] = do_bench(sdpa, return_mode="median") * 1e3
-    return times, diff
+    def sdpa():
+        kk, vv = gather()
+        return F.scaled_dot_product_attention(q, kk, vv, scale=D ** -0.5, enable_gqa=True)
+    return _times(do_bench, precision, paged=paged, paged_call=call, dense=dense, sdpa_gather=sdpa), diff
+
+
+def _times(do_bench, precision, **methods):
+    """Median µs of each method; SDPA on the gathered cache (the last method) only with the first
+    precision, since it does not depend on ours."""
+    if precision != PRECISIONS[0]:
+        methods.pop("sdpa_gather")
+    return {name: do_bench(fn, return_mode="median") * 1e3 for name, fn in methods.items()}
 
 
 def _prefill_case(b, s, precision, do_bench, backend, pasa_npu):
@@ -118,15 +121,10 @@ def _prefill_case(b, s, precision, do_bench, backend, pasa_npu):
     dense = lambda: backend.attention(q, k, v, band=(None, 0), **common)[0]  # noqa: E731
     # Same tiles, blocks and pre-pass on both sides: the paged result must equal the dense one exactly.
     diff = (call().float() - dense().float()).abs().max().item()
-    times = {"paged": do_bench(paged, return_mode="median") * 1e3,
-             "paged_call": do_bench(call, return_mode="median") * 1e3,
-             "dense": do_bench(dense, return_mode="median") * 1e3}
-    if precision == PRECISIONS[0]:
-        def sdpa():
-            kk, vv = gather()
-            return F.scaled_dot_product_attention(q, kk, vv, scale=D ** -0.5, is_causal=True, enable_gqa=True)
-        times["sdpa_gather"] = do_bench(sdpa, return_mode="median") * 1e3
-    return times, diff
+    def sdpa():
+        kk, vv = gather()
+        return F.scaled_dot_product_attention(q, kk, vv, scale=D ** -0.5, is_causal=True, enable_gqa=True)
+    return _times(do_bench, precision, paged=paged, paged_call=call, dense=dense, sdpa_gather=sdpa), diff
 
 
 def main(argv=None):

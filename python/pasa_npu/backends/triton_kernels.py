@@ -109,6 +109,18 @@ def _kv_rows(Table, b, stt, rows, row_ok, sb, ss, PAGED: tl.constexpr, PAGE: tl.
 
 
 @triton.jit
+def _key_block(KVInfo, S2, BLOCK_N: tl.constexpr, PAGED: tl.constexpr):
+    """The KV block of a key pre-pass program (grid: blocks, B, NKV): its block, batch and KV head, the
+    batch's key length (PAGED: its own, from KVInfo; dense: S2 for all) and the block's key rows."""
+    blk = tl.program_id(0)
+    b = tl.program_id(1)
+    h = tl.program_id(2)
+    if PAGED:
+        S2 = tl.load(KVInfo + 4 * b + 1)
+    return blk, b, h, S2, blk * BLOCK_N + tl.arange(0, BLOCK_N)
+
+
+@triton.jit
 def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
                       PAGE: tl.constexpr):
@@ -116,12 +128,7 @@ def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, spb, sph, sp
     A tail block is padded with copies of the last key (clamped row index), as in the golden model.
     PAGED: K is a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own
     key length; KP stays dense, (B, NKV, blocks·BLOCK_N, D), whatever the pages."""
-    blk = tl.program_id(0)
-    b = tl.program_id(1)
-    h = tl.program_id(2)
-    if PAGED:
-        S2 = tl.load(KVInfo + 4 * b + 1)
-    rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    blk, b, h, S2, rows = _key_block(KVInfo, S2, BLOCK_N, PAGED)
     d = tl.arange(0, D_PAD)
     src = tl.minimum(rows, S2 - 1)
     # A batch with no key has no row to copy (src < 0): its blocks are never read.
@@ -166,12 +173,7 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sc
     K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16. PAGED: K is
     a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own key length;
     K' and UK stay dense, indexed by key position."""
-    blk = tl.program_id(0)
-    b = tl.program_id(1)
-    h = tl.program_id(2)
-    if PAGED:
-        S2 = tl.load(KVInfo + 4 * b + 1)
-    rows = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    blk, b, h, S2, rows = _key_block(KVInfo, S2, BLOCK_N, PAGED)
     row_ok = rows < S2
     d = tl.arange(0, D_PAD)
     d_ok = d < D
