@@ -94,19 +94,20 @@ def _kernel_times(fn, calls: int = 30) -> list[tuple[str, float]]:
 
 
 def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> int:
-    """Where an eager call's time goes: host µs per stage of fused_attention (make_problem, backend
-    selection, the backend's run without and with its kernel launches, finish), the device time of each
-    kernel, written to breakdown.md; then a cProfile of the host side of 500 decode_b1 calls."""
+    """Where an eager call's time goes: host µs of a planned call (a repeated signature) and of each of its
+    stages (its signature, the plan's allocations and Python, its kernel launches, finish), of an unplanned
+    call (validation, backend selection, run, finish), the device time of each kernel, written to
+    breakdown.md; then a cProfile of the host side of 500 decode_b1 calls."""
     import cProfile
     import pstats
 
-    from pasa_npu import backends, interface
+    from pasa_npu import interface
     from pasa_npu.backends import triton as triton_backend
-    from pasa_npu.problem import make_problem
+    from pasa_npu.problem import call_signature
 
-    lines = ["| shape | precision | eager wall | host: call | make_problem | select | run: Python, allocations "
-             "| run: launches | finish | rest (the call's wrapper) | device: graph replay | kernels (device µs) |",
-             "|---" * 12 + "|"]
+    lines = ["| shape | precision | eager wall | host: call | signature | plan: Python, allocations | plan: launches "
+             "| finish | rest (the call's wrapper) | host: unplanned call | device: graph replay "
+             "| kernels (device µs) |", "|---" * 12 + "|"]
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
         q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16)
         k = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16)
@@ -121,20 +122,30 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                     return pasa_npu.fused_attention(q, k, v, **kw)
             cells = [name, precision, _wall_per_call(call, calls, repeats), _host_per_call(call, calls, repeats)]
             if precision != "sdpa":
-                problem = make_problem(q, k, v, **kw)
-                runner = backends.select(problem)
-                o, lse = runner.run(problem)
-                stages = [_host_per_call(lambda: make_problem(q, k, v, **kw), calls, repeats),
-                          _host_per_call(lambda: backends.select(problem), calls, repeats)]
-                launch = triton_backend._launch
-                triton_backend._launch = lambda *args, **kwargs: None  # the run's Python and allocations alone
+                seen = {}
+                real = interface._fused_attention
+                interface._fused_attention = lambda *args: seen.setdefault("options", args[3]) and real(*args)
                 try:
-                    stages.append(_host_per_call(lambda: runner.run(problem), calls, repeats))
+                    call()
                 finally:
-                    triton_backend._launch = launch
-                stages.append(_host_per_call(lambda: runner.run(problem), calls, repeats) - stages[-1])
-                stages.append(_host_per_call(lambda: interface.finish(problem, o, lse), calls, repeats))
+                    interface._fused_attention = real
+                plan = interface._PLANS[call_signature(q, k, v, seen["options"])]
+                o, lse = plan.run(q, k, v, None, None)
+                stages = [_host_per_call(lambda: call_signature(q, k, v, seen["options"]), calls, repeats)]
+                launch = triton_backend._Launch.__call__
+                triton_backend._Launch.__call__ = lambda self, tensors: None  # the plan's Python and allocations
+                try:
+                    stages.append(_host_per_call(lambda: plan.run(q, k, v, None, None), calls, repeats))
+                finally:
+                    triton_backend._Launch.__call__ = launch
+                stages.append(_host_per_call(lambda: plan.run(q, k, v, None, None), calls, repeats) - stages[-1])
+                stages.append(_host_per_call(lambda: interface.finish(plan.layout, o, lse), calls, repeats))
                 cells += stages + [cells[3] - sum(stages)]
+
+                def unplanned(kw=kw):  # every call the first with its signature
+                    interface._PLANS.clear()
+                    return pasa_npu.fused_attention(q, k, v, **kw)
+                cells.append(_host_per_call(unplanned, calls, repeats))
             else:
                 cells += ["–"] * 6
             try:
@@ -150,11 +161,12 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, torch {torch.__version__}, triton "
             f"{triton.__version__}, Python {platform.python_version()}; `{command}`.",
             "µs per call, medians. Eager wall: back-to-back calls, one sync at the end (as in call.md). Host: the "
-            "host time of issuing a call, then of each stage alone: make_problem (validation), select (the "
-            "backend), the backend's run with its Triton launches replaced by nothing (its Python and tensor "
-            "allocations), the launches (the run's time with them, less that), finish (FIA's layout), and the rest "
-            "(the call's wrapper: argument passing). Device: CUDA-graph replays of the call, and each kernel's "
-            "time from the PyTorch profiler.", ""]
+            "host time of issuing a call with a repeated signature (a planned call, docs/fia.md), then of each "
+            "stage alone: its signature, the plan with its Triton launches replaced by nothing (its Python and "
+            "tensor allocations), the launches (the plan's time with them, less that), finish (FIA's layout), "
+            "and the rest (the call's wrapper: argument passing); then a call whose signature is new (validation, "
+            "backend selection, run, finish). Device: CUDA-graph replays of the call, and each kernel's time from "
+            "the PyTorch profiler.", ""]
     out.mkdir(parents=True, exist_ok=True)
     (out / "breakdown.md").write_text("\n".join(head + lines) + "\n")
 

@@ -96,8 +96,13 @@ def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
     from pasa_npu.backends import triton as tb
 
     calls = []
-    real = tb.attention
-    monkeypatch.setattr(tb, "attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+
+    class Spy(tb.AttentionPlan):
+        def __init__(self, *a, **kw):
+            calls.append(kw)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(tb, "AttentionPlan", Spy)
     q, k, v = draw(1, 4, 2, 64, 200, 64, device="cuda")
     compressed = torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device="cuda"), 1)
     out, lse = interface.fused_attention(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD",

@@ -268,13 +268,13 @@ def test_band_reaches_the_kernel_undensified(monkeypatch):
     from pasa_npu.backends import triton as tb
 
     seen = {}
-    real = tb.attention
 
-    def spy(*a, **kw):
-        seen.update(mask=kw["mask"], band=kw.get("band"))
-        return real(*a, **kw)
+    class Spy(tb.AttentionPlan):
+        def __init__(self, *a, **kw):
+            seen.update(mask=kw["mask"], band=kw.get("band"))
+            super().__init__(*a, **kw)
 
-    monkeypatch.setattr(tb, "attention", spy)
+    monkeypatch.setattr(tb, "AttentionPlan", Spy)
     q, k, v = draw(1, 2, 2, 20, 20, 16)
     interface.fused_attention(q, k, v, num_heads=2, input_layout="BNSD", sparse_mode=2, backend="triton",
                               atten_mask=torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1))

@@ -48,7 +48,7 @@ def kernel(monkeypatch):
     monkeypatch.setattr(tb, "_INTERPRET", False)
     monkeypatch.setattr(tb, "_hooked", lambda: False)
     monkeypatch.setattr(tb, "_COMPILED", {})
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tb, "_current_device", lambda: 0)
     monkeypatch.setattr(tb, "_raw_stream", lambda device: 77)
     return _Kernel()
 

@@ -16,7 +16,7 @@ import torch
 
 from . import backends
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
-                      from_bnsd, int_list, make_problem)
+                      call_signature, from_bnsd, int_list, make_problem)
 
 __all__ = ["fused_attention", "LAYOUTS", "BACKENDS", "LSE_NO_KEY", "LSE_PADDED_ROW", "FP16_MAX"]
 
@@ -169,18 +169,89 @@ def fused_attention(
                   check_inputs=check_inputs, safety_net=safety_net)
     if torch.compiler.is_compiling():
         return _fused_attention_op(query, key, value, kwargs.pop("atten_mask"), kwargs.pop("block_table"), **kwargs)
-    return _fused_attention(query, key, value, **kwargs)
+    return _fused_attention(query, key, value, kwargs)
 
 
-def _fused_attention(query, key, value, *, backend, safety_net, **fia) -> tuple[torch.Tensor, torch.Tensor]:
+def _fused_attention(query, key, value, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """fused_attention's work; ``options`` are its keyword arguments."""
+    signature = call_signature(query, key, value, options)
+    plan = _PLANS.get(signature, _UNSEEN) if signature is not None else _UNPLANNABLE
+    if plan.__class__ is _CallPlan:
+        return plan(query, key, value, options["atten_mask"], options["block_table"])
+    fia = dict(options)
+    backend, safety_net = fia.pop("backend"), fia.pop("safety_net")
     problem = make_problem(query, key, value, **fia)
     if not isinstance(safety_net, bool):
         raise TypeError(f"safety_net must be a bool, got {type(safety_net).__name__}")
     runner = backends.select(problem, backend)
+    if plan is _SEEN_ONCE:  # a repeated call: plan it, once
+        plan = _CallPlan.make(problem, runner, safety_net, query, key, value, fia["atten_mask"], fia["block_table"])
+        _remember(signature, plan or _UNPLANNABLE)
+        if plan is not None:
+            return plan(query, key, value, fia["atten_mask"], fia["block_table"])
+    elif plan is _UNSEEN:
+        _remember(signature, _SEEN_ONCE)
     out, lse = runner.run(problem)
     if safety_net and not problem.alloc.overflow_free:
         out, lse = _safety_net(problem, out, lse)
     return finish(problem, out, lse)
+
+
+class _CallPlan:
+    """A call's work for every later call with its signature (:func:`pasa_npu.problem.call_signature`):
+    the backend's plan of the problem, then FIA's layout. Validating the arguments and choosing the backend
+    gave the same result for every call with that signature, so a planned call skips them and costs its
+    allocations, its kernel launches and little more. A call is planned the second time its signature is
+    seen (a one-off signature, such as a growing KV length, costs only its signature), where the backend
+    plans it and its problem's tensors are its inputs or views sharing their data pointers; not when the
+    safety net may recompute rows (it reads the results), nor while a CUDA graph is being captured (a plan
+    may hold device tensors, which must not live in the graph's memory pool)."""
+
+    __slots__ = ("run", "layout")
+
+    def __init__(self, run, layout: Problem):
+        self.run, self.layout = run, layout
+
+    @classmethod
+    def make(cls, problem: Problem, runner, safety_net: bool, query, key, value, atten_mask, block_table):
+        plan_of = getattr(runner, "plan", None)
+        if plan_of is None or (safety_net and not problem.alloc.overflow_free) or _capturing(problem.device):
+            return None
+        if problem.query is not query or problem.key is not key or problem.value is not value \
+                or problem.block_table is not block_table or not _same_data(problem.user_mask, atten_mask):
+            return None
+        run = plan_of(problem)
+        if run is None:
+            return None
+        # What finish() reads, without the tensors: a plan must not keep its first call's inputs alive.
+        layout = problem._replace(query=None, key=None, value=None, q=None, k=None, v=None, user_mask=None,
+                                  block_table=None)
+        return cls(run, layout)
+
+    def __call__(self, query, key, value, atten_mask, block_table):
+        out, lse = self.run(query, key, value, atten_mask, block_table)
+        return finish(self.layout, out, lse)
+
+
+def _same_data(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
+    """``view`` is None, or reads from ``base``'s data pointer with its dtype (a view of it from its start)."""
+    return view is None or (base is not None and view.dtype == base.dtype and view.data_ptr() == base.data_ptr())
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+#: call signature -> _SEEN_ONCE, a _CallPlan, or _UNPLANNABLE. Bounded: emptied when full.
+_PLANS: dict[tuple, object] = {}
+_PLANS_LIMIT = 1024
+_UNSEEN, _SEEN_ONCE, _UNPLANNABLE = object(), object(), object()
+
+
+def _remember(signature: tuple, entry) -> None:
+    if len(_PLANS) >= _PLANS_LIMIT:
+        _PLANS.clear()
+    _PLANS[signature] = entry
 
 
 def _safety_net(problem: Problem, out: torch.Tensor, lse: torch.Tensor):
@@ -206,7 +277,8 @@ def finish(problem: Problem, out: torch.Tensor, lse: torch.Tensor):
     no-key value, or FIA's placeholder."""
     if not problem.tnd:
         out = from_bnsd(out, problem.input_layout)
-    out = out.to(problem.out_dtype)
+    if out.dtype != problem.out_dtype:
+        out = out.to(problem.out_dtype)
     if not problem.softmax_lse_flag:
         return out, _placeholder(problem.device)
     lse = torch.where(torch.isneginf(lse), LSE_NO_KEY, lse)
@@ -243,13 +315,13 @@ def _fused_attention_op(
     precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None, backend: str | None,
     check_inputs: bool | None, safety_net: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _fused_attention(query, key, value, atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
-                            actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads, scale=scale,
-                            pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
-                            num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode,
-                            inner_precise=inner_precise, block_table=block_table, block_size=block_size,
-                            softmax_lse_flag=softmax_lse_flag, precision=precision, beta=beta, block_q=block_q,
-                            block_kv=block_kv, backend=backend, check_inputs=check_inputs, safety_net=safety_net)
+    return _fused_attention(query, key, value, dict(
+        atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths, actual_seq_lengths_kv=actual_seq_lengths_kv,
+        num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
+        num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode, inner_precise=inner_precise,
+        block_table=block_table, block_size=block_size, softmax_lse_flag=softmax_lse_flag, precision=precision,
+        beta=beta, block_q=block_q, block_kv=block_kv, backend=backend, check_inputs=check_inputs,
+        safety_net=safety_net))
 
 
 @_fused_attention_op.register_fake

@@ -303,10 +303,9 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     if alloc.shifted:  # M = (I − β/n·J)·scale must hold its entries in FP16
         check_shift_scale(scale, block_kv)
     paged = _check_page_attention(block_table, block_size, input_layout)
-    if check_inputs is None:
-        check_inputs = os.environ.get(CHECK_INPUTS_ENV, "") not in ("", "0")
-    elif not isinstance(check_inputs, bool):
+    if check_inputs is not None and not isinstance(check_inputs, bool):
         raise TypeError(f"check_inputs must be None or a bool, got {type(check_inputs).__name__}")
+    check_inputs = checks_values(check_inputs)
 
     dtype, device = query.dtype, query.device
     if dtype not in _INPUT_DTYPES:
@@ -398,6 +397,55 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
                    next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
                    softmax_lse_flag=softmax_lse_flag, out_dtype=dtype, device=device,
                    block_table=block_table if paged else None, page=block_size if paged else 0)
+
+
+def checks_values(check_inputs: bool | None) -> bool:
+    """Whether a call checks its inputs' values: ``check_inputs``, or for None the environment variable."""
+    if check_inputs is None:
+        return os.environ.get(CHECK_INPUTS_ENV, "") not in ("", "0")
+    return check_inputs
+
+
+def call_signature(query, key, value, options: dict) -> tuple | None:
+    """A hashable key of everything :func:`make_problem` and a backend's plan read from a call except the
+    tensors' contents and addresses: each tensor's type, shape, strides, dtype, device and grad flag, every
+    other argument's type and value (``options``: the keyword arguments, tensors among them), and whether
+    grad mode is on. Two calls with one signature get the same Problem up to its tensors, whose views of
+    the inputs are the same views. None where a call has no such key and is always validated in full:
+    value checks on (they read the tensors), a tensor subclass or a non-strided tensor, an unhashable or
+    unexpected argument."""
+    try:
+        if checks_values(options["check_inputs"]):
+            return None
+        values = tuple(options.values())
+        types = tuple(map(type, values))
+        if not _SIGNATURE_TYPES.issuperset(types):
+            return None
+        if torch.Tensor in types or list in types or tuple in types:
+            values = tuple(_tensor_signature(x) if t is torch.Tensor else tuple(x) if t in (list, tuple) else x
+                           for x, t in zip(values, types))
+            types += tuple(tuple(map(type, x)) for x, t in zip(values, types) if t in (list, tuple))
+        signature = (_tensor_signature(query), _tensor_signature(key), _tensor_signature(value),
+                     torch.is_grad_enabled(), values, types)
+        hash(signature)
+        return signature
+    except (TypeError, RuntimeError, _NoSignature):
+        return None
+
+
+class _NoSignature(Exception):
+    pass
+
+
+#: The argument types a signature holds (anything else, a tensor subclass or a NumPy scalar, is validated
+#: in full on every call).
+_SIGNATURE_TYPES = frozenset((type(None), bool, int, float, str, torch.Tensor, list, tuple))
+
+
+def _tensor_signature(t) -> tuple:
+    if type(t) is not torch.Tensor or t.layout != torch.strided:
+        raise _NoSignature
+    return t.shape, t.stride(), t.dtype, t.device, t.requires_grad
 
 
 # ============================================================================================

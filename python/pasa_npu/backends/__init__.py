@@ -9,6 +9,11 @@ A backend is an object with
   as a predicate over :class:`pasa_npu.precision.Allocation`, its tile sizes, its layout), else why not;
 * ``run(problem)``: ``(out, lse)`` — out FP16 (B, N, S1, D) (TND: (T, N, D)), lse FP32 (B, N, S1)
   (TND: (T, N)) in the true scale, −∞ for a row with no key, +∞ for a padded row.
+* optionally ``plan(problem)``: None, or a callable that gives ``run``'s result for this problem and for
+  every later call with the same signature (:func:`pasa_npu.problem.call_signature`) from that call's
+  ``(query, key, value, atten_mask, block_table)``, without validating anything again (what the backend
+  decided from shapes, strides and options made once); it must hold none of the problem's tensors.
+  ``fused_attention`` keeps it for repeated calls.
 
 Registered backends, in the order :func:`select` tries them for a device:
 

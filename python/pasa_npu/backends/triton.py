@@ -72,18 +72,21 @@ _COMPILED_LIMIT = 4096
 _INT_GETTERS: dict[tuple, operator.itemgetter | None] = {}
 _INT32 = 1 << 31
 _DTYPE = operator.attrgetter("dtype")
-try:
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream  # what Triton's own launch reads
+try:  # what Triton's own launch reads, without torch.cuda's Python wrappers
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+    from torch._C import _cuda_getDevice as _current_device
 except ImportError:  # pragma: no cover - older or CPU-only builds
     def _raw_stream(device: int) -> int:
         return torch.cuda.current_stream(device).cuda_stream
 
+    def _current_device() -> int:
+        return torch.cuda.current_device()
 
-def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
-            num_stages: int | None = None, **constexprs) -> None:
-    """``kernel[grid](*tensors, *scalars, **constexprs)`` with the given warps and stages (every kernel
-    here takes its pointers first, then its scalars, then its constexprs), at a fraction of the host
-    time of Triton's launch when the call repeats.
+
+class _Launch:
+    """``kernel[grid](*tensors, *scalars, **constexprs)`` with the grid, scalars, constexprs, warps and
+    stages fixed when it is made, called with the tensors (every kernel here takes its pointers first, then
+    its scalars, then its constexprs), at a fraction of the host time of Triton's launch when it repeats.
 
     Triton's ``kernel[grid](...)`` binds and specialises every argument in Python on each call (which
     ints are 1 or multiples of 16, which pointers are 16-byte aligned, every dtype), builds its cache
@@ -94,32 +97,66 @@ def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, 
     addresses modulo 16, each int scalar modulo 16 and whether it is 1 (or, outside int32, its value),
     the scalars' types (floats are never specialised), the constexprs, warps, stages and the current
     device. It is also kept under the scalars' exact values, which a repeated call finds without
-    classifying its ints. Such a call passes the tensors' addresses straight to the compiled kernel's
+    classifying its ints, and bound to this launch with the device, dtypes and address residues it was
+    found for: a call that matches them passes the tensors' addresses straight to the compiled kernel's
     launcher, on the current stream as Triton does. Launch hooks (a profiler's) and the interpreter
     take Triton's own path."""
-    if _INTERPRET or _hooked():
-        _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
-        return
-    device = torch.cuda.current_device()
-    ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
-    types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
-    common = (id(kernel), device, tuple(constexprs.items()), num_warps, num_stages, types,
-              tuple(map(_DTYPE, tensors)), tuple(map(operator.mod, ptrs, repeat(16))))
-    exact = (common, scalars)
-    hit = _COMPILED.get(exact)
-    if hit is None:
-        specialised = (common, _int_spec(kernel, types, scalars))
-        hit = _COMPILED.get(specialised)
-        if hit is None:
-            compiled = _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs)
-            names = kernel.arg_names[len(tensors) + len(scalars):]
-            if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
-                _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
+
+    __slots__ = ("kernel", "grid", "scalars", "constexprs", "num_warps", "num_stages", "_bound")
+
+    def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, *, num_warps: int,
+                 num_stages: int | None = None, **constexprs):
+        self.kernel, self.grid, self.scalars, self.constexprs = kernel, grid, scalars, constexprs
+        self.num_warps, self.num_stages = num_warps, num_stages
+        self._bound = None  # (device, dtypes, address residues, compiled kernel, scalars and constexprs)
+
+    def __call__(self, tensors: tuple) -> None:
+        if _INTERPRET or _hooked():
+            _jit_launch(self.kernel, self.grid, tensors, self.scalars, self.num_warps, self.num_stages,
+                        self.constexprs)
             return
-        _remember(exact, hit)
-    compiled, tail = hit
-    compiled.run(grid[0], grid[1], grid[2], _raw_stream(device), compiled.function, compiled.packed_metadata,
-                 None, None, None, *ptrs, *scalars, *tail)
+        device = _current_device()
+        ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
+        dtypes = tuple(map(_DTYPE, tensors))
+        residues = tuple(map(operator.mod, ptrs, repeat(16)))
+        bound = self._bound
+        if bound is None or bound[0] != device or bound[1] != dtypes or bound[2] != residues:
+            hit = self._compiled(device, tensors, dtypes, residues)
+            if hit is None:
+                return  # launched by Triton
+            compiled, tail = hit
+            bound = self._bound = (device, dtypes, residues, compiled, (*self.scalars, *tail))
+        compiled = bound[3]
+        compiled.run(*self.grid, _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                     *ptrs, *bound[4])
+
+    def _compiled(self, device, tensors, dtypes, residues) -> tuple | None:
+        """The compiled kernel and its constexpr values for this specialisation, from the cache; or None
+        after launching through Triton (which compiles it), then caching it."""
+        kernel, scalars, constexprs = self.kernel, self.scalars, self.constexprs
+        types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
+        common = (id(kernel), device, tuple(constexprs.items()), self.num_warps, self.num_stages, types, dtypes,
+                  residues)
+        exact = (common, scalars)
+        hit = _COMPILED.get(exact)
+        if hit is None:
+            specialised = (common, _int_spec(kernel, types, scalars))
+            hit = _COMPILED.get(specialised)
+            if hit is None:
+                compiled = _jit_launch(kernel, self.grid, tensors, scalars, self.num_warps, self.num_stages,
+                                       constexprs)
+                names = kernel.arg_names[len(tensors) + len(scalars):]
+                if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
+                    _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
+                return None
+            _remember(exact, hit)
+        return hit
+
+
+def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
+            num_stages: int | None = None, **constexprs) -> None:
+    """One launch of ``kernel[grid](*tensors, *scalars, **constexprs)`` (see :class:`_Launch`)."""
+    _Launch(kernel, grid, scalars, num_warps=num_warps, num_stages=num_stages, **constexprs)(tensors)
 
 
 def _remember(key: tuple, entry: tuple) -> None:
@@ -263,118 +300,183 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     device holds each batch's query length (rows past it are left unwritten), key length and band
     (lo, hi) (ignored unless ``band`` is not None, which then only says that there is a band); a
     ``mask`` broadcasts to (B, N, S1, max_blocks·page), by key position."""
-    paged = block_table is not None
-    if not is_available(q.device):
-        raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
-                           f"for CPU tensors), got a tensor on {q.device}")
-    alloc = get_allocation(precision)
-    if not computes(alloc):
-        raise ValueError(f"precision {precision!r} is not computed by backend='triton' (it computes "
-                         f"{_computed()}); the other allocations run on backend='reference'")
-    if shift is not None and shift not in SHIFT_MODES:
-        raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype != torch.float16 or t.ndim not in ((3, 4) if paged and name != "q" else (4,)) \
-                or t.device != q.device:
-            raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
-                             f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
-    if paged:
-        _check_paged(q, k, v, block_table, page, kv_info)
-    if alloc.row_shifted and not scale > 0:
-        raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
-    blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
-    if blocked and block_kv not in BLOCK_KV:
-        raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
-                         f"backend='triton', got {block_kv}")
-    b, n, s1, d = q.shape
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    if paged:
-        # Strides of (block, head, row): the kernel addresses either cache layout through them.
-        nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
-        k_str, v_str = ((t.stride(0), t.stride(1), t.stride(2)) if t.ndim == 4 else (t.stride(0), d, t.stride(1))
-                        for t in (k, v))
-        s2 = block_table.shape[1] * page  # the longest any batch can be: sizes the pre-passes and splits
-    else:
-        nkv, s2 = k.shape[1], k.shape[2]
-        k_str, v_str = k.stride()[:3], v.stride()[:3]
-        block_table, kv_info = q, q  # pointers the kernel does not read
-    g = n // nkv
-    d_pad = max(16, _pow2(d))
-    block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
-    if config is not None:
-        block_m, warps, stages, forced_splits = config
-    n_blocks = _cdiv(s2, block_n)
-    tiles = _cdiv(g * s1, block_m)
-    # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
-    # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
-    # form, which computes them block by block, runs instead.
-    frame_elems = b * nkv * tiles * 2 * n_blocks * block_m if alloc.row_shifted else 0
-    if shift is None:
-        shift = "fused" if tiles == 1 or frame_elems > _FRAME_LIMIT else "prepass"
-    elif shift == "prepass" and frame_elems > _FRAME_LIMIT:
-        raise ValueError(f"shift='prepass' for precision={precision!r} needs a frame table of {frame_elems} FP32 "
-                         f"values here, more than {_FRAME_LIMIT}: use shift='fused' (or None)")
+    plan = AttentionPlan(q, k, v, precision=precision, beta=beta, block_kv=block_kv, scale=scale, mask=mask, band=band,
+                         shift=shift, config=config, block_table=block_table, page=page, kv_info=kv_info)
+    return plan(q, k, v, mask, block_table)
 
-    if alloc.shifted:
-        inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
-    else:
-        inva = shift_a = shift_b = 0.0
-    kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
-    if alloc.shifted and shift == "prepass":
-        kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
-        _launch(_k.shift_keys_kernel, (n_blocks, b, nkv), (k, kp, block_table, kv_info),
-                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], shift_a, shift_b), num_warps=4, D=d,
-                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
-    if alloc.row_shifted and shift == "prepass":
-        kp = torch.empty(b, nkv, n_blocks * block_n, d, dtype=torch.float16, device=q.device)
-        uk = torch.empty(b, nkv, n_blocks, 2, d, dtype=torch.float16, device=q.device)
-        _launch(_k.centre_keys_kernel, (n_blocks, b, nkv), (k, kp, uk, block_table, kv_info),
-                (block_table.stride(0), s2, *k_str, *kp.stride()[:3], *uk.stride()[:2]), num_warps=4, D=d,
-                D_PAD=d_pad, BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
-        # Each tile's frame terms for every block, written and read back by its own program.
-        frame = torch.empty(b * nkv, tiles, 2 * n_blocks, block_m, dtype=torch.float32, device=q.device)
-    # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
-    # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
-    q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
-    rho = scale / q_mul
 
-    has_mask = mask is not None
-    if has_mask:
-        mask = torch.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)), (b, n, s1, s2))
-        mask = mask.view(torch.uint8)  # broadcast dims keep stride 0: the mask is never copied
-        msk = mask.stride()
-    else:
-        mask, msk = q, (0, 0, 0, 0)  # a pointer the kernel does not read
-    lo, hi = (None, None) if band is None else band
-    # j − i lies in [−(S1 − 1), S2 − 1]: clamping keeps the kernel's int32 sums from overflowing.
-    lo = -s1 if lo is None else max(int(lo), -s1)
-    hi = s2 if hi is None else min(int(hi), s2)
+class AttentionPlan:
+    """What :func:`attention` decides from its arguments' shapes, strides, dtypes and options (its checks,
+    tiles, pre-pass, KV splits and each kernel's scalars), made once; calling it allocates the results and
+    launches the kernels. It holds no input tensor (only paged calls' ``kv_info``), so a caller may keep it
+    for later calls whose tensors have the same description.
 
-    splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
-    per_split = _cdiv(n_blocks, splits)
-    splits = _cdiv(n_blocks, per_split)
-    if splits > 1:  # decode's split-KV partials, merged below through their true-scale lse
-        o_dst = torch.empty(splits, b, n, s1, d, dtype=torch.float32, device=q.device)
-        l_dst = torch.empty(splits, b, n, s1, dtype=torch.float32, device=q.device)
-    else:
-        out = torch.empty(b, n, s1, d, dtype=torch.float16, device=q.device)
-        lse = torch.empty(b, n, s1, dtype=torch.float32, device=q.device)
-        o_dst, l_dst = out[None], lse[None]
-    o_str, l_str = o_dst.stride(), l_dst.stride()
-    _launch(_k.attention_kernel, (tiles, b * nkv, splits), (q, k, v, kp, uk, frame, mask, o_dst, l_dst, block_table,
-                                                           kv_info),
-            (block_table.stride(0), *q.stride()[:3], *k_str, *v_str, *kp.stride()[:3], *uk.stride()[:2],
-             *frame.stride()[:2], *msk, *o_str[1:4], *l_str[1:4], o_str[0], l_str[0], nkv, s1, s2, g, float(scale),
-             float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi,
-             per_split),
+    ``out_bsnd``: the output is written in (B, S1, N, D) memory order (returned as its (B, N, S1, D)
+    view), FIA's BSH/BSND layouts, so that laying it out costs no copy."""
+
+    def __init__(self, q, k, v, *, precision: str, beta: float | None, block_kv: int, scale: float,
+                 mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
+                 shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
+                 block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None,
+                 out_bsnd: bool = False):
+        paged = block_table is not None
+        if not is_available(q.device):
+            raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
+                               f"for CPU tensors), got a tensor on {q.device}")
+        alloc = get_allocation(precision)
+        if not computes(alloc):
+            raise ValueError(f"precision {precision!r} is not computed by backend='triton' (it computes "
+                             f"{_computed()}); the other allocations run on backend='reference'")
+        if shift is not None and shift not in SHIFT_MODES:
+            raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dtype != torch.float16 or t.ndim not in ((3, 4) if paged and name != "q" else (4,)) \
+                    or t.device != q.device:
+                raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
+                                 f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
+            if t.stride(-1) != 1:
+                raise ValueError(f"{name} must have a unit stride in its last dim (D) for backend='triton', got "
+                                 f"strides {t.stride()}")
+        if paged:
+            _check_paged(q, k, v, block_table, page, kv_info)
+        if alloc.row_shifted and not scale > 0:
+            raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
+        blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
+        if blocked and block_kv not in BLOCK_KV:
+            raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
+                             f"backend='triton', got {block_kv}")
+        b, n, s1, d = q.shape
+        if paged:
+            # Strides of (block, head, row): the kernel addresses either cache layout through them.
+            nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
+            k_str, v_str = ((t.stride(0), t.stride(1), t.stride(2)) if t.ndim == 4 else (t.stride(0), d, t.stride(1))
+                            for t in (k, v))
+            s2 = block_table.shape[1] * page  # the longest any batch can be: sizes the pre-passes and splits
+            table_stride = block_table.stride(0)
+        else:
+            nkv, s2 = k.shape[1], k.shape[2]
+            k_str, v_str = k.stride()[:3], v.stride()[:3]
+            table_stride = 0
+        self.kv_info = kv_info
+        g = n // nkv
+        d_pad = max(16, _pow2(d))
+        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
+        if config is not None:
+            block_m, warps, stages, forced_splits = config
+        n_blocks = _cdiv(s2, block_n)
+        tiles = _cdiv(g * s1, block_m)
+        # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
+        # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
+        # form, which computes them block by block, runs instead.
+        frame_elems = b * nkv * tiles * 2 * n_blocks * block_m if alloc.row_shifted else 0
+        if shift is None:
+            shift = "fused" if tiles == 1 or frame_elems > _FRAME_LIMIT else "prepass"
+        elif shift == "prepass" and frame_elems > _FRAME_LIMIT:
+            raise ValueError(f"shift='prepass' for precision={precision!r} needs a frame table of {frame_elems} FP32 "
+                             f"values here, more than {_FRAME_LIMIT}: use shift='fused' (or None)")
+
+        if alloc.shifted:
+            inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
+        else:
+            inva = shift_a = shift_b = 0.0
+        prepass = shift == "prepass" and (alloc.shifted or alloc.row_shifted)
+        # Pre-pass results, allocated per call: K' (B, Nkv, blocks·BLOCK_N, D); pasa_rs's u and K̄ per block
+        # (B, Nkv, blocks, 2, D) and each tile's frame terms for every block, written and read back by
+        # its own program (B·Nkv, tiles, 2·blocks, BLOCK_M).
+        self._kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
+        self._uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
+        self._frame_shape = (b * nkv, tiles, 2 * n_blocks, block_m) if prepass and alloc.row_shifted else None
+        kp_str = _contiguous_strides(self._kp_shape)[:3] if prepass else (0, 0, 0)
+        uk_str = _contiguous_strides(self._uk_shape)[:2] if self._uk_shape else (0, 0)
+        frame_str = _contiguous_strides(self._frame_shape)[:2] if self._frame_shape else (0, 0)
+        page_arg = page if paged else 1
+        self._prepass = None
+        if prepass:
+            kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
+            scalars = (table_stride, s2, *k_str, *kp_str) + ((*uk_str,) if alloc.row_shifted else (shift_a, shift_b))
+            self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
+                                    BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
+        # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
+        # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
+        q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
+        rho = scale / q_mul
+
+        self._has_mask = mask is not None
+        if self._has_mask:
+            # Broadcast strides (stride 0 on broadcast dims): the kernel reads the mask in place, as uint8.
+            msk = torch.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)), (b, n, s1, s2)).stride()
+        else:
+            msk = (0, 0, 0, 0)
+        lo, hi = (None, None) if band is None else band
+        # j − i lies in [−(S1 − 1), S2 − 1]: clamping keeps the kernel's int32 sums from overflowing.
+        lo = -s1 if lo is None else max(int(lo), -s1)
+        hi = s2 if hi is None else min(int(hi), s2)
+
+        splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
+        per_split = _cdiv(n_blocks, splits)
+        self._splits = splits = _cdiv(n_blocks, per_split)
+        self._out_bsnd = out_bsnd
+        self._out_shape = (b, s1, n, d) if out_bsnd else (b, n, s1, d)
+        self._lse_shape = (b, n, s1)
+        if splits > 1:  # decode's split-KV partials, merged by the combine kernel through their true-scale lse
+            self._part_shapes = ((splits, b, n, s1, d), (splits, b, n, s1))
+            o_str, l_str = (_contiguous_strides(shape) for shape in self._part_shapes)
+            o_str = (o_str[0], *o_str[1:4])
+            self._combine = _combine_launch(b * n * s1, splits, d)
+        else:
+            out_str = _contiguous_strides(self._out_shape)
+            # (split, b, n, s1) strides; the split stride is never used without splits
+            o_str = (0, out_str[0], out_str[2], out_str[1]) if out_bsnd else (0, *out_str[:3])
+            l_str = (0, *_contiguous_strides(self._lse_shape))
+            self._combine = None
+        self._attend = _Launch(
+            _k.attention_kernel, (tiles, b * nkv, splits),
+            (table_stride, *q.stride()[:3], *k_str, *v_str, *kp_str, *uk_str, *frame_str, *msk, *o_str[1:4],
+             *l_str[1:4], o_str[0], l_str[0], nkv, s1, s2, g, float(scale), float(inva), float(shift_a),
+             float(shift_b), q_mul, rho, RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
-            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=has_mask,
-            HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
-            PAGE=page if paged else 1, num_warps=warps, num_stages=stages)
-    if splits > 1:
-        return combine(o_dst, l_dst, torch.float16)
-    return out, lse
+            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
+            HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
+            num_warps=warps, num_stages=stages)
+
+    def __call__(self, q, k, v, mask, block_table) -> tuple[torch.Tensor, torch.Tensor]:
+        """Out (B, N, S1, D) FP16 and lse (B, N, S1) FP32 of tensors described as those the plan was made
+        for: those, or tensors with their data pointers, dtypes and (in their own shapes) the same memory
+        layout, such as the bases they are views of. ``mask`` is ignored by a plan made without one."""
+        dev = q.device
+        table, kv_info = (q, q) if block_table is None else (block_table, self.kv_info)  # q: a pointer not read
+        mask = mask.view(torch.uint8) if self._has_mask else q
+        kp, uk, frame = k, k, q  # pointers the kernel does not read unless a pre-pass writes them
+        if self._prepass is not None:
+            kp = torch.empty(self._kp_shape, dtype=torch.float16, device=dev)
+            if self._uk_shape is None:
+                self._prepass((k, kp, table, kv_info))
+            else:
+                uk = torch.empty(self._uk_shape, dtype=torch.float16, device=dev)
+                self._prepass((k, kp, uk, table, kv_info))
+                frame = torch.empty(self._frame_shape, dtype=torch.float32, device=dev)
+        if self._combine is None:
+            out = torch.empty(self._out_shape, dtype=torch.float16, device=dev)
+            lse = torch.empty(self._lse_shape, dtype=torch.float32, device=dev)
+            self._attend((q, k, v, kp, uk, frame, mask, out, lse, table, kv_info))
+            return (out.transpose(1, 2) if self._out_bsnd else out), lse
+        parts = torch.empty(self._part_shapes[0], dtype=torch.float32, device=dev)
+        part_lses = torch.empty(self._part_shapes[1], dtype=torch.float32, device=dev)
+        self._attend((q, k, v, kp, uk, frame, mask, parts, part_lses, table, kv_info))
+        out = torch.empty(self._part_shapes[0][1:], dtype=torch.float16, device=dev)
+        lse = torch.empty(self._part_shapes[1][1:], dtype=torch.float32, device=dev)
+        self._combine((parts, part_lses, out, lse))
+        return out, lse
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 def _check_paged(q, k, v, block_table, page, kv_info):
@@ -408,9 +510,14 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
         lses = lses.float().contiguous()
     out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
     lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
-    _launch(_k.combine_kernel, (_cdiv(rows, 64), 1, 1), (outs, lses, out, lse), (rows, splits), num_warps=4,
-            D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=64, SPLITS_PAD=_pow2(splits))
+    _combine_launch(rows, splits, d)((outs, lses, out, lse))
     return out, lse
+
+
+def _combine_launch(rows: int, splits: int, d: int) -> _Launch:
+    """The combine kernel's launch over ``rows`` rows of ``splits`` contiguous FP32 partials of head dim ``d``."""
+    return _Launch(_k.combine_kernel, (_cdiv(rows, 64), 1, 1), (rows, splits), num_warps=4, D=d,
+                   D_PAD=max(16, _pow2(d)), BLOCK_R=64, SPLITS_PAD=_pow2(splits))
 
 
 def _computed() -> tuple[str, ...]:
@@ -441,18 +548,47 @@ class TritonBackend:
             return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
         return None
 
+    def plan(self, problem: Problem):
+        """The call as one :class:`AttentionPlan` over the problem's own tensors, where it is exactly the
+        kernels: a dense call with no per-batch length, or a paged call with no padded query row, whose
+        (B, N, S, D) views share their inputs' data pointers and have a unit stride in D. Called with
+        ``(query, key, value, user_mask, block_table)`` (or tensors with their data pointers and
+        layouts) it returns ``run``'s result. None for other calls."""
+        if problem.tnd or problem.query.numel() == 0 or problem.q_lens is not None:  # q_lens: padded rows
+            return None
+        if problem.paged:
+            if max(problem.kv_lens, default=0) == 0 or problem.block_table.dtype != torch.int32:
+                return None
+            kv = (problem.key, problem.value)
+            kv_info, band = _paged_lengths(problem)
+        else:
+            if problem.kv_lens is not None or problem.s2 == 0:
+                return None
+            kv = (problem.k, problem.v)
+            kv_info, band = None, problem.band(problem.s1, problem.s2)
+        if any(t.stride(-1) != 1 for t in (problem.q, *kv)) or problem.q.data_ptr() != problem.query.data_ptr() \
+                or (not problem.paged and (kv[0].data_ptr(), kv[1].data_ptr()) != (problem.key.data_ptr(),
+                                                                                   problem.value.data_ptr())):
+            return None
+        return AttentionPlan(problem.q, *kv, precision=problem.alloc.name, beta=problem.beta,
+                             block_kv=problem.block_kv, scale=problem.scale, mask=problem.user_mask, band=band,
+                             block_table=problem.block_table, page=problem.page, kv_info=kv_info,
+                             out_bsnd=problem.input_layout in ("BSH", "BSND", "BNSD_BSND"))
+
     def run(self, problem: Problem):
+        plan = self.plan(problem)
+        if plan is not None:
+            return plan(problem.query, problem.key, problem.value, problem.user_mask, problem.block_table)
         if problem.paged:
             return _run_paged(problem)
         return run_jobs(problem, _attend, takes_band=True)
 
 
-def _run_paged(problem: Problem):
-    """One kernel call (and one pre-pass for PASA prefill) over every batch, reading the caches through
-    the block table in place. Each batch's query and key lengths and band (a bottom-right band depends
-    on both) go to the device as one (B, 4) int32 tensor: a host-to-device copy of 16·B bytes per call,
-    since ``problem.q_lens`` and ``problem.kv_lens`` are host integers. The kernel leaves the query rows
-    past a batch's length unwritten; they get FIA's padding here."""
+def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | None]:
+    """A paged call's (B, 4) int32 ``kv_info`` on the device (each batch's query length, key length and
+    band (lo, hi): a bottom-right band depends on both) and the band argument of :func:`attention`. The
+    lengths are host integers (``problem.q_lens``, ``problem.kv_lens``): a host-to-device copy of 16·B
+    bytes."""
     info, any_band = [], False
     q_lens = problem.q_lens or (problem.s1,) * problem.batch
     for r, c in zip(q_lens, problem.kv_lens):
@@ -461,14 +597,21 @@ def _run_paged(problem: Problem):
         lo, hi = (None, None) if band is None else band
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
         info.append((r, c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
+    return torch.tensor(info, dtype=torch.int32).to(problem.device), (0, 0) if any_band else None
+
+
+def _run_paged(problem: Problem):
+    """A paged call that is not one plan: the kernel over every batch (it leaves the query rows past a
+    batch's length unwritten; they get FIA's padding here), or no kernel where nothing is valid."""
+    q_lens = problem.q_lens or (problem.s1,) * problem.batch
     if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0 or max(q_lens, default=0) == 0:
         return problem.padded_results()
-    kv_info = torch.tensor(info, dtype=torch.int32).to(problem.device)
+    kv_info, band = _paged_lengths(problem)
     # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
     out, lse = attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
                          block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale,
-                         mask=problem.user_mask, band=(0, 0) if any_band else None,
-                         block_table=problem.block_table.to(torch.int32), page=problem.page, kv_info=kv_info)
+                         mask=problem.user_mask, band=band, block_table=problem.block_table.to(torch.int32),
+                         page=problem.page, kv_info=kv_info)
     padded = problem.padded_rows()
     if padded is not None:
         out = out.masked_fill(padded[..., None], 0.0)

@@ -1,0 +1,209 @@
+"""Repeated calls of ``fused_attention`` run from a plan (``interface._CallPlan``): the second call with a
+signature plans it, later ones skip validation and backend selection. A planned call must give exactly what
+the full path gives for its own inputs, validate exactly as before, and keep none of the inputs it was made
+from.
+
+The Triton backend plans; these tests run it on the GPU where there is one, else on the CPU through Triton's
+interpreter (tests/conftest.py sets ``TRITON_INTERPRET=1`` there).
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from pasa_npu import interface  # noqa: E402
+from pasa_npu.backends import triton as tb  # noqa: E402
+from test_paged import _paged  # noqa: E402
+from test_triton_interpret import INTERPRETED  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(DEVICE == "cpu" and not INTERPRETED,
+                                reason="needs a GPU, or TRITON_INTERPRET=1 (tests/conftest.py sets it without one)")
+COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans(monkeypatch):
+    monkeypatch.setattr(interface, "_PLANS", {})
+
+
+def _draw(seed: int, b, n, nkv, s1, s2, d, layout):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, heads, s, d, generator=g).half() for heads, s in ((n, s1), (nkv, s2), (nkv, s2)))
+    if layout == "BSH":
+        q, k, v = (t.transpose(1, 2).reshape(t.shape[0], t.shape[2], -1) for t in (q, k, v))
+    elif layout == "BSND":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return [t.to(DEVICE) for t in (q, k, v)]
+
+
+#: name: (B, N, Nkv, S1, S2, D, layout, the call's other arguments)
+CASES = {
+    "decode_bsh_gqa_pasa_rs": (2, 4, 2, 1, 160, 16, "BSH", dict(precision="pasa_rs", softmax_lse_flag=True)),
+    "prefill_bsnd_causal_fp32": (1, 2, 1, 40, 56, 16, "BSND", dict(precision="fp32", sparse_mode=3,
+                                                                   atten_mask=COMPRESSED)),
+    "prefill_bnsd_mask_pasa_fp32": (2, 2, 2, 24, 40, 16, "BNSD", dict(precision="pasa_fp32", safety_net=False,
+                                                                      atten_mask="full", block_kv=16)),
+    "band_bnsd_bsnd_pasa_rs": (1, 2, 1, 33, 48, 32, "BNSD_BSND", dict(precision="pasa_rs", sparse_mode=4,
+                                                                       atten_mask=COMPRESSED, pre_tokens=7,
+                                                                       next_tokens=2, softmax_lse_flag=True)),
+    "decode_mask_fp32": (3, 2, 1, 1, 70, 16, "BNSD", dict(precision="fp32", atten_mask="decode")),
+}
+
+
+def _kwargs(case: str, seed: int):
+    b, n, nkv, s1, s2, d, layout, extra = CASES[case]
+    kw = dict(extra, num_heads=n, num_key_value_heads=nkv, input_layout=layout, scale=d ** -0.5, backend="triton")
+    g = torch.Generator().manual_seed(100 + seed)
+    if kw.get("atten_mask") == "full":
+        kw["atten_mask"] = (torch.rand(s1, s2, generator=g) < 0.3).to(DEVICE)
+    elif kw.get("atten_mask") == "decode":
+        kw["atten_mask"] = (torch.rand(b, s2, generator=g) < 0.3).to(DEVICE)
+    elif kw.get("atten_mask") is not None:
+        kw["atten_mask"] = kw["atten_mask"].to(DEVICE)
+    return _draw(seed, b, n, nkv, s1, s2, d, layout), kw
+
+
+def _unplanned(q, k, v, kw):
+    """The full path's result (a signature seen for the first time is never planned)."""
+    saved = dict(interface._PLANS)
+    interface._PLANS.clear()
+    try:
+        return interface.fused_attention(q, k, v, **kw)
+    finally:
+        interface._PLANS.clear()
+        interface._PLANS.update(saved)
+
+
+def _planned() -> list:
+    return [p for p in interface._PLANS.values() if isinstance(p, interface._CallPlan)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_planned_call_equals_the_full_path_on_new_inputs(case, monkeypatch):
+    (q, k, v), kw = _kwargs(case, 0)
+    validations = []
+    real = interface.make_problem
+    monkeypatch.setattr(interface, "make_problem", lambda *a, **k_: validations.append(1) or real(*a, **k_))
+    first = interface.fused_attention(q, k, v, **kw)
+    second = interface.fused_attention(q, k, v, **kw)  # plans the call
+    assert len(_planned()) == 1 and len(validations) == 2
+    for seed in (1, 2):  # other values, same signature: the plan reads the new tensors
+        (q2, k2, v2), kw2 = _kwargs(case, seed)
+        before = len(validations)
+        out, lse = interface.fused_attention(q2, k2, v2, **kw2)
+        assert len(validations) == before, "a planned call validated again"
+        want, want_lse = _unplanned(q2, k2, v2, kw2)
+        assert out.shape == want.shape and out.stride() == want.stride() and out.dtype == want.dtype
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+        assert not torch.equal(out, first[0])
+    for got, want in zip(second, first):
+        assert torch.equal(got, want)
+
+
+def test_a_planned_paged_decode_equals_the_full_path():
+    rng = np.random.default_rng(0)
+    b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=0.25, precision="pasa_rs",
+              actual_seq_lengths_kv=lens, block_size=page, softmax_lse_flag=True, backend="triton")
+    calls = []
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        k, v = (torch.randn(b, nkv, max(lens), d, generator=g).half() for _ in range(2))
+        kc, vc, table = _paged(k, v, lens, page, rng, four_d=True)
+        calls.append([t.to(DEVICE) for t in (torch.randn(b, n, 1, d, generator=g).half(), kc, vc, table)])
+    for q, kc, vc, table in calls:
+        interface.fused_attention(q, kc, vc, block_table=table, **kw)
+    assert len(_planned()) == 1
+    q, kc, vc, table = calls[2]
+    want = _unplanned(q, kc, vc, dict(kw, block_table=table))
+    got = interface.fused_attention(q, kc, vc, block_table=table, **kw)
+    assert all(torch.equal(a, b_) for a, b_ in zip(got, want))
+
+
+def test_a_misaligned_view_on_a_planned_signature_is_computed_right():
+    (q, k, v), kw = _kwargs("decode_bsh_gqa_pasa_rs", 0)
+    for _ in range(2):
+        interface.fused_attention(q, k, v, **kw)
+    # The same shapes and strides at an address 2 bytes on: Triton specialises on 16-byte alignment.
+    buf = torch.zeros(q.numel() + 1, dtype=q.dtype, device=DEVICE)
+    shifted = buf[1:].view(q.shape)
+    shifted.copy_(q * 0.5)
+    got = interface.fused_attention(shifted, k, v, **kw)
+    want = _unplanned(shifted, k, v, kw)
+    assert all(torch.equal(a, b_) for a, b_ in zip(got, want))
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (dict(num_heads=4.0), TypeError, "num_heads"),
+    (dict(scale=float("nan")), ValueError, "scale"),
+    (dict(input_layout="BNSD"), ValueError, "4-D"),
+    (dict(precision="pasa_rs", check_inputs=1), TypeError, "check_inputs"),
+    (dict(requires_grad=True), ValueError, "requires grad"),
+])
+def test_a_planned_signature_still_validates_other_calls(change, error, match):
+    (q, k, v), kw = _kwargs("decode_bsh_gqa_pasa_rs", 0)
+    kw["precision"] = "fp32"
+    for _ in range(3):
+        interface.fused_attention(q, k, v, **kw)
+    if change.pop("requires_grad", False):
+        q = q.clone().requires_grad_()
+    with pytest.raises(error, match=match):
+        interface.fused_attention(q, k, v, **dict(kw, **change))
+
+
+def test_a_plan_keeps_none_of_its_inputs():
+    (q, k, v), kw = _kwargs("decode_mask_fp32", 0)
+    for _ in range(2):
+        interface.fused_attention(q, k, v, **kw)
+    assert len(_planned()) == 1
+    refs = [weakref.ref(t) for t in (q, k, v, kw["atten_mask"])]
+    del q, k, v, kw
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("change", ["safety_net", "bfloat16", "int8_mask", "check_inputs", "varlen"])
+def test_calls_a_plan_cannot_stand_for_are_not_planned(change, monkeypatch):
+    (q, k, v), kw = _kwargs("prefill_bnsd_mask_pasa_fp32", 0)
+    if change == "safety_net":  # pasa_fp32 can overflow: the safety net reads every result
+        kw["safety_net"] = True
+    elif change == "bfloat16":  # converted to FP16: the problem's tensors are not the inputs
+        q, k, v = (t.bfloat16() for t in (q, k, v))
+    elif change == "int8_mask":  # converted to bool
+        kw["atten_mask"] = kw["atten_mask"].to(torch.int8)
+    elif change == "check_inputs":
+        monkeypatch.setenv("PASA_NPU_CHECK_INPUTS", "1")
+    else:  # per-batch lengths: several kernel calls and padding
+        kw["actual_seq_lengths"] = [24, 13]
+    results = [interface.fused_attention(q, k, v, **kw) for _ in range(3)]
+    assert not _planned()
+    assert all(torch.equal(a, b_) for r in results[1:] for a, b_ in zip(r, results[0]))
+
+
+def test_a_bound_launch_goes_back_through_triton_when_its_tensors_change(monkeypatch):
+    """A plan's launch holds the compiled kernel for the dtypes and alignment it first saw (the launch tests
+    in test_triton_launch.py cover the cache underneath)."""
+    from test_triton_launch import _Kernel
+
+    monkeypatch.setattr(tb, "_INTERPRET", False)
+    monkeypatch.setattr(tb, "_hooked", lambda: False)
+    monkeypatch.setattr(tb, "_COMPILED", {})
+    monkeypatch.setattr(tb, "_current_device", lambda: 0)
+    monkeypatch.setattr(tb, "_raw_stream", lambda device: 77)
+    kernel = _Kernel()
+    launch = tb._Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    launch((a, b))
+    launch((a, b))
+    launch((a[1:], b))  # misaligned: another specialisation
+    launch((a, b.view(torch.int32)))  # another dtype
+    launch((a, b))
+    assert [entry[0] for entry in kernel.launches] == ["triton", "direct", "triton", "triton", "direct"]
