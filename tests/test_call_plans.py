@@ -146,6 +146,7 @@ def test_a_misaligned_view_on_a_planned_signature_is_computed_right():
     (dict(scale=float("nan")), ValueError, "scale"),
     (dict(input_layout="BNSD"), ValueError, "4-D"),
     (dict(precision="pasa_rs", check_inputs=1), TypeError, "check_inputs"),
+    (dict(actual_seq_lengths=[{}]), (TypeError, ValueError), "actual_seq_lengths"),  # an unhashable item
     (dict(requires_grad=True), ValueError, "requires grad"),
 ])
 def test_a_planned_signature_still_validates_other_calls(change, error, match):

@@ -175,7 +175,10 @@ def fused_attention(
 def _fused_attention(query, key, value, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """fused_attention's work; ``options`` are its keyword arguments."""
     signature = call_signature(query, key, value, options)
-    plan = _PLANS.get(signature, _UNSEEN) if signature is not None else _UNPLANNABLE
+    try:
+        plan = _PLANS.get(signature, _UNSEEN) if signature is not None else _UNPLANNABLE
+    except TypeError:  # a sequence argument holding something unhashable: validated in full
+        signature, plan = None, _UNPLANNABLE
     if plan.__class__ is _CallPlan:
         return plan(query, key, value, options["atten_mask"], options["block_table"])
     fia = dict(options)

@@ -413,23 +413,23 @@ def call_signature(query, key, value, options: dict) -> tuple | None:
     grad mode is on. Two calls with one signature get the same Problem up to its tensors, whose views of
     the inputs are the same views. None where a call has no such key and is always validated in full:
     value checks on (they read the tensors), a tensor subclass or a non-strided tensor, an unhashable or
-    unexpected argument."""
+    unexpected argument. A sequence holding an unhashable item gives a key that is not hashable (looking it
+    up raises TypeError)."""
     try:
         if checks_values(options["check_inputs"]):
             return None
         values = tuple(options.values())
         types = tuple(map(type, values))
-        if not _SIGNATURE_TYPES.issuperset(types):
+        kinds = set(types)
+        if not kinds <= _SIGNATURE_TYPES:
             return None
-        if torch.Tensor in types or list in types or tuple in types:
+        if kinds & _CONTAINERS:  # tensors by their description, sequences as tuples with their items' types
             values = tuple(_tensor_signature(x) if t is torch.Tensor else tuple(x) if t in (list, tuple) else x
                            for x, t in zip(values, types))
             types += tuple(tuple(map(type, x)) for x, t in zip(values, types) if t in (list, tuple))
-        signature = (_tensor_signature(query), _tensor_signature(key), _tensor_signature(value),
-                     torch.is_grad_enabled(), values, types)
-        hash(signature)
-        return signature
-    except (TypeError, RuntimeError, _NoSignature):
+        return (_tensor_signature(query), _tensor_signature(key), _tensor_signature(value), torch.is_grad_enabled(),
+                values, types)
+    except (RuntimeError, _NoSignature):
         return None
 
 
@@ -440,6 +440,7 @@ class _NoSignature(Exception):
 #: The argument types a signature holds (anything else, a tensor subclass or a NumPy scalar, is validated
 #: in full on every call).
 _SIGNATURE_TYPES = frozenset((type(None), bool, int, float, str, torch.Tensor, list, tuple))
+_CONTAINERS = frozenset((torch.Tensor, list, tuple))
 
 
 def _tensor_signature(t) -> tuple:
