@@ -208,3 +208,25 @@ def test_a_bound_launch_goes_back_through_triton_when_its_tensors_change(monkeyp
     launch((a, b.view(torch.int32)))  # another dtype
     launch((a, b))
     assert [entry[0] for entry in kernel.launches] == ["triton", "direct", "triton", "triton", "direct"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: synchronisations are CUDA's")
+def test_cuda_paged_calls_make_no_host_device_synchronisation():
+    """A paged call copies its lengths to the device asynchronously: the first call with a signature, the call
+    that plans it, and a planned call."""
+    rng = np.random.default_rng(1)
+    b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]
+    k, v = (torch.randn(b, nkv, max(lens), d).half() for _ in range(2))
+    kc, vc, table = (t.cuda() for t in _paged(k, v, lens, page, rng, four_d=False))
+    q = torch.randn(b, 1, n * d).half().cuda()
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BSH", scale=0.25, precision="pasa_rs",
+              actual_seq_lengths_kv=lens, block_table=table, block_size=page)
+    interface.fused_attention(q, kc, vc, **dict(kw, actual_seq_lengths_kv=[1, 2]))  # compile the kernels
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            interface.fused_attention(q, kc, vc, **kw)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(_planned()) == 1

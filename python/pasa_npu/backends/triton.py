@@ -588,7 +588,7 @@ def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | No
     """A paged call's (B, 4) int32 ``kv_info`` on the device (each batch's query length, key length and
     band (lo, hi): a bottom-right band depends on both) and the band argument of :func:`attention`. The
     lengths are host integers (``problem.q_lens``, ``problem.kv_lens``): a host-to-device copy of 16·B
-    bytes."""
+    bytes, asynchronous on CUDA."""
     info, any_band = [], False
     q_lens = problem.q_lens or (problem.s1,) * problem.batch
     for r, c in zip(q_lens, problem.kv_lens):
@@ -597,7 +597,11 @@ def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | No
         lo, hi = (None, None) if band is None else band
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
         info.append((r, c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
-    return torch.tensor(info, dtype=torch.int32).to(problem.device), (0, 0) if any_band else None
+    info = torch.tensor(info, dtype=torch.int32)
+    if problem.device.type == "cuda":  # from pinned memory without a synchronisation (PyTorch's host cache
+        # keeps the pinned block until the copy has run)
+        return info.pin_memory().to(problem.device, non_blocking=True), (0, 0) if any_band else None
+    return info.to(problem.device), (0, 0) if any_band else None
 
 
 def _run_paged(problem: Problem):
