@@ -230,3 +230,28 @@ def test_cuda_paged_calls_make_no_host_device_synchronisation():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(_planned()) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA graphs")
+def test_cuda_graph_capture_of_a_paged_call_needs_its_plan():
+    rng = np.random.default_rng(2)
+    b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]
+    k, v = (torch.randn(b, nkv, max(lens), d).half() for _ in range(2))
+    kc, vc, table = (t.cuda() for t in _paged(k, v, lens, page, rng, four_d=True))
+    q = torch.randn(b, n, 1, d).half().cuda()
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=0.25, precision="fp32",
+              actual_seq_lengths_kv=lens, block_table=table, block_size=page, backend="triton")
+    with pytest.raises(RuntimeError, match="make the same call twice before capturing"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            interface.fused_attention(q, kc, vc, **kw)
+    interface._PLANS.clear()
+    for _ in range(2):
+        interface.fused_attention(q, kc, vc, **kw)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, _ = interface.fused_attention(q, kc, vc, **kw)
+    for seed in (3, 4):
+        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).half())
+        graph.replay()
+        want, _ = _unplanned(q, kc, vc, kw)
+        assert torch.equal(out, want)

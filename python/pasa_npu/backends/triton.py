@@ -598,8 +598,13 @@ def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | No
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
         info.append((r, c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
     info = torch.tensor(info, dtype=torch.int32)
-    if problem.device.type == "cuda":  # from pinned memory without a synchronisation (PyTorch's host cache
-        # keeps the pinned block until the copy has run)
+    if problem.device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():  # a graph would replay a copy from a reused host buffer
+            raise RuntimeError("a paged call copies its per-batch lengths to the device, which a CUDA graph cannot "
+                               "replay; a planned call holds them on the device: make the same call twice before "
+                               "capturing it (see 'Repeated calls' in docs/fia.md)")
+        # From pinned memory without a synchronisation (PyTorch's host cache keeps the pinned block until the
+        # copy has run).
         return info.pin_memory().to(problem.device, non_blocking=True), (0, 0) if any_band else None
     return info.to(problem.device), (0, 0) if any_band else None
 
