@@ -135,6 +135,19 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // pasa_rs: psi is subtracted in the same Mmad call as Q^ K'^T wherever the augmented column fits
     if (rowShifted && t.kShiftCols <= 128 && t.blockQ <= 128) CHECK(t.baseK == t.kShiftCols);
 
+    // ---- the AIC <-> AIV handshake: stacks of at most 4 KV blocks, no longer than a task's blocks, S' at most 2
+    // stacks ahead; pasa_rs single blocks one ahead (its AIC hears every block's verdict before P V) ----------
+    if (rowShifted) {
+        CHECK(t.kvStack == 1 && t.preLaunch == 1);
+    } else {
+        CHECK(t.kvStack >= 1 && t.kvStack <= 4 && t.kvStack <= t.kvBlocksPerSplit);
+        CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));  // as long as the workspace allows
+        CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
+        // a second stack ahead only where a task can have three stacks or more
+        CHECK((t.preLaunch == 2) == (CeilDiv(t.kvBlocksPerSplit, t.kvStack) >= 3));
+    }
+    CHECK(PasaSlotRing(t) == (t.preLaunch + 1) * t.kvStack);
+
     // ---- on-chip capacities -------------------------------------------------------------------
     // UB and L1 as TPipe offers them: less the vector APIs' scratch (TMP_UB_OFFSET = 184 KB on A2) and the
     // mixed kernel's 256 B (see pasa_tiling.h).
@@ -234,7 +247,9 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
     const uint64_t kshift =
         shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * t.kShiftCols * 2 : 0;
-    const uint64_t slotMin = 2 * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
+    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each
+    const uint64_t slotMin =
+        (uint64_t)(t.preLaunch + 1) * t.kvStack * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
     CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsPvSlot >= (uint64_t)t.blockQ * d.D * st);
