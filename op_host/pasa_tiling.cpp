@@ -296,14 +296,28 @@ TilingResult ComputeTiling(const TilingInput& in) {
     }
     t.precision = key;
 
-    // The handshake's largest ring, for the plan; the work split below may shorten the stacks.
-    t.kvStack = rowShifted ? 1 : std::min<uint32_t>(kKvStack, CeilDiv(S2, kBlockKv));
-    t.preLaunch = rowShifted ? 1 : kPreLaunch;
+    // The largest query block whose plan fits, with the longest stack of the handshake that fits beside it (the
+    // AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
+    // single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
+    // smaller query block re-reads K and V). The work split below may shorten the stacks.
+    struct Handshake {
+        uint32_t kvStack, preLaunch;
+    };
+    std::vector<Handshake> handshakes;  // most blocks per flag first
+    if (!rowShifted)
+        for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(S2, kBlockKv)); stack >= 1; --stack)
+            handshakes.push_back({stack, kPreLaunch});
+    handshakes.push_back({1, 1});
     Plan plan{};
     bool found = false;
     for (uint32_t bq : {128u, 64u, 32u, 16u}) {
-        plan = MakePlan(bq, D, fp32State, rowShifted, PasaSlotRing(t));
-        if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
+        for (const Handshake& h : handshakes) {
+            t.kvStack = h.kvStack;
+            t.preLaunch = h.preLaunch;
+            plan = MakePlan(bq, D, fp32State, rowShifted, PasaSlotRing(t));
+            if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
+        }
+        if (found) break;
     }
     if (!found) Bad("platform: no block plan fits the on-chip memories for this head dim");
     t.blockQ = plan.blockQ;
@@ -354,7 +368,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     // after its first (preLaunch 1 and 2 run two stacks alike).
     if (!rowShifted) {
         t.kvStack = std::min(t.kvStack, t.kvBlocksPerSplit);
-        t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(kPreLaunch, CeilDiv(t.kvBlocksPerSplit, t.kvStack) - 1));
+        t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, CeilDiv(t.kvBlocksPerSplit, t.kvStack) - 1));
         plan = MakePlan(t.blockQ, D, fp32State, rowShifted, PasaSlotRing(t));
     }
     const uint64_t tasks = baseTasks * t.kvSplits;

@@ -310,6 +310,8 @@ CASES = {
     "kv_stack_varlen_pasa": dict(b=3, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BSND", precision="pasa",
                                  lq=[128, 64, 40], lk=[1742, 200, 100]),
     "flash_kv_stack_rotation": dict(b=1, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="fp16_fp32"),
+    # D = 192 in FP32: UB holds single blocks 2 ahead beside 64 query rows (no stack)
+    "flash_d192_blocks_two_ahead": dict(b=1, n=2, nkv=1, s1=64, s2=1000, d=192, layout="BNSD", precision="fp16_fp32"),
     "flash_kv_stack_varlen_causal": dict(b=3, n=2, nkv=1, s1=300, s2=1742, d=64, layout="BSH",
                                          precision="fp16_fp32", sparse_mode=3, lq=[300, 150, 64],
                                          lk=[1742, 200, 100]),

@@ -140,11 +140,12 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     if (rowShifted) {
         CHECK(t.kvStack == 1 && t.preLaunch == 1);
     } else {
-        CHECK(t.kvStack >= 1 && t.kvStack <= 4 && t.kvStack <= t.kvBlocksPerSplit);
-        CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));  // as long as the workspace allows
+        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(4, t.kvBlocksPerSplit));
+        // UB holds the longest stack beside every query block of head dims up to 128
+        if (d.D <= 128) CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
         CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
         // a second stack ahead only where a task can have three stacks or more
-        CHECK((t.preLaunch == 2) == (CeilDiv(t.kvBlocksPerSplit, t.kvStack) >= 3));
+        if (CeilDiv(t.kvBlocksPerSplit, t.kvStack) < 3) CHECK(t.preLaunch == 1);
     }
     CHECK(PasaSlotRing(t) == (t.preLaunch + 1) * t.kvStack);
 
@@ -398,6 +399,11 @@ void SectionHeadDims() {
                     g_case = Describe(in);
                     const pasa::TilingResult r = pasa::ComputeTiling(in);
                     CHECK(r.data.ubBytes <= 184 * 1024 - 256);
+                    // The handshake's ring never costs query rows: the FP32 plan at D = 192 and 32 rows per
+                    // AIV takes 184320 B with single blocks one ahead (15 row vectors), so blockQ stays 64
+                    // and the stack shortens instead.
+                    const std::string p = prec;
+                    if (D == 192 && (p == "pasa_fp32" || p == "fp16_fp32")) CHECK(r.data.blockQ == 64);
                     CHECK(r.data.l1Bytes <= 512 * 1024 - 256);
                     if (r.data.ubBytes > worstUb) worstUb = r.data.ubBytes, worstUbCase = g_case;
                     if (r.data.l1Bytes > worstL1) worstL1 = r.data.l1Bytes, worstL1Case = g_case;
