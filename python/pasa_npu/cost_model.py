@@ -173,8 +173,9 @@ def _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, *, layout, p
 
 def _schedule(tiling) -> str:
     """The AIC <-> AIV handshake the run used (op_kernel/pasa_cube_stage.h)."""
-    return (f"handshake: stacks of {tiling['kvStack']} KV blocks, S' {tiling['preLaunch']} "
-            f"stack{'s' if tiling['preLaunch'] > 1 else ''} ahead")
+    def count(n, noun):
+        return f"{n} {noun}{'s' if n > 1 else ''}"
+    return f"handshake: stacks of {count(tiling['kvStack'], 'KV block')}, S' {count(tiling['preLaunch'], 'stack')} ahead"
 
 
 def _clocks(counters) -> tuple[float, float]:
