@@ -74,8 +74,8 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted, uint32_t
                             std::max<uint64_t>(rm * d * 2, d * 4) /* out */ + 2 * rowVec * 4 /* lse */;
     const uint64_t calc = (fp32State ? 2 * rm * n * 4 : 0) /* S', P in FP32 */ + rm * n * st /* work */ +
                           AlignUp(rm * n / 8, 32) /* compare bits */ + rm * d * st /* O */ +
-                          (11 + 2ull * ring) * rowVec * st /* row state, alpha and gamma */ + 4 * rowVec * 4 /* FP32 rows */ +
-                          rm * 32 /* Brcb */ +
+                          (11 + 2ull * ring) * rowVec * st /* row state, alpha and gamma */ +
+                          4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */ +
                           (rowShifted ? kRowShiftVectors * rowVec * 4 : 0) /* pasa_rs: C, psi, excesses, ... */;
     p.ub = queues + calc;
     // pasa_rs: Q^ and K' carry one more NZ strip (the augmented column that subtracts psi in L0C)
@@ -368,7 +368,8 @@ TilingResult ComputeTiling(const TilingInput& in) {
     // after its first (preLaunch 1 and 2 run two stacks alike).
     if (!rowShifted) {
         t.kvStack = std::min(t.kvStack, t.kvBlocksPerSplit);
-        t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, CeilDiv(t.kvBlocksPerSplit, t.kvStack) - 1));
+        const uint32_t stacks = CeilDiv(t.kvBlocksPerSplit, t.kvStack);
+        t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, stacks - 1));
         plan = MakePlan(t.blockQ, D, fp32State, rowShifted, PasaSlotRing(t));
     }
     const uint64_t tasks = baseTasks * t.kvSplits;

@@ -75,8 +75,9 @@ public:
         // block slot (ring_ each: a stack's are used when PV of the stack arrives), 4 FP32 row vectors, brcb
         const uint32_t tile = rm_ * BLOCK_KV * st;
         const uint32_t bitsBytes = ((rm_ * BLOCK_KV / 8) + 31) / 32 * 32;
-        const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st + (11 + 2 * ring_) * ROW_VEC * st +
-                              4 * ROW_VEC * 4 + rm_ * 32 + (ROW_SHIFTED ? kRowShiftVectors * ROW_VEC * 4 : 0);
+        const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st +
+                              (11 + 2 * ring_) * ROW_VEC * st + 4 * ROW_VEC * 4 + rm_ * 32 +
+                              (ROW_SHIFTED ? kRowShiftVectors * ROW_VEC * 4 : 0);
         pipe->InitBuffer(calc_, calc);
         uint32_t off = 0;
         LocalTensor<uint8_t> base = calc_.Get<uint8_t>();
