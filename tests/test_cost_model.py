@@ -197,8 +197,8 @@ def test_flag_latency_counts_the_hops_of_the_stacked_handshake():
     of stacks 0-2 at 0; the AIVs get them at 100 and send P of each at 100; the AIC gets P_0 at 200, sets PV_0
     and S'_3 at 200, and P_1, P_2 (sent at 100) let it set PV_1, PV_2 at 200; the AIVs get PV_0 and S'_3 at
     300 and send P_3 at 300; the AIC sets PV_3 at 400 and the AIVs finish at 500: 5 hops, where one handshake
-    per block (14 blocks, S' one block ahead) takes more than twice as many. Task 1 (one stack): S' at 0, P
-    at 100, PV at 200, done at 300."""
+    per block (14 blocks, S' one block ahead) took 15. Task 1 (one stack): S' at 0, P at 100, PV at 200, done
+    at 300."""
     _, counters = _stack_case_counts({"flag_latency_cycles": 100.0})
     aics, aivs = counters[:2], counters[2:]
     assert [c["clock_overlap"] for c in aics] == [400, 200]
