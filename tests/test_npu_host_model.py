@@ -309,12 +309,12 @@ CASES = {
     "kv_stack_rotation_fp32": dict(b=1, n=2, nkv=2, s1=100, s2=1742, d=64, layout="BSH", precision="pasa_fp32"),
     "kv_stack_varlen_pasa": dict(b=3, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BSND", precision="pasa",
                                  lq=[128, 64, 40], lk=[1742, 200, 100]),
-    "flash_kv_stack_rotation": dict(b=1, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="fp16_fp32"),
+    "flash_kv_stack_rotation": dict(b=1, n=1, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="fp16_fp32"),
+    "flash_kv_stack_varlen_causal": dict(b=3, n=1, nkv=1, s1=128, s2=1742, d=64, layout="BSH",
+                                         precision="fp16_fp32", sparse_mode=3, lq=[128, 100, 64],
+                                         lk=[1742, 200, 100]),
     # D = 192 in FP32: UB holds single blocks 2 ahead beside 64 query rows (no stack)
     "flash_d192_blocks_two_ahead": dict(b=1, n=2, nkv=1, s1=64, s2=1000, d=192, layout="BNSD", precision="fp16_fp32"),
-    "flash_kv_stack_varlen_causal": dict(b=3, n=2, nkv=1, s1=300, s2=1742, d=64, layout="BSH",
-                                         precision="fp16_fp32", sparse_mode=3, lq=[300, 150, 64],
-                                         lk=[1742, 200, 100]),
     # a key bias within FP16's range for the unscaled S = Q·Kᵀ (|S| ≈ 16·64 = 1024; N(30, 1) overflows, see
     # test_fp16_fa_overflows_where_the_kernel_stays_finite)
     "flash_biased_n4": dict(b=1, n=2, nkv=2, s1=128, s2=256, d=64, layout="BNSD", precision="fp16_fp32",
