@@ -15,6 +15,11 @@ constexpr uint32_t kBlockKv = 128;      // n of M = (I - beta/n J)*scale; 1/n is
 constexpr uint64_t kWsAlign = 512;      // GM workspace regions start on 512-byte boundaries
 constexpr uint32_t kL0Half = 32 * 1024; // one of the two ping-pong buffers of L0A/L0B
 constexpr uint32_t kFractal = 16;       // one NZ strip: the augmented column of pasa_rs takes one
+// The AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h): KV blocks per stack and stacks of S' computed
+// ahead, as catlass's FlashAttention inference kernel has them. pasa_rs hands over single blocks, one ahead:
+// its AIC hears the AIVs' verdict on every block before that block's P V.
+constexpr uint32_t kKvStack = 4;
+constexpr uint32_t kPreLaunch = 2;
 // pasa_rs: the FP32 row vectors its AIVs keep beside the others (op_kernel/pasa_vector_softmax.h, kRowShiftVectors)
 constexpr uint64_t kRowShiftVectors = 13;
 // blockwise.RESHIFT_RELEVANCE: a block whose maximum lies this far below the running one is not reshifted
@@ -56,8 +61,9 @@ struct Plan {
 
 // The on-chip buffers the kernel allocates per core for query blocks of bq rows: this must stay the
 // sum of the InitBuffer calls of op_kernel/pasa_vector_softmax.h (UB, per AIV) and
-// op_kernel/pasa_cube_ops.h + pasa_fused_attention.cpp (L1, L0A, L0B, L0C, per AIC).
-Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted) {
+// op_kernel/pasa_cube_ops.h + pasa_fused_attention.cpp (L1, L0A, L0B, L0C, per AIC). ring: the block slots of
+// the handshake (PasaSlotRing), whose merge weights alpha and gamma the AIVs keep.
+Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted, uint32_t ring) {
     Plan p{};
     p.blockQ = bq;
     const uint64_t st = fp32State ? 4 : 2;  // state / O / PV element size
@@ -68,7 +74,8 @@ Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted) {
                             std::max<uint64_t>(rm * d * 2, d * 4) /* out */ + 2 * rowVec * 4 /* lse */;
     const uint64_t calc = (fp32State ? 2 * rm * n * 4 : 0) /* S', P in FP32 */ + rm * n * st /* work */ +
                           AlignUp(rm * n / 8, 32) /* compare bits */ + rm * d * st /* O */ +
-                          15 * rowVec * st /* row state */ + 4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */ +
+                          (11 + 2ull * ring) * rowVec * st /* row state, alpha and gamma */ +
+                          4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */ +
                           (rowShifted ? kRowShiftVectors * rowVec * 4 : 0) /* pasa_rs: C, psi, excesses, ... */;
     p.ub = queues + calc;
     // pasa_rs: Q^ and K' carry one more NZ strip (the augmented column that subtracts psi in L0C)
@@ -289,11 +296,28 @@ TilingResult ComputeTiling(const TilingInput& in) {
     }
     t.precision = key;
 
+    // The largest query block whose plan fits, with the longest stack of the handshake that fits beside it (the
+    // AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
+    // single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
+    // smaller query block re-reads K and V). The work split below may shorten the stacks.
+    struct Handshake {
+        uint32_t kvStack, preLaunch;
+    };
+    std::vector<Handshake> handshakes;  // most blocks per flag first
+    if (!rowShifted)
+        for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(S2, kBlockKv)); stack >= 1; --stack)
+            handshakes.push_back({stack, kPreLaunch});
+    handshakes.push_back({1, 1});
     Plan plan{};
     bool found = false;
     for (uint32_t bq : {128u, 64u, 32u, 16u}) {
-        plan = MakePlan(bq, D, fp32State, rowShifted);
-        if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
+        for (const Handshake& h : handshakes) {
+            t.kvStack = h.kvStack;
+            t.preLaunch = h.preLaunch;
+            plan = MakePlan(bq, D, fp32State, rowShifted, PasaSlotRing(t));
+            if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
+        }
+        if (found) break;
     }
     if (!found) Bad("platform: no block plan fits the on-chip memories for this head dim");
     t.blockQ = plan.blockQ;
@@ -340,6 +364,14 @@ TilingResult ComputeTiling(const TilingInput& in) {
     } else {
         t.kvBlocksPerSplit = t.numKvBlocks;
     }
+    // A task has at most kvBlocksPerSplit blocks: no longer stacks, and no more stacks ahead than it can have
+    // after its first (preLaunch 1 and 2 run two stacks alike).
+    if (!rowShifted) {
+        t.kvStack = std::min(t.kvStack, t.kvBlocksPerSplit);
+        const uint32_t stacks = CeilDiv(t.kvBlocksPerSplit, t.kvStack);
+        t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, stacks - 1));
+        plan = MakePlan(t.blockQ, D, fp32State, rowShifted, PasaSlotRing(t));
+    }
     const uint64_t tasks = baseTasks * t.kvSplits;
     if (tasks > 0xFFFFFFFFull) Bad("query: too many tasks (B * N * ceil(S1/blockQ) must fit in 32 bits)");
     t.totalTasks = tasks;
@@ -366,10 +398,11 @@ TilingResult ComputeTiling(const TilingInput& in) {
     t.wsProbSlot = t.wsScoreSlot;
     t.wsPvSlot = (uint64_t)t.blockQ * D * (fp32State ? 4 : 2);
     t.wsCoreOffset = off0;
-    // S'[2], P[2], PV[2], then M (PASA) or the ones matrix L (pasa_rs): n x n FP16, written by the core's
-    // AIVs for its pre-pass; then pasa_rs's own slots (pasa_tiling_data.h), each 512-byte aligned
+    // The S', P and PV rings of PasaSlotRing block slots each, then M (PASA) or the ones matrix L (pasa_rs): n x n
+    // FP16, written by the core's AIVs for its pre-pass; then pasa_rs's own slots (pasa_tiling_data.h), each
+    // 512-byte aligned
     const uint64_t shiftSlot = shifted || rowShifted ? (uint64_t)kBlockKv * kBlockKv * 2 : 0;
-    uint64_t coreBytes = 2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot;
+    uint64_t coreBytes = PasaSlotRing(t) * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot;
     if (rowShifted) {
         auto slot = [&](uint64_t bytes) { coreBytes = AlignUp(coreBytes, kWsAlign); uint64_t at = coreBytes; coreBytes += bytes; return at; };
         t.wsQhatSlot = slot((uint64_t)t.blockQ * D * 2);

@@ -14,6 +14,9 @@
 //               hasBlockTable, pageSize, maxBlocksPerSeq, kvPageStride, and CheckBlockTable.
 //   2026-11-23  precision "pasa_rs" (PASA_TILING_KEY_ROW_SHIFTED): the key pre-pass (column sums, u and K^,
 //               K' with one more column), rs* constants, kShiftCols, pasa_rs's workspace regions and slots.
+//   2026-11-23  the stacked AIC <-> AIV handshake: PasaTilingData::kvStack and preLaunch, PasaSlotRing in
+//               pasa_tiling_data.h; wsScoreSlot, wsProbSlot and wsPvSlot are the bytes of one block slot of
+//               PasaSlotRing(t) per core (two before).
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 

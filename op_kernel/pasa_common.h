@@ -1,12 +1,14 @@
 // Shared definitions of the PASA kernel: flag ids, task decoding, GM workspace addressing.
 //
-// Data flow per task (b, n, query block, kv split), per KV block j (n = blockKv = 128 keys):
+// Data flow per task (b, n, query block, kv split), per KV block j (n = blockKv = 128 keys), the blocks
+// handed over in stacks of kvStack (the last one shorter), one flag per stack and direction:
 //   AIC  pre-pass (once per (b, kv head, j), before any task): K'_j = M K_j -> GM workspace (FP16)
-//   AIC  S'_j = Q K'_j^T            -> GM slot S[j%2]  (FP16 through Fixpipe)      flag S_READY
-//   AIV  online softmax on S'_j      -> GM slot P[j%2]  (FP16)                      flag P_READY
-//   AIC  PV_j = P_j V_j              -> GM slot PV[j%2] (FP16 "pasa", FP32 "pasa_fp32") flag PV_READY
-//   AIV  O = alpha_j O + gamma_j PV_j
-// The AIC runs S'_{j+1} while the AIVs do the softmax of block j (two slots of each kind).
+//   AIC  S'_j = Q K'_j^T            -> GM slot S(j)  (FP16 through Fixpipe)        flag S_READY per stack
+//   AIV  online softmax on S'_j      -> GM slot P(j)  (FP16)                        flag P_READY per stack
+//   AIC  PV_j = P_j V_j              -> GM slot PV(j) (FP16 "pasa", FP32 "pasa_fp32") flag PV_READY per stack
+//   AIV  O = alpha_j O + gamma_j PV_j, block by block
+// The AIC computes S' of stack i + preLaunch before it waits for P of stack i, so the matrix unit works
+// while the vector units run the softmax; the slots rotate over preLaunch + 1 stacks (SlotTensors).
 // FlashAttention ("fp16_fp32", pasa_allocation.h) has no pre-pass: the AIC reads K_j from GM and writes
 // the unscaled S_j = Q K_j^T, the AIVs scale it, and O = alpha_j O + PV_j.
 // Row-shifted PASA ("pasa_rs") has its own pre-pass (pasa_centre_keys.h) and, per block, a conversation
@@ -30,6 +32,8 @@ constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
 // set, per task.
 constexpr uint16_t FLAG_M_READY = 1;       // AIV -> AIC (mode 2): M (PASA) or L (pasa_rs) written to the core's slot
 constexpr uint16_t FLAG_PREPASS_DONE = 2;  // AIC <-> all AICs (mode 0): every K' block (and pasa_rs's u, K^) written
+// The stack handshake's flags count: the k-th wait of a task consumes its k-th set, so one id per direction
+// serves every slot of the ring (at most preLaunch + 1 sets are pending, below the counter's 15).
 constexpr uint16_t FLAG_S_READY = 3;       // AIC -> AIV (mode 2)
 constexpr uint16_t FLAG_P_READY = 4;       // AIV -> AIC (mode 2)
 constexpr uint16_t FLAG_PV_READY = 5;      // AIC -> AIV (mode 2)
@@ -69,35 +73,53 @@ __aicore__ inline uint32_t ValidLen(uint32_t has, GlobalTensor<int64_t>& lens, u
     return v < 0 ? 0 : (v > (int64_t)full ? full : (uint32_t)v);
 }
 
-// Byte offsets of one AI core's ping-pong slots in the workspace.
+// Stack i of a task: its KV blocks [first, end) (task-relative), kvStack of them, the last stack shorter.
+struct KvStack {
+    uint32_t first, end;
+};
+__aicore__ inline uint32_t StacksOf(const PasaTilingData& t, const Task& k) { return CeilDivU(k.nBlocks, t.kvStack); }
+__aicore__ inline KvStack StackOf(const PasaTilingData& t, const Task& k, uint32_t i) {
+    return KvStack{i * t.kvStack, MinU((i + 1) * t.kvStack, k.nBlocks)};
+}
+
+// Byte offsets of one AI core's slots in the workspace: the S', P and PV rings, then M (PASA) or L (pasa_rs).
 struct CoreSlots {
-    uint64_t score[2], prob[2], pv[2], shift;
+    uint64_t score, prob, pv, shift;
 };
 __aicore__ inline CoreSlots SlotsOf(const PasaTilingData& t, uint32_t core) {
+    const uint64_t ring = PasaSlotRing(t);
     CoreSlots s;
-    uint64_t base = t.wsCoreOffset + (uint64_t)core * t.wsCoreStride;
-    for (uint32_t i = 0; i < 2; ++i) {
-        s.score[i] = base + i * t.wsScoreSlot;
-        s.prob[i] = base + 2 * t.wsScoreSlot + i * t.wsProbSlot;
-        s.pv[i] = base + 2 * (t.wsScoreSlot + t.wsProbSlot) + i * t.wsPvSlot;
-    }
-    s.shift = base + 2 * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot);
+    s.score = t.wsCoreOffset + (uint64_t)core * t.wsCoreStride;
+    s.prob = s.score + ring * t.wsScoreSlot;
+    s.pv = s.prob + ring * t.wsProbSlot;
+    s.shift = s.pv + ring * t.wsPvSlot;
     return s;
 }
 
-// The core's slots as typed GM tensors (PvT: the PV product's type, FP16 or FP32).
+// The core's rings as typed GM tensors (PvT: the PV product's type, FP16 or FP32): Score(j), Prob(j), Pv(j) are
+// block j's slots.
 template <typename PvT>
-struct SlotTensors {
-    GlobalTensor<half> score[2], prob[2];
-    GlobalTensor<PvT> pv[2];
+class SlotTensors {
+public:
     __aicore__ inline void Init(const PasaTilingData& t, GM_ADDR workspace, uint32_t core) {
         const CoreSlots s = SlotsOf(t, core);
-        for (uint32_t i = 0; i < 2; ++i) {
-            score[i].SetGlobalBuffer((__gm__ half*)(workspace + s.score[i]));
-            prob[i].SetGlobalBuffer((__gm__ half*)(workspace + s.prob[i]));
-            pv[i].SetGlobalBuffer((__gm__ PvT*)(workspace + s.pv[i]));
-        }
+        ring_ = PasaSlotRing(t);
+        scoreElems_ = t.wsScoreSlot / sizeof(half);
+        probElems_ = t.wsProbSlot / sizeof(half);
+        pvElems_ = t.wsPvSlot / sizeof(PvT);
+        score_.SetGlobalBuffer((__gm__ half*)(workspace + s.score));
+        prob_.SetGlobalBuffer((__gm__ half*)(workspace + s.prob));
+        pv_.SetGlobalBuffer((__gm__ PvT*)(workspace + s.pv));
     }
+    __aicore__ inline GlobalTensor<half> Score(uint32_t j) { return score_[(uint64_t)(j % ring_) * scoreElems_]; }
+    __aicore__ inline GlobalTensor<half> Prob(uint32_t j) { return prob_[(uint64_t)(j % ring_) * probElems_]; }
+    __aicore__ inline GlobalTensor<PvT> Pv(uint32_t j) { return pv_[(uint64_t)(j % ring_) * pvElems_]; }
+
+private:
+    GlobalTensor<half> score_, prob_;
+    GlobalTensor<PvT> pv_;
+    uint32_t ring_;
+    uint64_t scoreElems_, probElems_, pvElems_;
 };
 
 // A core's pasa_rs slots in the workspace as typed GM tensors, the same for its AIC and its AIVs: Q^ (FP16),

@@ -1,11 +1,18 @@
 // The AIC program of one task: S'_j = Q K'_j^T (PASA: K' from the pre-pass) or S_j = Q K_j^T
 // (FlashAttention: K straight from GM, unscaled), FP16 through Fixpipe, and PV_j = P_j V_j, handed to and
-// from the two AIVs through per-core GM slots and mode-2 cross-core flags. The AIC computes S'_{j+1}
-// before it waits for P_j, so the matrix unit works while the vector units run the softmax of block j.
-// Slot reuse is safe: S'_{j+2} is written after P_j arrived (the AIVs finished reading S'_j), PV_{j+2}
-// after P_{j+2} arrived (the AIVs consumed PV_j before they started block j+2).
+// from the two AIVs through per-core GM slots and mode-2 cross-core flags, a stack of kvStack blocks per
+// handshake: one S_READY after the stack's S', one P_READY wait before its P V products, one PV_READY after
+// them. The products stay one per block, so every block's values are those of a block-by-block schedule.
+// The AIC computes S' of stack i before it waits for P of stack i - preLaunch, so the AIVs find the next
+// stacks' S' ready while the AIC runs P V, and the matrix unit works while the vector units run the softmax.
+// The slots rotate over preLaunch + 1 stacks (SlotTensors). Their reuse is safe: S' of stack i is written
+// after P of stack i - preLaunch - 1 arrived (the AIVs read S' of a stack before they send its P); P and PV
+// of stack i, after the AIVs updated O with PV of stack i - preLaunch - 1, which they do before the softmax
+// of stack i (pasa_vector_softmax.h Run).
 // pasa_rs (ShiftKind::ROW_SHIFTED) takes Q^ and S' from RowShiftScores (pasa_row_shift_cube.h), which runs
-// block j + 1's first pass before the AIVs' verdict on block j, and PV_j once block j is closed.
+// block j + 1's first pass before the AIVs' verdict on block j, and PV_j once block j is closed: its stacks
+// are single blocks and it computes one block ahead (the tiling's kvStack 1, preLaunch 1), because the AIC
+// must hear each block's verdict, which may ask for more passes, before that block's P V.
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
@@ -43,19 +50,22 @@ public:
             rowShift_.Learn(k, q, mp);
             for (uint32_t j = 0; j < k.nBlocks; ++j) {
                 rowShift_.Block(k, q, mp, j);
-                Pv(k, mp, j);
+                Pv(k, mp, KvStack{j, j + 1});
             }
             cube_->qL1_.FreeTensor(q);
             return;
         }
         LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
                                               t_->headDim, k.qRowStride);
-        for (uint32_t j = 0; j < k.nBlocks; ++j) {
-            Score(k, q, mp, j);
-            CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
-            if (j >= 1) Pv(k, mp, j - 1);
+        const uint32_t stacks = StacksOf(*t_, k);
+        for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
+            if (i < stacks) {
+                const KvStack st = StackOf(*t_, k, i);
+                for (uint32_t j = st.first; j < st.end; ++j) Score(k, q, mp, j);
+                CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+            }
+            if (i >= t_->preLaunch) Pv(k, mp, StackOf(*t_, k, i - t_->preLaunch));
         }
-        Pv(k, mp, k.nBlocks - 1);
         cube_->qL1_.FreeTensor(q);
     }
 
@@ -74,21 +84,24 @@ private:
         }
         LocalTensor<float> c = cube_->Gemm(q, mp, d, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);
-        cube_->template ToGm<half>(slots_.score[j % 2], c, mp, mp, BLOCK_KV, BLOCK_KV);
+        cube_->template ToGm<half>(slots_.Score(j), c, mp, mp, BLOCK_KV, BLOCK_KV);
     }
 
-    __aicore__ inline void Pv(const Task& k, uint32_t mp, uint32_t j) {
+    // P V of the stack's blocks, once the AIVs sent its P, each block's product to its own slot.
+    __aicore__ inline void Pv(const Task& k, uint32_t mp, const KvStack& st) {
         const uint32_t d = t_->headDim;
-        const uint32_t jb = k.kvBlock0 + j;
-        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
         CrossCoreWaitFlag(FLAG_P_READY);
-        LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, slots_.prob[j % 2], k.tileRows, mp, BLOCK_KV, BLOCK_KV);
-        // padded V rows repeat the last key's value; their P columns are exactly 0
-        LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
-        LocalTensor<float> c = cube_->Gemm(p, mp, BLOCK_KV, v, BLayout::ROWS, BLOCK_KV, d, 0, kcPv_);
-        cube_->pL1_.FreeTensor(p);
-        cube_->vL1_.FreeTensor(v);
-        cube_->template ToGm<PvT>(slots_.pv[j % 2], c, mp, mp, d, d);
+        for (uint32_t j = st.first; j < st.end; ++j) {
+            const uint32_t jb = k.kvBlock0 + j;
+            const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
+            LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, slots_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
+            // padded V rows repeat the last key's value; their P columns are exactly 0
+            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
+            LocalTensor<float> c = cube_->Gemm(p, mp, BLOCK_KV, v, BLayout::ROWS, BLOCK_KV, d, 0, kcPv_);
+            cube_->pL1_.FreeTensor(p);
+            cube_->vL1_.FreeTensor(v);
+            cube_->template ToGm<PvT>(slots_.Pv(j), c, mp, mp, d, d);
+        }
         CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_PV_READY);
     }
 

@@ -6,7 +6,7 @@
 //   * passes of S'_j = Q^ K'_j^T - psi, psi subtracted inside the FP32 accumulation through the augmented
 //     column (Q^'s last strip: -psi/64 in its first column, from the block's shift-column slot j % 2; K''s:
 //     64 in its first column, zeros after, so the other 15 columns of the strip add exact zeros), out as
-//     FP16 into score slot j % 2 or as FP32 (the recompute of rows whose S' left FP16's range).
+//     FP16 into block j's S' slot or as FP32 (the recompute of rows whose S' left FP16's range).
 //
 // The conversation with the AIVs. A round: each AIV writes its request word (and, for an FP16 pass, its
 // rows of the shift column) and sets FLAG_REQUEST; the AIC waits for both (it serves both in one product),
@@ -36,8 +36,7 @@ public:
         t_ = t;
         cube_ = cube;
         rsSlots_.Init(*t, workspace, core);
-        for (uint32_t i = 0; i < 2; ++i)
-            score16Gm_[i].SetGlobalBuffer((__gm__ half*)(workspace + SlotsOf(*t, core).score[i]));
+        slots_.Init(*t, workspace, core);
         centreGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsCentreOffset));
         kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
     }
@@ -89,7 +88,7 @@ private:
         }
     }
 
-    // One pass of block j with the shift column of its slot, FP16 (score slot j % 2) or FP32 out.
+    // One pass of block j with the shift column of its slot, FP16 (block j's S' slot) or FP32 out.
     __aicore__ inline void Pass(const Task& k, LocalTensor<half>& q, uint32_t mp, uint32_t j, uint32_t request) {
         const uint32_t d = t_->headDim, cols = t_->kShiftCols;
         const uint32_t jb = k.kvBlock0 + j;
@@ -107,7 +106,7 @@ private:
         LocalTensor<float> c = cube_->Gemm(q, mp, cols, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);
         if (request == REQUEST_FP32) cube_->template ToGm<float>(rsSlots_.score32, c, mp, mp, BLOCK_KV, BLOCK_KV);
-        else cube_->template ToGm<half>(score16Gm_[j % 2], c, mp, mp, BLOCK_KV, BLOCK_KV);
+        else cube_->template ToGm<half>(slots_.Score(j), c, mp, mp, BLOCK_KV, BLOCK_KV);
         CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
     }
 
@@ -128,7 +127,8 @@ private:
     const PasaTilingData* t_;
     CubeOps* cube_;
     uint32_t round_ = 0;
-    GlobalTensor<half> score16Gm_[2], centreGm_, kShiftGm_;
+    GlobalTensor<half> centreGm_, kShiftGm_;
+    SlotTensors<float> slots_;  // the S' ring of the stage's slots (pasa_rs's PV is FP32)
     RowShiftSlots rsSlots_;
 };
 

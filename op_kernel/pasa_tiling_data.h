@@ -66,6 +66,10 @@ struct PasaTilingData {
     uint32_t numQBlocks;       // ceil(S1 / blockQ)
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)
     uint32_t baseK;            // head-dim chunk of one L0A/L0B buffer (<= 128)
+    // ---- the AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h) ----
+    uint32_t kvStack;          // KV blocks per handshake (a stack): the AIC signals S' once per stack, the AIVs P
+    uint32_t preLaunch;        // stacks of S' the AIC computes ahead of the P V it waits for; its slots rotate
+                               // over preLaunch + 1 stacks (pasa_rs: kvStack 1, preLaunch 1, its own conversation)
     uint32_t kShiftCols;       // columns of a K' row in the workspace: D, or D + 16 for pasa_rs (the column of 64)
     // ---- masks ----
     uint32_t sparseMode;       // 0..4 (FIA)
@@ -98,11 +102,12 @@ struct PasaTilingData {
     // ---- GM workspace layout (byte offsets from the user workspace) ----
     uint64_t wsStatusOffset;   // uint32 status words per AIV (32-byte stride): [0] bit 0 = Inf seen in S'; pasa_rs: [1] reshifted, [2] recomputed (row, block) pairs
     uint64_t wsKShiftOffset;   // K' FP16 [B][Nkv][numKvBlocks*blockKv][kShiftCols] (empty for FlashAttention)
-    uint64_t wsCoreOffset;     // per-AI-core ping-pong slots, wsCoreStride bytes each
+    uint64_t wsCoreOffset;     // per-AI-core handshake slots, wsCoreStride bytes each
     uint64_t wsCoreStride;
-    uint64_t wsScoreSlot;      // bytes of one S' slot (blockQ x blockKv FP16), 2 slots
-    uint64_t wsProbSlot;       // bytes of one P slot (blockQ x blockKv FP16), 2 slots
-    uint64_t wsPvSlot;         // bytes of one PV slot (blockQ x D, FP16 or FP32), 2 slots
+    // per core, (preLaunch + 1) * kvStack block slots of each kind, S' first, then P, then PV
+    uint64_t wsScoreSlot;      // bytes of one S' block slot (blockQ x blockKv FP16)
+    uint64_t wsProbSlot;       // bytes of one P block slot (blockQ x blockKv FP16)
+    uint64_t wsPvSlot;         // bytes of one PV block slot (blockQ x D, FP16 or FP32)
     // pasa_rs only (0 otherwise): the pre-pass outputs, shared by every task of a (b, kv head)
     uint64_t wsKSumOffset;     // column sums of the KV blocks, FP32 [prepassItems][D] (the AIC's ones-row GEMM)
     uint64_t wsCentreOffset;   // u_j and K^_j, FP16 [B][Nkv][2*numKvBlocks][D]: row 2j = u_j, row 2j+1 = K^_j
@@ -172,6 +177,12 @@ PASA_HOST_AICORE inline uint32_t PasaCoreTaskId(const PasaTilingData& t, uint32_
     const uint64_t id = (uint64_t)k * t.blockDim + lane;
     return id < t.totalTasks ? (uint32_t)id : t.totalTasks;
 }
+
+// Block slots of each kind (S', P, PV) per core: preLaunch + 1 stacks of kvStack blocks. Block j of a task takes
+// slot j % ring, so stack i takes the slots of stack i - preLaunch - 1, which both sides have finished with
+// before either reaches stack i (op_kernel/pasa_cube_stage.h says why); the AIVs keep the blocks' merge weights
+// in a ring of the same length.
+PASA_HOST_AICORE inline uint32_t PasaSlotRing(const PasaTilingData& t) { return (t.preLaunch + 1) * t.kvStack; }
 
 // Rows (flattened (b*N + n)*S1 + s) that AIV `aiv` combines when kvSplits > 1: [*first, *last).
 PASA_HOST_AICORE inline void PasaCombineRange(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_t* last) {

@@ -63,6 +63,7 @@ public:
         rm_ = t->blockQ / 2;
         inva_ = (T)t->invariance;
         scale_ = (T)t->scale;
+        ring_ = PasaSlotRing(*t);
         const uint32_t st = sizeof(T);
         pipe->InitBuffer(sQue_, 2, rm_ * BLOCK_KV * 2);
         pipe->InitBuffer(pQue_, 2, rm_ * BLOCK_KV * 2);
@@ -70,11 +71,13 @@ public:
         pipe->InitBuffer(maskQue_, 1, rm_ * BLOCK_KV);
         pipe->InitBuffer(outQue_, 1, (rm_ * d_ * 2 > d_ * 4) ? rm_ * d_ * 2 : d_ * 4);
         pipe->InitBuffer(lseQue_, 1, 2 * ROW_VEC * 4);
-        // VECCALC: [sT, pT (FP32 state only)] work, bits, oAcc, 15 state row vectors, 4 FP32 row vectors, brcb
+        // VECCALC: [sT, pT (FP32 state only)] work, bits, oAcc, 11 state row vectors, alpha and gamma of every
+        // block slot (ring_ each: a stack's are used when PV of the stack arrives), 4 FP32 row vectors, brcb
         const uint32_t tile = rm_ * BLOCK_KV * st;
         const uint32_t bitsBytes = ((rm_ * BLOCK_KV / 8) + 31) / 32 * 32;
-        const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st + 15 * ROW_VEC * st +
-                              4 * ROW_VEC * 4 + rm_ * 32 + (ROW_SHIFTED ? kRowShiftVectors * ROW_VEC * 4 : 0);
+        const uint32_t calc = (st == 4 ? 2 * tile : 0) + tile + bitsBytes + rm_ * d_ * st +
+                              (11 + 2 * ring_) * ROW_VEC * st + 4 * ROW_VEC * 4 + rm_ * 32 +
+                              (ROW_SHIFTED ? kRowShiftVectors * ROW_VEC * 4 : 0);
         pipe->InitBuffer(calc_, calc);
         uint32_t off = 0;
         LocalTensor<uint8_t> base = calc_.Get<uint8_t>();
@@ -85,9 +88,10 @@ public:
         work_ = base[off].template ReinterpretCast<T>(); off += tile;
         bits_ = base[off]; off += bitsBytes;
         oAcc_ = base[off].template ReinterpretCast<T>(); off += rm_ * d_ * st;
-        LocalTensor<T>* vecs[15] = {&m_, &mNew_, &l_, &f_, &mean_, &mBlk_, &lBlk_, &dPrev_, &dCur_, &tmp1_, &tmp2_,
-                                    &alpha_[0], &alpha_[1], &gamma_[0], &gamma_[1]};
-        for (uint32_t i = 0; i < 15; ++i) { *vecs[i] = base[off].template ReinterpretCast<T>(); off += ROW_VEC * st; }
+        LocalTensor<T>* vecs[11] = {&m_, &mNew_, &l_, &f_, &mean_, &mBlk_, &lBlk_, &dPrev_, &dCur_, &tmp1_, &tmp2_};
+        for (uint32_t i = 0; i < 11; ++i) { *vecs[i] = base[off].template ReinterpretCast<T>(); off += ROW_VEC * st; }
+        alpha_ = base[off].template ReinterpretCast<T>(); off += ring_ * ROW_VEC * st;
+        gamma_ = base[off].template ReinterpretCast<T>(); off += ring_ * ROW_VEC * st;
         LocalTensor<float>* fvecs[4] = {&fa_, &fb_, &fc_, &fd_};
         for (uint32_t i = 0; i < 4; ++i) { *fvecs[i] = base[off].template ReinterpretCast<float>(); off += ROW_VEC * 4; }
         bc_ = base[off].template ReinterpretCast<T>();
@@ -141,12 +145,16 @@ public:
         if constexpr (ROW_SHIFTED) {
             if (k.nBlocks > 0) CrossCoreWaitFlag(FLAG_CENTRE_PROD_READY);
         }
-        for (uint32_t j = 0; j < k.nBlocks; ++j) {
-            if constexpr (ROW_SHIFTED) RowShiftBlock(k, j);
-            else Softmax(k, j);
-            if (j >= 1) Update(j - 1);
+        // The AIC computes S' preLaunch stacks ahead (pasa_cube_stage.h): the softmax of stack i comes before
+        // the O update of stack i - preLaunch, whose PV the AIC computes after S' of stack i.
+        const uint32_t stacks = StacksOf(*t_, k);
+        for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
+            if (i < stacks) {
+                if constexpr (ROW_SHIFTED) RowShiftBlock(k, i);  // its stacks are single blocks
+                else SoftmaxStack(k, StackOf(*t_, k, i));
+            }
+            if (i >= t_->preLaunch) UpdateStack(StackOf(*t_, k, i - t_->preLaunch));
         }
-        if (k.nBlocks > 0) Update(k.nBlocks - 1);
         if (rows_ > 0) Finalize(k);
     }
 
@@ -171,6 +179,11 @@ public:
 
 private:
     __aicore__ inline void Bar() { PipeBarrier<PIPE_V>(); }
+
+    // Block j's slot in the rings (the GM slots, alpha_, gamma_).
+    __aicore__ inline uint32_t Slot(uint32_t j) const { return j % ring_; }
+    __aicore__ inline LocalTensor<T> Alpha(uint32_t slot) { return alpha_[slot * ROW_VEC]; }
+    __aicore__ inline LocalTensor<T> Gamma(uint32_t slot) { return gamma_[slot * ROW_VEC]; }
 
     // dst[i, c] = src[i, c] op vb[i] for i < rows, c < cols; vb from Brcb (one 32-byte block per row).
     __aicore__ inline void RowBroadcast(RowOp op, const LocalTensor<T>& dst, const LocalTensor<T>& src,
@@ -291,10 +304,10 @@ private:
     // The merge's weights of the running state and of block j, alpha = exp(tmp1_) and gamma = exp(tmp2_)
     // (guarded), into the slot's vectors, and l_j = alpha l_{j-1} + gamma l'.
     __aicore__ inline void MergeRowSums(uint32_t slot) {
-        GuardedExp(alpha_[slot], tmp1_);
-        GuardedExp(gamma_[slot], tmp2_);
-        Mul(tmp1_, alpha_[slot], l_, (int32_t)ROW_VEC);
-        Mul(tmp2_, gamma_[slot], lBlk_, (int32_t)ROW_VEC);
+        GuardedExp(Alpha(slot), tmp1_);
+        GuardedExp(Gamma(slot), tmp2_);
+        Mul(tmp1_, Alpha(slot), l_, (int32_t)ROW_VEC);
+        Mul(tmp2_, Gamma(slot), lBlk_, (int32_t)ROW_VEC);
         Bar();
         Add(l_, tmp1_, tmp2_, (int32_t)ROW_VEC);
     }
@@ -315,17 +328,21 @@ private:
         Bar();
     }
 
+    // One handshake: the stack's S' from the AIC, the softmax block by block, its P to the AIC.
+    __aicore__ inline void SoftmaxStack(const Task& k, const KvStack& st) {
+        CrossCoreWaitFlag(FLAG_S_READY);
+        if (rows_ > 0) {
+            for (uint32_t j = st.first; j < st.end; ++j) Softmax(k, j);
+        }
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
+    }
+
     __aicore__ inline void Softmax(const Task& k, uint32_t j) {
-        const uint32_t slot = j % 2;
+        const uint32_t slot = Slot(j);
         const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - c0);
-        CrossCoreWaitFlag(FLAG_S_READY);
-        if (rows_ == 0) {
-            CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
-            return;
-        }
         LocalTensor<half> s16 = sQue_.template AllocTensor<half>();
-        DataCopy(s16, slots_.score[slot][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
+        DataCopy(s16, slots_.Score(j)[r0_ * BLOCK_KV], rows_ * BLOCK_KV);
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         LocalTensor<T> s;
@@ -391,17 +408,16 @@ private:
             // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
             Sub(tmp1_, m_, mNew_, rv);
             Bar();
-            GuardedExp(alpha_[slot], tmp1_);
-            Mul(tmp1_, alpha_[slot], l_, rv);
+            GuardedExp(Alpha(slot), tmp1_);
+            Mul(tmp1_, Alpha(slot), l_, rv);
             Bar();
             Add(l_, tmp1_, lBlk_, rv);
         }
         Muls(m_, mNew_, (T)1, rv);
         Bar();
         p = pQue_.template DeQue<half>();
-        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
+        DataCopy(slots_.Prob(j)[r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
-        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
     }
 
     // PASA steps 4-6 of block j (0-based) from its mean S̄'_j (mean_) and row max m' (mBlk_): F_j in f_,
@@ -436,20 +452,25 @@ private:
         Max(mNew_, tmp1_, tmp2_, rv);
     }
 
-    // O = α O + γ PV (PASA, pasa_rs) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
-    __aicore__ inline void Update(uint32_t j) {
-        const uint32_t slot = j % 2;
+    // The stack's PV from the AIC, then O updated block by block.
+    __aicore__ inline void UpdateStack(const KvStack& st) {
         CrossCoreWaitFlag(FLAG_PV_READY);
         if (rows_ == 0) return;
+        for (uint32_t j = st.first; j < st.end; ++j) Update(j);
+    }
+
+    // O = α O + γ PV (PASA, pasa_rs) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
+    __aicore__ inline void Update(uint32_t j) {
+        const uint32_t slot = Slot(j);
         LocalTensor<T> pv = pvQue_.template AllocTensor<T>();
-        DataCopy(pv, slots_.pv[slot][r0_ * d_], rows_ * d_);
+        DataCopy(pv, slots_.Pv(j)[r0_ * d_], rows_ * d_);
         pvQue_.EnQue(pv);
         pv = pvQue_.template DeQue<T>();
-        Broadcast(alpha_[slot]);
+        Broadcast(Alpha(slot));
         RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
         Bar();
         if constexpr (Policy::SHIFT != ShiftKind::NONE) {
-            Broadcast(gamma_[slot]);
+            Broadcast(Gamma(slot));
             RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
             Bar();
         }
@@ -703,7 +724,7 @@ private:
     __aicore__ inline void LoadScores16(const Task& k, uint32_t j, uint32_t c0, uint32_t keys) {
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
         LocalTensor<half> s16 = sQue_.template AllocTensor<half>();
-        DataCopy(s16, slots_.score[j % 2][r0_ * BLOCK_KV], rows_ * BLOCK_KV);
+        DataCopy(s16, slots_.Score(j)[r0_ * BLOCK_KV], rows_ * BLOCK_KV);
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
@@ -884,7 +905,7 @@ private:
     // Block j's own work once its S' is final: its counters, excess, E for block j + 2 and that block's
     // shift column, the local softmax and the merge (blockwise._query_block_rs), P_j into its slot.
     __aicore__ inline void Close(const Task& k, uint32_t j, bool reshifted) {
-        const uint32_t slot = j % 2;
+        const uint32_t slot = Slot(j);
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV), rv = (int32_t)ROW_VEC;
         recomputedRows_ += ValidRowsFlagged(redo_);
         if (reshifted) reshiftedRows_ += ValidRowsFlagged(far_);
@@ -927,12 +948,12 @@ private:
         Muls(m_, mNew_, 1.0f, rv);
         Bar();
         p = pQue_.template DeQue<half>();
-        DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
+        DataCopy(slots_.Prob(j)[r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
     }
 
     const PasaTilingData* t_;
-    uint32_t sub_, d_, rm_, r0_ = 0, rows_ = 0, valid_ = 0;
+    uint32_t sub_, d_, rm_, ring_, r0_ = 0, rows_ = 0, valid_ = 0;
     T inva_, scale_;
     bool overflow_ = false;
     TQue<TPosition::VECIN, 1> sQue_, pvQue_, maskQue_;
@@ -940,7 +961,8 @@ private:
     TBuf<TPosition::VECCALC> calc_;
     LocalTensor<T> sT_, pT_, work_, oAcc_, bc_;
     LocalTensor<uint8_t> bits_;
-    LocalTensor<T> m_, mNew_, l_, f_, mean_, mBlk_, lBlk_, dPrev_, dCur_, tmp1_, tmp2_, alpha_[2], gamma_[2];
+    LocalTensor<T> m_, mNew_, l_, f_, mean_, mBlk_, lBlk_, dPrev_, dCur_, tmp1_, tmp2_;
+    LocalTensor<T> alpha_, gamma_;  // ring_ row vectors each: block j's merge weights in row Slot(j)
     LocalTensor<float> fa_, fb_, fc_, fd_;
     GlobalTensor<uint8_t> maskGm_;
     GlobalTensor<half> outGm_;

@@ -158,9 +158,58 @@ def test_decode_reads_k_and_v_once_per_kv_head():
     assert aic_mte2 == q_bytes + 2 * kv_bytes + p_bytes
 
 
+#: The stacked handshake's case: "fp16_fp32" (blockQ 64 at D = 64, no pre-pass flags), B = 2, S1 = 64, S2 = 1742,
+#: actual_seq_lengths_kv [1742, 200]: one task per batch, each on its own AI core. The tiling stacks 4 KV blocks
+#: per handshake and computes S' 2 stacks ahead (kvStack = min(4, 14 blocks), preLaunch = min(2, 4 stacks - 1)),
+#: so the slots rotate over 3 stacks. Task 0 has 14 blocks: stacks of 4, 4, 4, 2 (the fourth in the first's
+#: slots); task 1 has 2 blocks: one stack, fewer than the 2 the AIC computes ahead.
+STACK_CASE_KEYS = [1742, 200]
+
+
+def _stack_case_counts(cost):
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 1, 64, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((2, 1, 1742, 64)).astype(np.float16) for _ in range(2))
+    kw = dict(num_heads=1, input_layout="BNSD", precision="fp16_fp32", actual_seq_lengths_kv=STACK_CASE_KEYS)
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    _, _, counters = npu_host_model.count(q, k, v, cost=cost, **kw)
+    return tiling, counters
+
+
+def test_one_handshake_per_stack_of_kv_blocks():
+    """Per stack, the AIC sets S_READY once, waits for P once and sets PV_READY once; each AIV waits for S' and
+    for PV once and sets P once: ceil(blocks / 4) of each per task, 4 for 14 blocks, 1 for 2 (one per block
+    would be 14 and 2)."""
+    tiling, counters = _stack_case_counts({})
+    assert (tiling["kvStack"], tiling["preLaunch"], tiling["blockQ"]) == (4, 2, 64)
+    assert len(counters) == 2 * 3
+    aics, aivs = counters[:2], counters[2:]
+    for core, stacks in enumerate((4, 1)):
+        assert aics[core]["cross_core_waits"] == stacks
+        assert aics[core]["cross_core_sets"] == 2 * stacks
+        for aiv in aivs[2 * core:2 * core + 2]:
+            assert aiv["cross_core_waits"] == 2 * stacks
+            assert aiv["cross_core_sets"] == stacks
+
+
+def test_flag_latency_counts_the_hops_of_the_stacked_handshake():
+    """Only the flag latency costs (100 cycles a hop). Task 0 (4 stacks, S' 2 stacks ahead): the AIC sets S'
+    of stacks 0-2 at 0; the AIVs get them at 100 and send P of each at 100; the AIC gets P_0 at 200, sets PV_0
+    and S'_3 at 200, and P_1, P_2 (sent at 100) let it set PV_1, PV_2 at 200; the AIVs get PV_0 and S'_3 at
+    300 and send P_3 at 300; the AIC sets PV_3 at 400 and the AIVs finish at 500: 5 hops, where one handshake
+    per block (14 blocks, S' one block ahead) took 15. Task 1 (one stack): S' at 0, P at 100, PV at 200, done
+    at 300."""
+    _, counters = _stack_case_counts({"flag_latency_cycles": 100.0})
+    aics, aivs = counters[:2], counters[2:]
+    assert [c["clock_overlap"] for c in aics] == [400, 200]
+    assert [c["clock_overlap"] for c in aivs] == [500, 500, 300, 300]
+    assert all(c["clock_serial"] == c["clock_overlap"] for c in counters)
+
+
 def test_model_small_case_runs_in_full_and_reports_a_rate():
     r = cost_model.model(1, 2, 1, 256, 256, 64, precision="pasa")
-    assert r.method == "full run on the host model"
+    # 2 KV blocks: one stack of both, no second stack to compute ahead
+    assert r.method == "full run on the host model; handshake: stacks of 2 KV blocks, S' 1 stack ahead"
     assert 0 < r.seconds_overlap <= r.seconds_serial
     assert 0 < r.tflops_serial <= r.tflops_overlap < cost_model.PEAK_TFLOPS
 
@@ -188,7 +237,7 @@ def test_paged_decode_is_modelled_from_a_full_run(capsys):
     issues and reads the table on the scalar unit, so it is modelled no faster than the dense decode."""
     dense = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32")
     paged = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32", page_size=48)
-    assert paged.method == "full run on the host model"
+    assert paged.method.startswith("full run on the host model")
     assert paged.seconds_serial >= dense.seconds_serial and paged.seconds_overlap >= dense.seconds_overlap
     with pytest.raises(ValueError, match="paged shapes too large for a full run are not scaled"):
         cost_model.model(1, 2, 1, 256, 480, 64, page_size=48, full_run_limit=0)

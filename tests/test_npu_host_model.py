@@ -303,6 +303,18 @@ CASES = {
     "flash_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="fp16_fp32",
                                      sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
     "flash_tasks_per_core_2": dict(b=2, n=4, nkv=2, s1=512, s2=384, d=64, layout="BSH", precision="fp16_fp32"),
+    # the stacked handshake (kvStack 4, S' 2 stacks ahead, slots over 3 stacks): 14 KV blocks in stacks of 4, 4,
+    # 4, 2, the fourth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
+    "kv_stack_rotation_pasa": dict(b=1, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="pasa"),
+    "kv_stack_rotation_fp32": dict(b=1, n=2, nkv=2, s1=100, s2=1742, d=64, layout="BSH", precision="pasa_fp32"),
+    "kv_stack_varlen_pasa": dict(b=3, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BSND", precision="pasa",
+                                 lq=[128, 64, 40], lk=[1742, 200, 100]),
+    "flash_kv_stack_rotation": dict(b=1, n=1, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="fp16_fp32"),
+    "flash_kv_stack_varlen_causal": dict(b=3, n=1, nkv=1, s1=128, s2=1742, d=64, layout="BSH",
+                                         precision="fp16_fp32", sparse_mode=3, lq=[128, 100, 64],
+                                         lk=[1742, 200, 100]),
+    # D = 192 in FP32: UB holds single blocks 2 ahead beside 64 query rows (no stack)
+    "flash_d192_blocks_two_ahead": dict(b=1, n=2, nkv=1, s1=64, s2=1000, d=192, layout="BNSD", precision="fp16_fp32"),
     # a key bias within FP16's range for the unscaled S = Q·Kᵀ (|S| ≈ 16·64 = 1024; N(30, 1) overflows, see
     # test_fp16_fa_overflows_where_the_kernel_stays_finite)
     "flash_biased_n4": dict(b=1, n=2, nkv=2, s1=128, s2=256, d=64, layout="BNSD", precision="fp16_fp32",

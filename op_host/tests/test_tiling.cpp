@@ -135,6 +135,20 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // pasa_rs: psi is subtracted in the same Mmad call as Q^ K'^T wherever the augmented column fits
     if (rowShifted && t.kShiftCols <= 128 && t.blockQ <= 128) CHECK(t.baseK == t.kShiftCols);
 
+    // ---- the AIC <-> AIV handshake: stacks of at most 4 KV blocks, no longer than a task's blocks, S' at most 2
+    // stacks ahead; pasa_rs single blocks one ahead (its AIC hears every block's verdict before P V) ----------
+    if (rowShifted) {
+        CHECK(t.kvStack == 1 && t.preLaunch == 1);
+    } else {
+        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(4, t.kvBlocksPerSplit));
+        // UB holds the longest stack beside every query block of head dims up to 128
+        if (d.D <= 128) CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
+        CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
+        // a second stack ahead only where a task can have three stacks or more
+        if (CeilDiv(t.kvBlocksPerSplit, t.kvStack) < 3) CHECK(t.preLaunch == 1);
+    }
+    CHECK(PasaSlotRing(t) == (t.preLaunch + 1) * t.kvStack);
+
     // ---- on-chip capacities -------------------------------------------------------------------
     // UB and L1 as TPipe offers them: less the vector APIs' scratch (TMP_UB_OFFSET = 184 KB on A2) and the
     // mixed kernel's 256 B (see pasa_tiling.h).
@@ -234,7 +248,9 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
     const uint64_t kshift =
         shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * t.kShiftCols * 2 : 0;
-    const uint64_t slotMin = 2 * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
+    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each
+    const uint64_t slotMin =
+        (uint64_t)(t.preLaunch + 1) * t.kvStack * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
     CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
     CHECK(t.wsPvSlot >= (uint64_t)t.blockQ * d.D * st);
@@ -383,6 +399,11 @@ void SectionHeadDims() {
                     g_case = Describe(in);
                     const pasa::TilingResult r = pasa::ComputeTiling(in);
                     CHECK(r.data.ubBytes <= 184 * 1024 - 256);
+                    // The handshake's ring never costs query rows: the FP32 plan at D = 192 and 32 rows per
+                    // AIV takes 184320 B with single blocks one ahead (15 row vectors), so blockQ stays 64
+                    // and the stack shortens instead.
+                    const std::string p = prec;
+                    if (D == 192 && (p == "pasa_fp32" || p == "fp16_fp32")) CHECK(r.data.blockQ == 64);
                     CHECK(r.data.l1Bytes <= 512 * 1024 - 256);
                     if (r.data.ubBytes > worstUb) worstUb = r.data.ubBytes, worstUbCase = g_case;
                     if (r.data.l1Bytes > worstL1) worstL1 = r.data.l1Bytes, worstL1Case = g_case;

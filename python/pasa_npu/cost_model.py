@@ -8,7 +8,9 @@ runs two modelled clocks per core along the AIC <-> AIV flag handshake (host_mod
   cycles (``overlap``: the pipes run concurrently) or their sum (``serial``: no overlap); the truth for
   this kernel lies in between, so both are reported;
 * a CrossCoreWaitFlag moves the waiter's clock to the setter's (+ a flag latency), a mode-0 barrier
-  releases at its latest arrival; the kernel's time is the latest clock of any core.
+  releases at its latest arrival; the kernel's time is the latest clock of any core. The handshake is the
+  kernel's: one S' / P / PV flag per stack of ``kvStack`` KV blocks, S' computed ``preLaunch`` stacks ahead
+  (tiling fields; pasa_rs one block at a time), so the clocks follow that schedule.
 
 Per-unit costs (:data:`A2_COSTS`) come from asc-devkit's published theoretical figures where they exist
 and are estimates otherwise (:data:`COST_SOURCES` says which). Shapes too large to run on the host model
@@ -163,11 +165,17 @@ def _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, *, layout, p
     mask = None
     if sparse_mode in (2, 3):  # FIA's compressed causal mask
         mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1)
-    _, _, counters = npu_host_model.count(
-        q, k, v, cost=costs, ai_cores=ai_cores, atten_mask=mask, num_heads=num_heads,
-        num_key_value_heads=num_kv_heads, input_layout=layout, scale=1.0 / math.sqrt(head_dim),
-        sparse_mode=sparse_mode, precision=precision, **paged)
-    return counters
+    kw = dict(atten_mask=mask, num_heads=num_heads, num_key_value_heads=num_kv_heads, input_layout=layout,
+              scale=1.0 / math.sqrt(head_dim), sparse_mode=sparse_mode, precision=precision, **paged)
+    _, _, counters = npu_host_model.count(q, k, v, cost=costs, ai_cores=ai_cores, **kw)
+    return counters, npu_host_model.tiling(q, k, v, **kw)
+
+
+def _schedule(tiling) -> str:
+    """The AIC <-> AIV handshake the run used (op_kernel/pasa_cube_stage.h)."""
+    def count(n, noun):
+        return f"{n} {noun}{'s' if n > 1 else ''}"
+    return f"handshake: stacks of {count(tiling['kvStack'], 'KV block')}, S' {count(tiling['preLaunch'], 'stack')} ahead"
 
 
 def _clocks(counters) -> tuple[float, float]:
@@ -212,10 +220,11 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
     kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
     if batch * num_heads * nq * nkb <= full_run_limit:
-        counters = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw, page_size=page_size)
+        counters, tiling = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw,
+                                  page_size=page_size)
         ovl, ser = _clocks(counters)
         return Result(ovl / CLOCK_HZ, ser / CLOCK_HZ, flops, _busiest(counters, True), _busiest(counters, False),
-                      "full run on the host model", hbm)
+                      f"full run on the host model; {_schedule(tiling)}", hbm)
     if seq_q == 1:
         raise ValueError("decode shapes too large for a full run are not scaled (split-KV changes the schedule)")
     if page_size:
@@ -224,10 +233,10 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     # T(1 task) = P + t(nb), T(2 tasks) = P + 2 t(nb): t(nb) per task, P the pre-pass of nkb K' blocks
     # (FlashAttention: no pre-pass, P is the launch's fixed cost, once per core).
     def one_core(q_blocks, kv_len):
-        c = _count(1, 1, 1, q_blocks * bq, kv_len, head_dim, **{**kw, "sparse_mode": 0}, ai_cores=1)
-        return np.array(_clocks(c)), c
-    t1, c1 = one_core(1, seq_kv)
-    t2, c2 = one_core(2, seq_kv)
+        c, tiling = _count(1, 1, 1, q_blocks * bq, kv_len, head_dim, **{**kw, "sparse_mode": 0}, ai_cores=1)
+        return np.array(_clocks(c)), c, tiling
+    t1, c1, _ = one_core(1, seq_kv)
+    t2, c2, tiling = one_core(2, seq_kv)
     per_task_full = t2 - t1
     fixed = 2 * t1 - t2
     # The kernel skips the KV blocks a causal mask hides from a whole query tile for FlashAttention only;
@@ -239,8 +248,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
             return per_task_full
     else:  # linear in the task's KV blocks, from a second KV length
         half = max(1, nkb // 2)
-        h1, _ = one_core(1, half * 128)
-        h2, _ = one_core(2, half * 128)
+        h1, _, _ = one_core(1, half * 128)
+        h2, _, _ = one_core(2, half * 128)
         slope = (per_task_full - (h2 - h1)) / max(1, nkb - half)
         def per_task(nb):
             return per_task_full - slope * (nkb - nb)
@@ -268,7 +277,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     method = (f"scaled: reduced runs on 1 AI core (1 head, 1 and 2 query blocks of {bq} rows, S2 = {seq_kv}"
               f"{', and S2 = ' + str(max(1, nkb // 2) * 128) if skips_masked_blocks else ''}) -> per-task and "
               f"{fixed_kind} times; full launch = {block_dim} cores x at most {per_core} tasks{prepass}; "
-              f"pipe cycles are one task's ({nkb} KV blocks)")
+              f"pipe cycles are one task's ({nkb} KV blocks); {_schedule(tiling)}")
     return Result(core_time[0] / CLOCK_HZ, core_time[1] / CLOCK_HZ, flops, aic, aiv, method, hbm)
 
 
