@@ -170,8 +170,6 @@ public:
     }
 
 private:
-    __aicore__ inline void Bar() { PipeBarrier<PIPE_V>(); }
-
     // dst[i, c] = src[i, c] op vb[i] for i < rows, c < cols; vb from Brcb (one 32-byte block per row).
     __aicore__ inline void RowBroadcast(RowOp op, const LocalTensor<T>& dst, const LocalTensor<T>& src,
                                         const LocalTensor<T>& vb, uint32_t rows, uint32_t cols) {
@@ -189,7 +187,7 @@ private:
     // One value per row into bc_ (a 32-byte block each), for RowBroadcast.
     __aicore__ inline void Broadcast(const LocalTensor<T>& v) {
         Brcb(bc_, v, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // Row sums of x (rows_ x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
@@ -199,10 +197,10 @@ private:
             WholeReduceSum<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8);
         } else {
             Add(x, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
-            Bar();
+            PipeBarrier<PIPE_V>();
             WholeReduceSum<T>(dst, x, 64, rows_, 1, 1, 16);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
@@ -210,10 +208,10 @@ private:
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
             Max(work_, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
-            Bar();
+            PipeBarrier<PIPE_V>();
             WholeReduceMax<T>(dst, work_, 64, rows_, 1, 1, 16, ReduceOrder::ORDER_ONLY_VALUE);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi]. The lane
@@ -257,11 +255,11 @@ private:
             mt = maskQue_.template DeQue<uint8_t>();
             LocalTensor<half> m16 = work_.template ReinterpretCast<half>();
             Cast(m16, mt, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             CompareScalar(bits_, m16, (half)0.5f, CMPMODE::LT, rows_ * BLOCK_KV);  // 1 = kept
-            Bar();
+            PipeBarrier<PIPE_V>();
             Select(s, bits_, s, NegInf<T>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, rows_ * BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             maskQue_.FreeTensor(mt);
         }
         if (!t_->bandMode) {
@@ -276,16 +274,16 @@ private:
                 MaskColumns(s, (int32_t)i, lo, hi);
             }
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // Guarded exp: dst = exp(x), 0 where the running maximum mNew_ is still -inf.
     __aicore__ inline void GuardedExp(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
         Exp(dst, x, (int32_t)ROW_VEC);
         CompareScalar(bits_, mNew_, NegInf<T>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(dst, bits_, dst, (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // The merge's weights of the running state and of block j, alpha = exp(tmp1_) and gamma = exp(tmp2_)
@@ -295,7 +293,7 @@ private:
         GuardedExp(gamma_[slot], tmp2_);
         Mul(tmp1_, alpha_[slot], l_, (int32_t)ROW_VEC);
         Mul(tmp2_, gamma_[slot], lBlk_, (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(l_, tmp1_, tmp2_, (int32_t)ROW_VEC);
     }
 
@@ -304,15 +302,15 @@ private:
         Duplicate(fb_, (float)j, (int32_t)ROW_VEC);
         if (sizeof(T) == 2) {
             Cast(fa_, x, RoundMode::CAST_NONE, ROW_VEC);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Div(fa_, fa_, fb_, (int32_t)ROW_VEC);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Cast(x, fa_, RoundMode::CAST_RINT, ROW_VEC);
         } else {
-            Bar();
+            PipeBarrier<PIPE_V>();
             Div(x.template ReinterpretCast<float>(), x.template ReinterpretCast<float>(), fb_, (int32_t)ROW_VEC);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     __aicore__ inline void Softmax(const Task& k, uint32_t j) {
@@ -333,7 +331,7 @@ private:
             s = s16.template ReinterpretCast<T>();
         } else {
             Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             s = sT_;
         }
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV);
@@ -341,12 +339,12 @@ private:
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
             Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(mean_, work_);
         } else {
             // S = Q K^T left the cube unscaled; the scale is one multiplication rounded to T
             Muls(s, s, scale_, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         ApplyMasks(k, s, c0, keys);
         RowMax(mBlk_, s);
@@ -357,23 +355,23 @@ private:
         } else {
             // m_j = max(m_{j-1}, m'); P = exp(S - m_j) (m_j -> lowest finite where the row is all -inf so far)
             Max(mNew_, m_, mBlk_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Maxs(tmp1_, mNew_, Lowest<T>(), rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> p = pQue_.template AllocTensor<half>();
         if (sizeof(T) == 2) {
             Exp(p.template ReinterpretCast<T>(), s, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
         } else {
             Exp(pT_, s, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);  // P enters P V in FP16
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk_, pT_);
         }
         pQue_.EnQue(p);
@@ -382,22 +380,22 @@ private:
             // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
             Sub(tmp1_, m_, mNew_, rv);
             Sub(tmp2_, mBlk_, mNew_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Add(tmp1_, tmp1_, dPrev_, rv);
             Add(tmp2_, tmp2_, dCur_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             MergeRowSums(slot);
         } else {
             // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
             Sub(tmp1_, m_, mNew_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             GuardedExp(alpha_[slot], tmp1_);
             Mul(tmp1_, alpha_[slot], l_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Add(l_, tmp1_, lBlk_, rv);
         }
         Muls(m_, mNew_, (T)1, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
@@ -415,25 +413,26 @@ private:
             Duplicate(dPrev_, (T)0, rv);
         } else {
             Sub(tmp1_, mean_, f_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             DivideByBlockIndex(tmp1_, j + 1);
             Add(tmp2_, f_, tmp1_, rv);  // F_j
-            Bar();
+            PipeBarrier<PIPE_V>();
             Sub(tmp1_, f_, tmp2_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Muls(dPrev_, tmp1_, inva_, rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Sub(tmp1_, mean_, tmp2_, rv);
         Muls(f_, tmp2_, (T)1, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(dCur_, tmp1_, inva_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         // Step 6: m_j = max(m_{j-1} + Δ'prev, m' + Δ'cur)
         Add(tmp1_, m_, dPrev_, rv);
         Add(tmp2_, mBlk_, dCur_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Max(mNew_, tmp1_, tmp2_, rv);
+        PipeBarrier<PIPE_V>();  // the caller rewrites tmp1_
     }
 
     // O = α O + γ PV (PASA, pasa_rs) or O = α O + PV (FlashAttention), each product and the sum rounded to T.
@@ -447,14 +446,14 @@ private:
         pv = pvQue_.template DeQue<T>();
         Broadcast(alpha_[slot]);
         RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if constexpr (Policy::SHIFT != ShiftKind::NONE) {
             Broadcast(gamma_[slot]);
             RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         Add(oAcc_, oAcc_, pv, (int32_t)(rows_ * d_));
-        Bar();
+        PipeBarrier<PIPE_V>();
         pvQue_.FreeTensor(pv);
     }
 
@@ -463,9 +462,9 @@ private:
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
         CompareScalar(bits_, l_, (T)0, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(tmp1_, bits_, l_, (T)1, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::DIV, oAcc_, oAcc_, bc_, rows_, d_);
         // lse in FP32: cast(m) + ln(cast(l)) + cast(I) * cast(F)
@@ -478,25 +477,25 @@ private:
             Muls(fb_, l_.template ReinterpretCast<float>(), 1.0f, rv);
             if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Ln(fb_, fb_, rv);
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, fc_, (float)inva_, rv);
         if constexpr (ROW_SHIFTED) {  // rho (m + C_1 + psi_1): m is in block 1's frame, in units of Q^ K
             Add(fa_, fa_, c1_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Add(fa_, fa_, psi1_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Muls(fa_, fa_, t_->rsRho, rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(fa_, fa_, fb_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             Add(fa_, fa_, fc_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         Select(fa_, bits_, fa_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         CheckOverflow();
         if (t_->kvSplits == 1) WriteFinal(k);
         else WritePartial(k);
@@ -525,7 +524,7 @@ private:
         LocalTensor<half> o = outQue_.template AllocTensor<half>();
         if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
         else Cast(o, oAcc_, RoundMode::CAST_RINT, rows_ * d_);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (valid_ < rows_) Duplicate(o[valid_ * d_], (half)0, (int32_t)((rows_ - valid_) * d_));  // padded rows
         outQue_.EnQue(o);
         LocalTensor<float> lt = lseQue_.template AllocTensor<float>();
@@ -584,12 +583,13 @@ private:
             pvQue_.EnQue(q);
             q = pvQue_.template DeQue<half>();
             Cast(oAcc_, q, RoundMode::CAST_NONE, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             pvQue_.FreeTensor(q);
             Muls(oAcc_, oAcc_, t_->rsScalePow2, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             LocalTensor<half> qh = outQue_.template AllocTensor<half>();
             Cast(qh, oAcc_, RoundMode::CAST_RINT, cnt);
+            PipeBarrier<PIPE_V>();  // before the task zeroes O's buffer
             outQue_.EnQue(qh);
             qh = outQue_.template DeQue<half>();
             DataCopy(rsSlots_.qhat[r0_ * d_], qh, cnt);
@@ -610,7 +610,7 @@ private:
         c = maskQue_.template DeQue<float>();
         Muls(cj_[s], c, 1.0f, (int32_t)second);
         Sub(lv_[s], c[second], c, (int32_t)second);
-        Bar();
+        PipeBarrier<PIPE_V>();
         maskQue_.FreeTensor(c);
     }
 
@@ -619,28 +619,28 @@ private:
         const int32_t rv = (int32_t)ROW_VEC;
         LocalTensor<half> h = fb_.template ReinterpretCast<half>();
         Muls(fa_, x, 1.0f / 64, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Mins(fa_, fa_, 65504.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Maxs(fa_, fa_, -65504.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(dst, h, RoundMode::CAST_NONE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(dst, dst, 64.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // psi_j = shift(lv_j + E), E = eRun_ taken as 0 on a row with no kept key yet (E = -inf).
     __aicore__ inline void BlockShift(uint32_t j) {
         const uint32_t s = j % 2;
         CompareScalar(bits_, eRun_, NegInf<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(tmp1_, bits_, eRun_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(tmp1_, lv_[s], tmp1_, (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ShiftOf(psi_[s], tmp1_);
     }
 
@@ -649,9 +649,9 @@ private:
         if (rows_ == 0) return;
         LocalTensor<half> h = fb_.template ReinterpretCast<half>();
         Muls(fa_, psi_[j % 2], -1.0f / 64, (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> col = pQue_.template AllocTensor<half>();
         Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
         pQue_.EnQue(col);
@@ -707,21 +707,22 @@ private:
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         sQue_.FreeTensor(s16);
         Maxs(sT_, sT_, Lowest<float>(), cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ApplyMasks(k, sT_, c0, keys);
         RowMax(mBlk_, sT_);
         Duplicate(redo_, 0.0f, rv);
         CompareScalar(bits_, mBlk_, PosInf<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, mBlk_, Lowest<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Select(mBlk_, bits_, mBlk_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // The FP32 pass: the rows in redo_ take their S' from it (the others keep the FP16 pass's), masked.
@@ -735,7 +736,7 @@ private:
             sQue_.EnQue(row);
             row = sQue_.template DeQue<float>();
             Muls(sT_[i * BLOCK_KV], row, 1.0f, (int32_t)BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             sQue_.FreeTensor(row);
         }
         ApplyMasks(k, sT_, c0, keys);
@@ -747,11 +748,11 @@ private:
         const int32_t rv = (int32_t)ROW_VEC;
         Sub(tmp1_, cj_[j % 2], c1_, rv);
         Sub(tmp2_, psi_[j % 2], psi1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(tmp1_, tmp1_, tmp2_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(frame_, mBlk_, tmp1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
@@ -764,30 +765,31 @@ private:
         BlockMaxInFrame(j);
         Adds(tmp1_, m_, -t_->rsRelevance, rv);
         Duplicate(far_, 1.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Compare(bits_, frame_, tmp1_, CMPMODE::GT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Abs(tmp2_, mBlk_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, tmp2_, RESHIFT_AT, CMPMODE::GT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, redo_, 0.0f, CMPMODE::EQ, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Add(tmp2_, psi, mBlk_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ShiftOf(moved_, tmp2_);
         Compare(bits_, moved_, psi, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (ValidRowsFlagged(far_) == 0) return false;
         CompareScalar(bits_, far_, 0.0f, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(psi, bits_, moved_, psi, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         return true;
     }
 
@@ -839,9 +841,9 @@ private:
     // dst = excess of block j: (m' + psi_j) - lv_j, its row max above its mean (-inf where every key is masked).
     __aicore__ inline void Excess(const LocalTensor<float>& dst, uint32_t j) {
         Add(dst, mBlk_, psi_[j % 2], (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Sub(dst, dst, lv_[j % 2], (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // Before block 1: its learning conversation (psi = shift(lv_1), without a reshift) gives E's start, the
@@ -893,7 +895,7 @@ private:
         // block j + 2, whose shift column the AIC reads for its first pass after P_j V_j.
         Excess(tmp1_, j);
         Max(eRun_, eRun_, tmp1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (j + 2 < k.nBlocks) {
             LoadCentreProducts(k, j + 2);
             BlockShift(j + 2);
@@ -901,31 +903,31 @@ private:
         }
         // Local softmax in FP32: P = exp(rho (S' - m')), l' its pairwise row sum; P enters P V in FP16.
         Maxs(tmp1_, mBlk_, Lowest<float>(), rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::SUB, sT_, sT_, bc_, rows_, BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(sT_, sT_, t_->rsRho, cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> p = pQue_.template AllocTensor<half>();
         Exp(pT_, sT_, cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         TreeRowSum(lBlk_, pT_);
         pQue_.EnQue(p);
         // Merge in block 1's frame: α = exp(rho (m - m_new)), γ = exp(rho (m~ - m_new)), guarded; l = α l + γ l'.
         Max(mNew_, m_, frame_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Sub(tmp1_, m_, mNew_, rv);
         Sub(tmp2_, frame_, mNew_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(tmp1_, tmp1_, t_->rsRho, rv);
         Muls(tmp2_, tmp2_, t_->rsRho, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         MergeRowSums(slot);
         Muls(m_, mNew_, 1.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
