@@ -237,7 +237,10 @@ private:
         }
     }
 
+    // The user mask's Select and the column masks' Duplicates rewrite s: a barrier between the two, and one
+    // after the last for the row max (none where nothing is masked).
     __aicore__ inline void ApplyMasks(const Task& k, const LocalTensor<T>& s, uint32_t c0, uint32_t keys) {
+        bool selected = false, masked = false;  // s written by the Select, by any mask, since the last barrier
         if (t_->hasMask) {
             const uint64_t base = k.b * t_->maskBatchStride + k.n * t_->maskHeadStride +
                                   (uint64_t)k.row0 * t_->maskRowStride + (uint64_t)r0_ * k.maskRowStride + c0;
@@ -259,11 +262,15 @@ private:
             CompareScalar(bits_, m16, (half)0.5f, CMPMODE::LT, rows_ * BLOCK_KV);  // 1 = kept
             PipeBarrier<PIPE_V>();
             Select(s, bits_, s, NegInf<T>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, rows_ * BLOCK_KV);
-            PipeBarrier<PIPE_V>();
+            selected = masked = true;
             maskQue_.FreeTensor(mt);
         }
         if (!t_->bandMode) {
-            if (keys < BLOCK_KV) MaskColumns(s, -1, 0, (int64_t)keys - 1);  // padded tail columns
+            if (keys < BLOCK_KV) {  // padded tail columns
+                if (selected) PipeBarrier<PIPE_V>();
+                MaskColumns(s, -1, 0, (int64_t)keys - 1);
+                masked = true;
+            }
         } else {
             const Band bd = BandOf(*t_, k.seqQ, k.seqKv);
             for (uint32_t i = 0; i < rows_; ++i) {
@@ -271,26 +278,30 @@ private:
                 int64_t lo = bd.lo + qi, hi = bd.hi + qi;
                 if (hi > (int64_t)keys - 1) hi = (int64_t)keys - 1;
                 if (lo <= 0 && hi >= (int64_t)BLOCK_KV - 1) continue;
-                MaskColumns(s, (int32_t)i, lo, hi);
+                if (selected) PipeBarrier<PIPE_V>();
+                selected = false;
+                MaskColumns(s, (int32_t)i, lo, hi);  // rows apart: no barrier between them
+                masked = true;
             }
         }
-        PipeBarrier<PIPE_V>();
+        if (masked) PipeBarrier<PIPE_V>();
     }
 
-    // Guarded exp: dst = exp(x), 0 where the running maximum mNew_ is still -inf.
-    __aicore__ inline void GuardedExp(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        Exp(dst, x, (int32_t)ROW_VEC);
+    // Guarded exp of n vectors: dst[i] = exp(x[i]), 0 where the running maximum mNew_ is still -inf (one compare
+    // and two barriers for all of them).
+    __aicore__ inline void GuardedExp(const LocalTensor<T>* dst, const LocalTensor<T>* x, uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i) Exp(dst[i], x[i], (int32_t)ROW_VEC);
         CompareScalar(bits_, mNew_, NegInf<T>(), CMPMODE::NE, ROW_VEC);
         PipeBarrier<PIPE_V>();
-        Select(dst, bits_, dst, (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        for (uint32_t i = 0; i < n; ++i) Select(dst[i], bits_, dst[i], (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
     }
 
     // The merge's weights of the running state and of block j, alpha = exp(tmp1_) and gamma = exp(tmp2_)
     // (guarded), into the slot's vectors, and l_j = alpha l_{j-1} + gamma l'.
     __aicore__ inline void MergeRowSums(uint32_t slot) {
-        GuardedExp(alpha_[slot], tmp1_);
-        GuardedExp(gamma_[slot], tmp2_);
+        const LocalTensor<T> weights[2] = {alpha_[slot], gamma_[slot]}, exponents[2] = {tmp1_, tmp2_};
+        GuardedExp(weights, exponents, 2);
         Mul(tmp1_, alpha_[slot], l_, (int32_t)ROW_VEC);
         Mul(tmp2_, gamma_[slot], lBlk_, (int32_t)ROW_VEC);
         PipeBarrier<PIPE_V>();
@@ -389,13 +400,12 @@ private:
             // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
             Sub(tmp1_, m_, mNew_, rv);
             PipeBarrier<PIPE_V>();
-            GuardedExp(alpha_[slot], tmp1_);
+            GuardedExp(&alpha_[slot], &tmp1_, 1);
             Mul(tmp1_, alpha_[slot], l_, rv);
             PipeBarrier<PIPE_V>();
             Add(l_, tmp1_, lBlk_, rv);
         }
         Muls(m_, mNew_, (T)1, rv);
-        PipeBarrier<PIPE_V>();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
@@ -408,9 +418,13 @@ private:
         // Step 4: Welford mean F_j = F_{j-1} + (S̄'_j - F_{j-1}) / j; F_1 = S̄'_1.
         // Step 5: Δ'prev = I(F_{j-1} - F_j) (0 for j = 1), Δ'cur = I(S̄'_j - F_j).
         const int32_t rv = (int32_t)ROW_VEC;
+        // S̄'_j - F_j goes to dCur_ itself, so the two corrections share their barriers.
         if (j == 0) {
             Muls(tmp2_, mean_, (T)1, rv);  // F_1
             Duplicate(dPrev_, (T)0, rv);
+            PipeBarrier<PIPE_V>();
+            Sub(dCur_, mean_, tmp2_, rv);
+            PipeBarrier<PIPE_V>();
         } else {
             Sub(tmp1_, mean_, f_, rv);
             PipeBarrier<PIPE_V>();
@@ -418,14 +432,12 @@ private:
             Add(tmp2_, f_, tmp1_, rv);  // F_j
             PipeBarrier<PIPE_V>();
             Sub(tmp1_, f_, tmp2_, rv);
+            Sub(dCur_, mean_, tmp2_, rv);
             PipeBarrier<PIPE_V>();
             Muls(dPrev_, tmp1_, inva_, rv);
         }
-        PipeBarrier<PIPE_V>();
-        Sub(tmp1_, mean_, tmp2_, rv);
+        Muls(dCur_, dCur_, inva_, rv);
         Muls(f_, tmp2_, (T)1, rv);
-        PipeBarrier<PIPE_V>();
-        Muls(dCur_, tmp1_, inva_, rv);
         PipeBarrier<PIPE_V>();
         // Step 6: m_j = max(m_{j-1} + Δ'prev, m' + Δ'cur)
         Add(tmp1_, m_, dPrev_, rv);
@@ -453,7 +465,6 @@ private:
             PipeBarrier<PIPE_V>();
         }
         Add(oAcc_, oAcc_, pv, (int32_t)(rows_ * d_));
-        PipeBarrier<PIPE_V>();
         pvQue_.FreeTensor(pv);
     }
 
@@ -501,18 +512,25 @@ private:
         else WritePartial(k);
     }
 
+    // A valid row whose F (PASA: F - F is not 0) or m (FlashAttention: not below +inf; -inf is a row with every
+    // key masked) is not finite: flags in fd_, their sum over the valid rows, one scalar read.
     __aicore__ inline void CheckOverflow() {
+        if (valid_ == 0) return;
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
+            Sub(tmp1_, f_, f_, (int32_t)ROW_VEC);
+            PipeBarrier<PIPE_V>();
+            CompareScalar(bits_, tmp1_, (T)0, CMPMODE::EQ, ROW_VEC);
+        } else {
+            CompareScalar(bits_, m_, PosInf<T>(), CMPMODE::LT, ROW_VEC);
+        }
+        Duplicate(fd_, 0.0f, (int32_t)ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        Select(fd_, bits_, fd_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        WholeReduceSum<float>(fc_, fd_, (int32_t)valid_, 1, 1, 1, 8);
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
-        for (uint32_t i = 0; i < valid_; ++i) {
-            if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
-                const float f = (float)f_.GetValue(i);
-                if (!(f - f == 0.0f)) overflow_ = true;  // F is Inf or NaN
-            } else {
-                const float m = (float)m_.GetValue(i);
-                if (!(m < PosInf<float>())) overflow_ = true;  // m is +Inf or NaN (-Inf: every key masked)
-            }
-        }
+        if (fc_.GetValue(0) > 0.0f) overflow_ = true;
     }
 
     // Element offset in query and output of this AIV's first row of the task (row r0_ of the tile).
@@ -927,7 +945,6 @@ private:
         PipeBarrier<PIPE_V>();
         MergeRowSums(slot);
         Muls(m_, mNew_, 1.0f, rv);
-        PipeBarrier<PIPE_V>();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.prob[slot][r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);

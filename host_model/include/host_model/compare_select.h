@@ -77,7 +77,8 @@ void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalT
 }
 template <typename T, typename U, bool isSetMask = true>
 void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
-             const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& p, ascendc_model::Site site = ascendc_model::Site::Here()) {
+             const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& p,
+             ascendc_model::Site site = ascendc_model::Site::Here()) {
     const auto it = ascendc_model::VecIter::Continuous("Compare", mask, repeatTime, sizeof(T), site);
     const auto b = ascendc_model::Operand("Compare", "src1", src1, it, {p.src1BlkStride, p.src1RepStride});
     ascendc_model::CompareOp("Compare", dst, src0, it, {p.src0BlkStride, p.src0RepStride}, cmpMode,
@@ -87,12 +88,13 @@ template <typename T, typename U>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
                    uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
     const double s = double(src1Scalar);
-    ascendc_model::CompareOp("CompareScalar", dst, src0, ascendc_model::VecIter::Count("CompareScalar", count, site), {},
-                             cmpMode, [s](uint64_t, uint32_t) { return s; });
+    ascendc_model::CompareOp("CompareScalar", dst, src0, ascendc_model::VecIter::Count("CompareScalar", count, site),
+                             {}, cmpMode, [s](uint64_t, uint32_t) { return s; });
 }
 template <typename T, typename U, bool isSetMask = true>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
-                   const uint64_t mask, uint8_t repeatTime, const UnaryRepeatParams& p, ascendc_model::Site site = ascendc_model::Site::Here()) {
+                   const uint64_t mask, uint8_t repeatTime, const UnaryRepeatParams& p,
+                   ascendc_model::Site site = ascendc_model::Site::Here()) {
     const double s = double(src1Scalar);
     ascendc_model::CompareOp("CompareScalar", dst, src0,
                              ascendc_model::VecIter::Continuous("CompareScalar", mask, repeatTime, sizeof(T), site),
@@ -101,7 +103,8 @@ void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const 
 
 template <typename T, typename U>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
-            const LocalTensor<T>& src1, SELMODE selMode, uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+            const LocalTensor<T>& src1, SELMODE selMode, uint32_t count,
+            ascendc_model::Site site = ascendc_model::Site::Here()) {
     if (selMode != SELMODE::VSEL_TENSOR_TENSOR_MODE)
         ascendc_model::Fail("Select", "a tensor src1 needs SELMODE::VSEL_TENSOR_TENSOR_MODE");
     const auto it = ascendc_model::VecIter::Count("Select", count, site);

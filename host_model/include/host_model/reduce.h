@@ -177,7 +177,8 @@ void ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
 template <typename T>
 void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
                const int32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
-    ascendc_model::ReduceCount("ReduceSum", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Sum, false, site);
+    ascendc_model::ReduceCount("ReduceSum", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Sum, false,
+                               site);
 }
 
 template <typename T>
