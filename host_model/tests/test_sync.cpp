@@ -268,3 +268,40 @@ HM_CASE(sync_vector_barriers_counted) {
     HM_CHECK(aiv0.pipeBarriers.at("V") == 4, "every PipeBarrier<PIPE_V> counted");
     HM_CHECK(aiv0.idleVectorBarriers == 2, "two barriers guard no dependence");
 }
+
+HM_CASE(sync_queues_order_buffer_reuse) {
+    // A VECOUT buffer's next AllocTensor waits for the copy out, which waited for the vector instructions before
+    // its EnQue; a VECIN buffer's next DeQue waits for the copy in, which waited for those before its FreeTensor.
+    // So rewriting a reused queue buffer needs no barrier.
+    std::vector<float> gm(64, 1.0f);
+    hm_test::OnAiv([&] {
+        TPipe pipe;
+        TQue<TPosition::VECOUT, 1> out;
+        TQue<TPosition::VECIN, 1> in;
+        pipe.InitBuffer(out, 1, 256);
+        pipe.InitBuffer(in, 1, 256);
+        GlobalTensor<float> g;
+        g.SetGlobalBuffer(gm.data(), gm.size());
+        LocalTensor<float> a = in.AllocTensor<float>();
+        DataCopy(a, g, 64);
+        in.EnQue(a);
+        a = in.DeQue<float>();
+        LocalTensor<float> o = out.AllocTensor<float>();
+        Muls(o, a, 2.0f, 64);  // reads the VECIN buffer, writes the VECOUT one
+        in.FreeTensor(a);
+        out.EnQue(o);
+        o = out.DeQue<float>();
+        DataCopy(g, o, 64);
+        out.FreeTensor(o);
+        LocalTensor<float> o2 = out.AllocTensor<float>();
+        Duplicate(o2, 3.0f, 64);  // the same VECOUT buffer: ordered after the Muls by the queue
+        LocalTensor<float> a2 = in.AllocTensor<float>();
+        DataCopy(a2, g, 64);
+        in.EnQue(a2);
+        a2 = in.DeQue<float>();
+        Adds(a2, a2, 1.0f, 64);  // the same VECIN buffer: ordered after the Muls that read it
+        out.FreeTensor(o2);
+        in.FreeTensor(a2);
+    });
+    HM_CHECK(gm[0] == 2.0f, "the copy out");
+}
