@@ -94,7 +94,8 @@ __aicore__ inline void WriteRowPatternMatrix(const GlobalTensor<half>& dst, Q& o
         if (prefix) {
             for (uint32_t row = 0; row < rows; row += GROUP) {
                 const uint32_t left = (r0 + row) / 16 * 16;  // columns before the diagonal's block
-                if (left > 0) Duplicate(tile[row * BLOCK_KV], value, (uint64_t)left, (uint8_t)GROUP, 1, (uint8_t)ROW_BLOCKS);
+                if (left > 0)
+                    Duplicate(tile[row * BLOCK_KV], value, (uint64_t)left, (uint8_t)GROUP, 1, (uint8_t)ROW_BLOCKS);
             }
         }
         outQue.EnQue(tile);

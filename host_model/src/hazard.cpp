@@ -77,12 +77,14 @@ void VectorAccess(VectorOp& op, bool write, Ranges bytes) {
         const char* did = "wrote";
         if (r.first == r.second && write) r = Overlap(prev.reads, bytes), kind = "write after read", did = "read";
         if (r.first == r.second) continue;
-        Fail(op.api, OpText(op.api, op.site) + " " + what + " " + RangeText(r) + ", which " + OpText(prev.api, prev.site) +
-                         " " + did + " with no PipeBarrier<PIPE_V>() between them (" + kind + " on the vector pipe)");
+        Fail(op.api, OpText(op.api, op.site) + " " + what + " " + RangeText(r) + ", which " +
+                         OpText(prev.api, prev.site) + " " + did + " with no PipeBarrier<PIPE_V>() between them (" +
+                         kind + " on the vector pipe)");
     }
     if (h.barrierOpen && !h.barrierUsed)
         for (const VectorOp& prev : h.beforeBarrier) {
-            const bool dependent = Overlap(prev.writes, bytes).second != 0 || (write && Overlap(prev.reads, bytes).second != 0);
+            const bool dependent =
+                Overlap(prev.writes, bytes).second != 0 || (write && Overlap(prev.reads, bytes).second != 0);
             if (dependent) {
                 h.barrierUsed = true;
                 break;
@@ -117,8 +119,8 @@ void ScalarAccess(const std::string& api, Site site, bool write, uint32_t lo, ui
         const char* did = "wrote";
         if (r.first == r.second && write) r = Overlap(prev.reads, bytes), did = "read";
         if (r.first == r.second) continue;
-        Fail(api, OpText(api, site) + (write ? " writes " : " reads ") + RangeText(r) + ", which the vector instruction " +
-                      OpText(prev.api, prev.site) + " " + did +
+        Fail(api, OpText(api, site) + (write ? " writes " : " reads ") + RangeText(r) +
+                      ", which the vector instruction " + OpText(prev.api, prev.site) + " " + did +
                       ", with no SetFlag/WaitFlag<HardEvent::V_S> between them");
     }
     if (write) h.unsyncedForVector.push_back({api, site, bytes, h.seq++});
