@@ -237,7 +237,6 @@ private:
         PipeBarrier<PIPE_V>();
         // K' = K - u, exact: every row's block minus the one block u (source-1 strides 0)
         Sub(out, x, u16_, (uint64_t)128, (uint8_t)(BLOCK_KV / 8), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
-        PipeBarrier<PIPE_V>();
         inQue_.FreeTensor(x);
         LocalTensor<half> uk = smallQue_.template AllocTensor<half>();
         Muls(uk, u16_, (half)1.0f, (int32_t)FRACTAL);

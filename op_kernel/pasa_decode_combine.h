@@ -57,9 +57,9 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
                 Muls(o, o, wi, (int32_t)d);
                 PipeBarrier<PIPE_V>();
                 Add(acc, acc, o, (int32_t)d);
-                PipeBarrier<PIPE_V>();
                 inQue.FreeTensor(o);
             }
+            PipeBarrier<PIPE_V>();
             Muls(acc, acc, 1.0f / sum, (int32_t)d);
         }
         inQue.FreeTensor(w);

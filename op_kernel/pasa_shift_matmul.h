@@ -54,24 +54,49 @@ __aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_A
     CrossCoreWaitFlag(FLAG_PREPASS_DONE);
 }
 
+// Lane mask of one repeat that covers 8 rows, one 16-lane block of each (block stride: a row): the lanes on
+// the diagonal of rows whose first has column offset `offset` (0 or 8) in its block, or with `prefix` all the
+// lanes up to it.
+__aicore__ inline void DiagonalBlockMask(uint32_t offset, bool prefix, uint64_t mask[2]) {
+    mask[0] = mask[1] = 0;
+    for (uint32_t b = 0; b < 8; ++b) {
+        const uint32_t lane = offset + b;  // the diagonal's lane in block b
+        const uint64_t lanes = prefix ? ((2ull << lane) - 1) : (1ull << lane);
+        mask[b / 4] |= lanes << (16 * (b % 4));
+    }
+}
+
 // AIV side: this AIV's half of the rows of an n x n FP16 matrix into GM, through a UB tile of `tileRows`
 // rows: every entry `fill`, except `value` on the columns [prefix ? 0 : r, r] of row r. M = diag on the
 // diagonal and off elsewhere; pasa_rs's L = ones on and below the diagonal (pasa_centre_keys.h).
+// Row r's diagonal lies in block r / 16 at lane r % 16, so for 8 rows starting on a multiple of 8 one masked
+// Duplicate with a block stride of one row writes them all; the 8-row groups 16 rows apart share the mask and
+// lie one row block and one column block apart (repeat stride 16 * 8 + 1 blocks). The blocks left of the
+// diagonal's (prefix) take one continuous-mask Duplicate per group.
 template <class Q>
 __aicore__ inline void WriteRowPatternMatrix(const GlobalTensor<half>& dst, Q& outQue, uint32_t sub, uint32_t tileRows,
                                              half fill, half value, bool prefix) {
+    constexpr uint32_t GROUP = 8, ROW_BLOCKS = BLOCK_KV / 16;
     const uint32_t half0 = sub * (BLOCK_KV / 2);
     for (uint32_t r0 = half0; r0 < half0 + BLOCK_KV / 2; r0 += tileRows) {
-        const uint32_t rows = MinU(tileRows, half0 + BLOCK_KV / 2 - r0);
+        const uint32_t rows = MinU(tileRows, half0 + BLOCK_KV / 2 - r0);  // r0 and rows: multiples of 8
         LocalTensor<half> tile = outQue.template AllocTensor<half>();
         Duplicate(tile, fill, (int32_t)(rows * BLOCK_KV));
         PipeBarrier<PIPE_V>();
-        // the pattern of each row through the lane mask of Duplicate (no scalar stores)
-        for (uint32_t i = 0; i < rows; ++i) {
-            const uint32_t col = r0 + i;
-            uint64_t mask[2] = {0, 0};
-            for (uint32_t c = prefix ? 0 : col; c <= col; ++c) mask[c / 64] |= (uint64_t)1 << (c % 64);
-            Duplicate(tile[i * BLOCK_KV], value, mask, 1, 1, 8);
+        for (uint32_t g0 = 0; g0 < 2 && g0 * GROUP < rows; ++g0) {
+            const uint32_t row = g0 * GROUP, r = r0 + row;
+            uint64_t mask[2];
+            DiagonalBlockMask(r % 16, prefix, mask);
+            const uint8_t groups = (uint8_t)((rows - row + 2 * GROUP - 1) / (2 * GROUP));
+            Duplicate(tile[row * BLOCK_KV + r / 16 * 16], value, mask, groups, ROW_BLOCKS,
+                      (uint8_t)(2 * GROUP * ROW_BLOCKS + 1));
+        }
+        if (prefix) {
+            for (uint32_t row = 0; row < rows; row += GROUP) {
+                const uint32_t left = (r0 + row) / 16 * 16;  // columns before the diagonal's block
+                if (left > 0)
+                    Duplicate(tile[row * BLOCK_KV], value, (uint64_t)left, (uint8_t)GROUP, 1, (uint8_t)ROW_BLOCKS);
+            }
         }
         outQue.EnQue(tile);
         tile = outQue.template DeQue<half>();

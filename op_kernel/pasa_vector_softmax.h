@@ -178,8 +178,6 @@ public:
     }
 
 private:
-    __aicore__ inline void Bar() { PipeBarrier<PIPE_V>(); }
-
     // Block j's slot in the rings (the GM slots, alpha_, gamma_).
     __aicore__ inline uint32_t Slot(uint32_t j) const { return j % ring_; }
     __aicore__ inline LocalTensor<T> Alpha(uint32_t slot) { return alpha_[slot * ROW_VEC]; }
@@ -202,7 +200,7 @@ private:
     // One value per row into bc_ (a 32-byte block each), for RowBroadcast.
     __aicore__ inline void Broadcast(const LocalTensor<T>& v) {
         Brcb(bc_, v, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // Row sums of x (rows_ x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
@@ -212,10 +210,10 @@ private:
             WholeReduceSum<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8);
         } else {
             Add(x, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
-            Bar();
+            PipeBarrier<PIPE_V>();
             WholeReduceSum<T>(dst, x, 64, rows_, 1, 1, 16);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
@@ -223,10 +221,10 @@ private:
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
             Max(work_, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
-            Bar();
+            PipeBarrier<PIPE_V>();
             WholeReduceMax<T>(dst, work_, 64, rows_, 1, 1, 16, ReduceOrder::ORDER_ONLY_VALUE);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi]. The lane
@@ -252,7 +250,10 @@ private:
         }
     }
 
+    // The user mask's Select and the column masks' Duplicates rewrite s: a barrier between the two, and one
+    // after the last for the row max (none where nothing is masked).
     __aicore__ inline void ApplyMasks(const Task& k, const LocalTensor<T>& s, uint32_t c0, uint32_t keys) {
+        bool selected = false, masked = false;  // s written by the Select, by any mask, since the last barrier
         if (t_->hasMask) {
             const uint64_t base = k.b * t_->maskBatchStride + k.n * t_->maskHeadStride +
                                   (uint64_t)k.row0 * t_->maskRowStride + (uint64_t)r0_ * k.maskRowStride + c0;
@@ -270,15 +271,19 @@ private:
             mt = maskQue_.template DeQue<uint8_t>();
             LocalTensor<half> m16 = work_.template ReinterpretCast<half>();
             Cast(m16, mt, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             CompareScalar(bits_, m16, (half)0.5f, CMPMODE::LT, rows_ * BLOCK_KV);  // 1 = kept
-            Bar();
+            PipeBarrier<PIPE_V>();
             Select(s, bits_, s, NegInf<T>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, rows_ * BLOCK_KV);
-            Bar();
+            selected = masked = true;
             maskQue_.FreeTensor(mt);
         }
         if (!t_->bandMode) {
-            if (keys < BLOCK_KV) MaskColumns(s, -1, 0, (int64_t)keys - 1);  // padded tail columns
+            if (keys < BLOCK_KV) {  // padded tail columns
+                if (selected) PipeBarrier<PIPE_V>();
+                MaskColumns(s, -1, 0, (int64_t)keys - 1);
+                masked = true;
+            }
         } else {
             const Band bd = BandOf(*t_, k.seqQ, k.seqKv);
             for (uint32_t i = 0; i < rows_; ++i) {
@@ -286,29 +291,33 @@ private:
                 int64_t lo = bd.lo + qi, hi = bd.hi + qi;
                 if (hi > (int64_t)keys - 1) hi = (int64_t)keys - 1;
                 if (lo <= 0 && hi >= (int64_t)BLOCK_KV - 1) continue;
-                MaskColumns(s, (int32_t)i, lo, hi);
+                if (selected) PipeBarrier<PIPE_V>();
+                selected = false;
+                MaskColumns(s, (int32_t)i, lo, hi);  // rows apart: no barrier between them
+                masked = true;
             }
         }
-        Bar();
+        if (masked) PipeBarrier<PIPE_V>();
     }
 
-    // Guarded exp: dst = exp(x), 0 where the running maximum mNew_ is still -inf.
-    __aicore__ inline void GuardedExp(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        Exp(dst, x, (int32_t)ROW_VEC);
+    // Guarded exp of n vectors: dst[i] = exp(x[i]), 0 where the running maximum mNew_ is still -inf (one compare
+    // and two barriers for all of them).
+    __aicore__ inline void GuardedExp(const LocalTensor<T>* dst, const LocalTensor<T>* x, uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i) Exp(dst[i], x[i], (int32_t)ROW_VEC);
         CompareScalar(bits_, mNew_, NegInf<T>(), CMPMODE::NE, ROW_VEC);
-        Bar();
-        Select(dst, bits_, dst, (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
+        for (uint32_t i = 0; i < n; ++i) Select(dst[i], bits_, dst[i], (T)0, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
     }
 
     // The merge's weights of the running state and of block j, alpha = exp(tmp1_) and gamma = exp(tmp2_)
     // (guarded), into the slot's vectors, and l_j = alpha l_{j-1} + gamma l'.
     __aicore__ inline void MergeRowSums(uint32_t slot) {
-        GuardedExp(Alpha(slot), tmp1_);
-        GuardedExp(Gamma(slot), tmp2_);
-        Mul(tmp1_, Alpha(slot), l_, (int32_t)ROW_VEC);
-        Mul(tmp2_, Gamma(slot), lBlk_, (int32_t)ROW_VEC);
-        Bar();
+        const LocalTensor<T> weights[2] = {Alpha(slot), Gamma(slot)}, exponents[2] = {tmp1_, tmp2_};
+        GuardedExp(weights, exponents, 2);
+        Mul(tmp1_, weights[0], l_, (int32_t)ROW_VEC);
+        Mul(tmp2_, weights[1], lBlk_, (int32_t)ROW_VEC);
+        PipeBarrier<PIPE_V>();
         Add(l_, tmp1_, tmp2_, (int32_t)ROW_VEC);
     }
 
@@ -317,15 +326,15 @@ private:
         Duplicate(fb_, (float)j, (int32_t)ROW_VEC);
         if (sizeof(T) == 2) {
             Cast(fa_, x, RoundMode::CAST_NONE, ROW_VEC);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Div(fa_, fa_, fb_, (int32_t)ROW_VEC);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Cast(x, fa_, RoundMode::CAST_RINT, ROW_VEC);
         } else {
-            Bar();
+            PipeBarrier<PIPE_V>();
             Div(x.template ReinterpretCast<float>(), x.template ReinterpretCast<float>(), fb_, (int32_t)ROW_VEC);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // One handshake: the stack's S' from the AIC, the softmax block by block, its P to the AIC.
@@ -350,7 +359,7 @@ private:
             s = s16.template ReinterpretCast<T>();
         } else {
             Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             s = sT_;
         }
         const int32_t cnt = (int32_t)(rows_ * BLOCK_KV);
@@ -358,12 +367,12 @@ private:
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             // Step 3: the block's pseudo-average over all n columns (padded copies included), before masks.
             Muls(work_, s, (T)(1.0f / BLOCK_KV), cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(mean_, work_);
         } else {
             // S = Q K^T left the cube unscaled; the scale is one multiplication rounded to T
             Muls(s, s, scale_, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         ApplyMasks(k, s, c0, keys);
         RowMax(mBlk_, s);
@@ -374,23 +383,23 @@ private:
         } else {
             // m_j = max(m_{j-1}, m'); P = exp(S - m_j) (m_j -> lowest finite where the row is all -inf so far)
             Max(mNew_, m_, mBlk_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Maxs(tmp1_, mNew_, Lowest<T>(), rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> p = pQue_.template AllocTensor<half>();
         if (sizeof(T) == 2) {
             Exp(p.template ReinterpretCast<T>(), s, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
         } else {
             Exp(pT_, s, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);  // P enters P V in FP16
-            Bar();
+            PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk_, pT_);
         }
         pQue_.EnQue(p);
@@ -399,22 +408,22 @@ private:
             // α = exp(m_{j-1} - m_j + Δ'prev), γ = exp(m' - m_j + Δ'cur), guarded; l_j = α l_{j-1} + γ l'
             Sub(tmp1_, m_, mNew_, rv);
             Sub(tmp2_, mBlk_, mNew_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Add(tmp1_, tmp1_, dPrev_, rv);
             Add(tmp2_, tmp2_, dCur_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             MergeRowSums(slot);
         } else {
             // α = exp(m_{j-1} - m_j), guarded; l_j = α l_{j-1} + rowsum P
             Sub(tmp1_, m_, mNew_, rv);
-            Bar();
-            GuardedExp(Alpha(slot), tmp1_);
-            Mul(tmp1_, Alpha(slot), l_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
+            const LocalTensor<T> alpha = Alpha(slot);
+            GuardedExp(&alpha, &tmp1_, 1);
+            Mul(tmp1_, alpha, l_, rv);
+            PipeBarrier<PIPE_V>();
             Add(l_, tmp1_, lBlk_, rv);
         }
         Muls(m_, mNew_, (T)1, rv);
-        Bar();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.Prob(j)[r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);
@@ -426,30 +435,33 @@ private:
         // Step 4: Welford mean F_j = F_{j-1} + (S̄'_j - F_{j-1}) / j; F_1 = S̄'_1.
         // Step 5: Δ'prev = I(F_{j-1} - F_j) (0 for j = 1), Δ'cur = I(S̄'_j - F_j).
         const int32_t rv = (int32_t)ROW_VEC;
+        // S̄'_j - F_j goes to dCur_ itself, so the two corrections share their barriers.
         if (j == 0) {
             Muls(tmp2_, mean_, (T)1, rv);  // F_1
             Duplicate(dPrev_, (T)0, rv);
+            PipeBarrier<PIPE_V>();
+            Sub(dCur_, mean_, tmp2_, rv);
+            PipeBarrier<PIPE_V>();
         } else {
             Sub(tmp1_, mean_, f_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             DivideByBlockIndex(tmp1_, j + 1);
             Add(tmp2_, f_, tmp1_, rv);  // F_j
-            Bar();
+            PipeBarrier<PIPE_V>();
             Sub(tmp1_, f_, tmp2_, rv);
-            Bar();
+            Sub(dCur_, mean_, tmp2_, rv);
+            PipeBarrier<PIPE_V>();
             Muls(dPrev_, tmp1_, inva_, rv);
         }
-        Bar();
-        Sub(tmp1_, mean_, tmp2_, rv);
+        Muls(dCur_, dCur_, inva_, rv);
         Muls(f_, tmp2_, (T)1, rv);
-        Bar();
-        Muls(dCur_, tmp1_, inva_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         // Step 6: m_j = max(m_{j-1} + Δ'prev, m' + Δ'cur)
         Add(tmp1_, m_, dPrev_, rv);
         Add(tmp2_, mBlk_, dCur_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Max(mNew_, tmp1_, tmp2_, rv);
+        PipeBarrier<PIPE_V>();  // the caller rewrites tmp1_
     }
 
     // The stack's PV from the AIC, then O updated block by block.
@@ -468,14 +480,13 @@ private:
         pv = pvQue_.template DeQue<T>();
         Broadcast(Alpha(slot));
         RowBroadcast(RowOp::MUL, oAcc_, oAcc_, bc_, rows_, d_);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if constexpr (Policy::SHIFT != ShiftKind::NONE) {
             Broadcast(Gamma(slot));
             RowBroadcast(RowOp::MUL, pv, pv, bc_, rows_, d_);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         Add(oAcc_, oAcc_, pv, (int32_t)(rows_ * d_));
-        Bar();
         pvQue_.FreeTensor(pv);
     }
 
@@ -484,9 +495,9 @@ private:
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
         CompareScalar(bits_, l_, (T)0, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(tmp1_, bits_, l_, (T)1, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::DIV, oAcc_, oAcc_, bc_, rows_, d_);
         // lse in FP32: cast(m) + ln(cast(l)) + cast(I) * cast(F)
@@ -499,42 +510,49 @@ private:
             Muls(fb_, l_.template ReinterpretCast<float>(), 1.0f, rv);
             if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, f_.template ReinterpretCast<float>(), 1.0f, rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Ln(fb_, fb_, rv);
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Muls(fc_, fc_, (float)inva_, rv);
         if constexpr (ROW_SHIFTED) {  // rho (m + C_1 + psi_1): m is in block 1's frame, in units of Q^ K
             Add(fa_, fa_, c1_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Add(fa_, fa_, psi1_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
             Muls(fa_, fa_, t_->rsRho, rv);
         }
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(fa_, fa_, fb_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
             Add(fa_, fa_, fc_, rv);
-            Bar();
+            PipeBarrier<PIPE_V>();
         }
         Select(fa_, bits_, fa_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         CheckOverflow();
         if (t_->kvSplits == 1) WriteFinal(k);
         else WritePartial(k);
     }
 
+    // A valid row whose F (PASA: F - F is not 0) or m (FlashAttention: not below +inf; -inf is a row with every
+    // key masked) is not finite: flags in fd_, their sum over the valid rows, one scalar read.
     __aicore__ inline void CheckOverflow() {
+        if (valid_ == 0) return;
+        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
+            Sub(tmp1_, f_, f_, (int32_t)ROW_VEC);
+            PipeBarrier<PIPE_V>();
+            CompareScalar(bits_, tmp1_, (T)0, CMPMODE::EQ, ROW_VEC);
+        } else {
+            CompareScalar(bits_, m_, PosInf<T>(), CMPMODE::LT, ROW_VEC);
+        }
+        Duplicate(fd_, 0.0f, (int32_t)ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        Select(fd_, bits_, fd_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        WholeReduceSum<float>(fc_, fd_, (int32_t)valid_, 1, 1, 1, 8);
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
-        for (uint32_t i = 0; i < valid_; ++i) {
-            if constexpr (Policy::SHIFT == ShiftKind::PASA_M) {
-                const float f = (float)f_.GetValue(i);
-                if (!(f - f == 0.0f)) overflow_ = true;  // F is Inf or NaN
-            } else {
-                const float m = (float)m_.GetValue(i);
-                if (!(m < PosInf<float>())) overflow_ = true;  // m is +Inf or NaN (-Inf: every key masked)
-            }
-        }
+        if (fc_.GetValue(0) > 0.0f) overflow_ = true;
     }
 
     // Element offset in query and output of this AIV's first row of the task (row r0_ of the tile).
@@ -546,7 +564,7 @@ private:
         LocalTensor<half> o = outQue_.template AllocTensor<half>();
         if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
         else Cast(o, oAcc_, RoundMode::CAST_RINT, rows_ * d_);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (valid_ < rows_) Duplicate(o[valid_ * d_], (half)0, (int32_t)((rows_ - valid_) * d_));  // padded rows
         outQue_.EnQue(o);
         LocalTensor<float> lt = lseQue_.template AllocTensor<float>();
@@ -605,12 +623,13 @@ private:
             pvQue_.EnQue(q);
             q = pvQue_.template DeQue<half>();
             Cast(oAcc_, q, RoundMode::CAST_NONE, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             pvQue_.FreeTensor(q);
             Muls(oAcc_, oAcc_, t_->rsScalePow2, cnt);
-            Bar();
+            PipeBarrier<PIPE_V>();
             LocalTensor<half> qh = outQue_.template AllocTensor<half>();
             Cast(qh, oAcc_, RoundMode::CAST_RINT, cnt);
+            PipeBarrier<PIPE_V>();  // before the task zeroes O's buffer
             outQue_.EnQue(qh);
             qh = outQue_.template DeQue<half>();
             DataCopy(rsSlots_.qhat[r0_ * d_], qh, cnt);
@@ -631,7 +650,7 @@ private:
         c = maskQue_.template DeQue<float>();
         Muls(cj_[s], c, 1.0f, (int32_t)second);
         Sub(lv_[s], c[second], c, (int32_t)second);
-        Bar();
+        PipeBarrier<PIPE_V>();
         maskQue_.FreeTensor(c);
     }
 
@@ -640,28 +659,28 @@ private:
         const int32_t rv = (int32_t)ROW_VEC;
         LocalTensor<half> h = fb_.template ReinterpretCast<half>();
         Muls(fa_, x, 1.0f / 64, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Mins(fa_, fa_, 65504.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Maxs(fa_, fa_, -65504.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(dst, h, RoundMode::CAST_NONE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(dst, dst, 64.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // psi_j = shift(lv_j + E), E = eRun_ taken as 0 on a row with no kept key yet (E = -inf).
     __aicore__ inline void BlockShift(uint32_t j) {
         const uint32_t s = j % 2;
         CompareScalar(bits_, eRun_, NegInf<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(tmp1_, bits_, eRun_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(tmp1_, lv_[s], tmp1_, (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ShiftOf(psi_[s], tmp1_);
     }
 
@@ -670,9 +689,9 @@ private:
         if (rows_ == 0) return;
         LocalTensor<half> h = fb_.template ReinterpretCast<half>();
         Muls(fa_, psi_[j % 2], -1.0f / 64, (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(h, fa_, RoundMode::CAST_RINT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> col = pQue_.template AllocTensor<half>();
         Brcb(col, h, (uint8_t)((rows_ + 7) / 8), BrcbRepeatParams(1, 8));  // one 16-lane block per row
         pQue_.EnQue(col);
@@ -728,21 +747,22 @@ private:
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         sQue_.FreeTensor(s16);
         Maxs(sT_, sT_, Lowest<float>(), cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ApplyMasks(k, sT_, c0, keys);
         RowMax(mBlk_, sT_);
         Duplicate(redo_, 0.0f, rv);
         CompareScalar(bits_, mBlk_, PosInf<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, mBlk_, Lowest<float>(), CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(redo_, bits_, redo_, 1.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Select(mBlk_, bits_, mBlk_, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // The FP32 pass: the rows in redo_ take their S' from it (the others keep the FP16 pass's), masked.
@@ -756,7 +776,7 @@ private:
             sQue_.EnQue(row);
             row = sQue_.template DeQue<float>();
             Muls(sT_[i * BLOCK_KV], row, 1.0f, (int32_t)BLOCK_KV);
-            Bar();
+            PipeBarrier<PIPE_V>();
             sQue_.FreeTensor(row);
         }
         ApplyMasks(k, sT_, c0, keys);
@@ -768,11 +788,11 @@ private:
         const int32_t rv = (int32_t)ROW_VEC;
         Sub(tmp1_, cj_[j % 2], c1_, rv);
         Sub(tmp2_, psi_[j % 2], psi1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(tmp1_, tmp1_, tmp2_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Add(frame_, mBlk_, tmp1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
@@ -785,30 +805,31 @@ private:
         BlockMaxInFrame(j);
         Adds(tmp1_, m_, -t_->rsRelevance, rv);
         Duplicate(far_, 1.0f, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Compare(bits_, frame_, tmp1_, CMPMODE::GT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Abs(tmp2_, mBlk_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, tmp2_, RESHIFT_AT, CMPMODE::GT, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
         CompareScalar(bits_, redo_, 0.0f, CMPMODE::EQ, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Add(tmp2_, psi, mBlk_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         ShiftOf(moved_, tmp2_);
         Compare(bits_, moved_, psi, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (ValidRowsFlagged(far_) == 0) return false;
         CompareScalar(bits_, far_, 0.0f, CMPMODE::NE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Select(psi, bits_, moved_, psi, SELMODE::VSEL_TENSOR_TENSOR_MODE, ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         return true;
     }
 
@@ -860,9 +881,9 @@ private:
     // dst = excess of block j: (m' + psi_j) - lv_j, its row max above its mean (-inf where every key is masked).
     __aicore__ inline void Excess(const LocalTensor<float>& dst, uint32_t j) {
         Add(dst, mBlk_, psi_[j % 2], (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Sub(dst, dst, lv_[j % 2], (int32_t)ROW_VEC);
-        Bar();
+        PipeBarrier<PIPE_V>();
     }
 
     // Before block 1: its learning conversation (psi = shift(lv_1), without a reshift) gives E's start, the
@@ -914,7 +935,7 @@ private:
         // block j + 2, whose shift column the AIC reads for its first pass after P_j V_j.
         Excess(tmp1_, j);
         Max(eRun_, eRun_, tmp1_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         if (j + 2 < k.nBlocks) {
             LoadCentreProducts(k, j + 2);
             BlockShift(j + 2);
@@ -922,31 +943,30 @@ private:
         }
         // Local softmax in FP32: P = exp(rho (S' - m')), l' its pairwise row sum; P enters P V in FP16.
         Maxs(tmp1_, mBlk_, Lowest<float>(), rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Broadcast(tmp1_);
         RowBroadcast(RowOp::SUB, sT_, sT_, bc_, rows_, BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(sT_, sT_, t_->rsRho, cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         LocalTensor<half> p = pQue_.template AllocTensor<half>();
         Exp(pT_, sT_, cnt);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Cast(p, pT_, RoundMode::CAST_RINT, rows_ * BLOCK_KV);
-        Bar();
+        PipeBarrier<PIPE_V>();
         TreeRowSum(lBlk_, pT_);
         pQue_.EnQue(p);
         // Merge in block 1's frame: α = exp(rho (m - m_new)), γ = exp(rho (m~ - m_new)), guarded; l = α l + γ l'.
         Max(mNew_, m_, frame_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Sub(tmp1_, m_, mNew_, rv);
         Sub(tmp2_, frame_, mNew_, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         Muls(tmp1_, tmp1_, t_->rsRho, rv);
         Muls(tmp2_, tmp2_, t_->rsRho, rv);
-        Bar();
+        PipeBarrier<PIPE_V>();
         MergeRowSums(slot);
         Muls(m_, mNew_, 1.0f, rv);
-        Bar();
         p = pQue_.template DeQue<half>();
         DataCopy(slots_.Prob(j)[r0_ * BLOCK_KV], p, rows_ * BLOCK_KV);
         pQue_.FreeTensor(p);

@@ -70,6 +70,25 @@ def test_flash_baseline_counts_have_no_shift():
         assert aic["fix_bytes"] == S_BYTES // 2 + 2 * PV_BYTES // 2
 
 
+def test_vector_barriers_match_the_hand_count():
+    """PipeBarrier<PIPE_V> of one FlashAttention task ("fp16_fp32": T = float; one KV block of 128 kept keys, no
+    mask, every row valid, no KV split), per AIV, read off op_kernel/pasa_vector_softmax.h:
+      Run: after zeroing m, l, F and O                                                                   1
+      Softmax: S in FP32; S x scale; RowMax (the fold, the reduce); m_j; m_j clamped; its Brcb; S - m_j;
+               exp; P in FP16; the row sum (the fold, the reduce); m_{j-1} - m_j; GuardedExp (two);
+               alpha l                                                                                  16
+      Update: alpha's Brcb; alpha O                                                                      2
+      Finalize: l != 0; l or 1; its Brcb; m and l in FP32; ln l; m + ln l; the -inf rows; CheckOverflow
+                (its flags, their select); O in FP16                                                    10
+    Each costs barrier_cycles on the vector pipe, the only unit cost set here; the AICs issue none."""
+    counters = _count({"barrier_cycles": 3.0}, precision="fp16_fp32")
+    for aic in counters[:2]:
+        assert "V" not in aic["pipe_barriers"]
+    for aiv in counters[2:]:
+        assert aiv["pipe_barriers"] == {"V": 29}
+        assert aiv["pipe_cycles"]["V"] == 29 * 3.0
+
+
 def test_pipe_cycles_follow_the_unit_costs():
     cost = dict(cube_cycles_per_fractal=1.0, l0a_bytes_per_cycle=256.0, l0b_bytes_per_cycle=128.0,
                 gm_bytes_per_cycle=64.0)

@@ -66,6 +66,24 @@ MISUSE = {
     "tiling did not set batch mode",
     "misuse_error_releases_waiters": "AIC 0: TPipe::InitBuffer: TBuf at CO1 needs 132096 B but only 131072 B of "
     "L0C's 131072 B are free",
+    "misuse_vector_read_after_write": f"{AIV0}: Mul: Mul (test_sync.cpp:",
+    "misuse_vector_write_after_read": f"{AIV0}: Duplicate: Duplicate (test_sync.cpp:",
+    "misuse_vector_write_after_write_strided": f"{AIV0}: Adds: Adds (test_sync.cpp:",
+    "misuse_scalar_read_without_v_s": f"{AIV0}: LocalTensor::GetValue: LocalTensor::GetValue (test_sync.cpp:",
+    "misuse_pipe_barrier_s": f"{AIV0}: PipeBarrier<PIPE_S>: test_sync.cpp:",
+}
+
+# The rest of a message whose start names a source line: the range, the other instruction, the missing sync.
+DETAILS = {
+    "misuse_vector_read_after_write": ["reads UB [1024, 1536), which Add (test_sync.cpp:",
+                                       "with no PipeBarrier<PIPE_V>() between them (read after write on the vector pipe)"],
+    "misuse_vector_write_after_read": ["writes UB [512, 1024), which Add (test_sync.cpp:",
+                                       "(write after read on the vector pipe)"],
+    "misuse_vector_write_after_write_strided": ["writes UB [256, 288), which Duplicate (test_sync.cpp:",
+                                                "(write after write on the vector pipe)"],
+    "misuse_scalar_read_without_v_s": ["reads UB [20, 24), which the vector instruction Duplicate (test_sync.cpp:",
+                                       "with no SetFlag/WaitFlag<HardEvent::V_S> between them"],
+    "misuse_pipe_barrier_s": ["PipeBarrier<PIPE_S> raises a hardware error"],
 }
 
 # Reported by whichever core fails first (the barrier, or the wrong-core build, is reached by several).
@@ -77,7 +95,8 @@ SEMANTICS = [
     "datacopypad_bytes_and_padding", "nd2nz_layout_with_strides", "vec_binary_repeat_strides",
     "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_brcb_duplicate_compare_select",
     "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
-    "sync_intra_core_events", "sync_scalar_reads_need_dcci", "cube_gemv_m1",
+    "sync_intra_core_events", "sync_scalar_reads_need_dcci", "cube_gemv_m1", "sync_vector_barriers_counted",
+    "sync_queues_order_buffer_reuse",
 ]
 NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "vec_exp_ln_values",
            "vec_reduce_sum_fold"]
@@ -115,6 +134,8 @@ def test_misuse_fails_loudly(binary, case):
         assert expected in message, message
     else:
         assert message.startswith(expected), message
+    for part in DETAILS.get(case, ()):
+        assert part in message, message
 
 
 @pytest.mark.parametrize("case", SEMANTICS)

@@ -92,6 +92,13 @@ void CountScalarAccess() {
     if (c->cost) Charge(*c, Pipe::S, c->cost->scalarCyclesPerAccess);
 }
 
+void CountPipeBarrier(const char* pipeName, Pipe charged) {
+    CoreContext* c = CurrentCoreOrNull();
+    if (c == nullptr) return;
+    c->counters.pipeBarriers[pipeName] += 1;
+    if (c->cost) Charge(*c, charged, c->cost->barrierCycles);
+}
+
 Stamp CloseSegment() {
     CoreContext& c = CurrentCore();
     CoreCounters& k = c.counters;

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "host_model/error.h"
@@ -66,6 +68,7 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     std::exception_ptr error;
     try {
         body();
+        FinishHazards();
         CloseSegment();  // the work after the last synchronisation point
     } catch (const Aborted&) {
     } catch (const Error&) {
@@ -89,6 +92,11 @@ void LaunchState::Run(const std::function<void()>& aicBody, const std::function<
     }
     for (std::thread& t : threads) t.join();
     if (firstError_) std::rethrow_exception(firstError_);
+    if (const char* log = std::getenv("ASCENDC_MODEL_BARRIER_LOG")) {
+        std::ofstream out(log, std::ios::app);
+        for (const auto& core : cores_)
+            for (const auto& [site, n] : core->counters.vectorBarrierSites) out << site << ' ' << n[0] << ' ' << n[1] << '\n';
+    }
     if (cfg_.counters != nullptr) {
         cfg_.counters->clear();
         for (const auto& core : cores_) cfg_.counters->push_back(core->counters);
@@ -264,6 +272,7 @@ void SetEventFlag(AscendC::HardEvent evt, int32_t id) {
     if (id < 0 || id >= kEventIds)
         Fail(std::string("SetFlag<HardEvent::") + AscendC::HardEventName(evt) + ">", "event id " + std::to_string(id) + " outside 0..7");
     ++CurrentCore().eventCount[static_cast<int>(evt)][id];
+    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarSet(evt == AscendC::HardEvent::V_S, id);
 }
 
 void WaitEventFlag(AscendC::HardEvent evt, int32_t id) {
@@ -272,6 +281,7 @@ void WaitEventFlag(AscendC::HardEvent evt, int32_t id) {
     int& count = CurrentCore().eventCount[static_cast<int>(evt)][id];
     if (count == 0) Fail(api, "no SetFlag of this event id before it; the hardware would wait forever");
     --count;
+    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarWait(evt == AscendC::HardEvent::V_S, id);
 }
 
 }  // namespace ascendc_model

@@ -69,6 +69,7 @@ BufferSlot* QueueState::Alloc() {
     for (BufferSlot& s : slots_)
         if (s.state == BufferSlot::State::Free) {
             s.state = BufferSlot::State::Allocated;
+            if (pos_ == AscendC::TPosition::VECOUT) OrderVectorBefore(s.orderedBefore);
             return &s;
         }
     Fail(Label() + "::AllocTensor", "all " + std::to_string(slots_.size()) +
@@ -90,6 +91,7 @@ void QueueState::EnQue(const BufferSlot* slot, uint64_t generation) {
     if (static_cast<int32_t>(queued_.size()) >= depth_)
         Fail(api, "queue depth " + std::to_string(depth_) + " exceeded (DeQue the earlier tensors first)");
     s->state = BufferSlot::State::Enqueued;
+    if (pos_ == AscendC::TPosition::VECOUT) s->orderedBefore = NextVectorSeq();
     queued_.push_back(s);
 }
 
@@ -98,6 +100,7 @@ BufferSlot* QueueState::DeQue() {
     BufferSlot* s = queued_.front();
     queued_.pop_front();
     s->state = BufferSlot::State::Allocated;
+    if (pos_ == AscendC::TPosition::VECIN) OrderVectorBefore(s->orderedBefore);
     return s;
 }
 
@@ -108,6 +111,7 @@ void QueueState::Free(const BufferSlot* slot, uint64_t generation) {
     if (s->state == BufferSlot::State::Enqueued) Fail(api, "tensor is still enqueued; DeQue it first");
     s->state = BufferSlot::State::Free;
     ++s->generation;
+    if (pos_ == AscendC::TPosition::VECIN) s->orderedBefore = NextVectorSeq();
 }
 
 }  // namespace ascendc_model

@@ -9,21 +9,25 @@ namespace ascendc_model {
 
 VecIter::VecIter(VecIter&& o) noexcept
     : api_(std::move(o.api_)), widest_(o.widest_), live_(o.live_), counted_(o.counted_), repeats_(o.repeats_),
-      lanes_(o.lanes_), highestLane_(o.highestLane_), bits_{o.bits_[0], o.bits_[1]} {
+      lanes_(o.lanes_), highestLane_(o.highestLane_), bits_{o.bits_[0], o.bits_[1]}, op_(std::move(o.op_)) {
     o.live_ = false;
 }
 
 VecIter::~VecIter() {
-    if (!live_ || widest_ == 0 || repeats_ == 0) return;
+    if (!live_) return;
+    CommitVectorOp(std::move(op_));
+    if (widest_ == 0 || repeats_ == 0) return;
     // Count form: the hardware runs ceil(count * width / 256) repeats of the widest operand.
     const uint64_t repeats = counted_ ? (uint64_t(lanes_) * widest_ + 255) / 256 : repeats_;
     CountVector(api_, repeats, widest_);
 }
 
-VecIter VecIter::Count(const std::string& api, int64_t count) {
+VecIter VecIter::Count(const std::string& api, int64_t count, Site site) {
     if (count < 0) Fail(api, "negative count " + std::to_string(count));
     VecIter it;
     it.api_ = api;
+    it.op_.api = api;
+    it.op_.site = site;
     it.counted_ = true;
     it.repeats_ = count > 0 ? 1 : 0;
     it.lanes_ = static_cast<uint32_t>(count);
@@ -38,13 +42,16 @@ void CheckRepeat(const std::string& api, int64_t repeatTimes) {
 }
 }  // namespace
 
-VecIter VecIter::Continuous(const std::string& api, uint64_t mask, int64_t repeatTimes, uint32_t widestBytes) {
+VecIter VecIter::Continuous(const std::string& api, uint64_t mask, int64_t repeatTimes, uint32_t widestBytes,
+                            Site site) {
     CheckRepeat(api, repeatTimes);
     const uint32_t lanes = 256 / widestBytes;
     if (mask < 1 || mask > lanes)
         Fail(api, "continuous mask " + std::to_string(mask) + " outside [1, " + std::to_string(lanes) + "]");
     VecIter it;
     it.api_ = api;
+    it.op_.api = api;
+    it.op_.site = site;
     it.widest_ = widestBytes;
     it.counted_ = false;
     it.repeats_ = static_cast<uint64_t>(repeatTimes);
@@ -55,13 +62,16 @@ VecIter VecIter::Continuous(const std::string& api, uint64_t mask, int64_t repea
     return it;
 }
 
-VecIter VecIter::Bits(const std::string& api, const uint64_t mask[], int64_t repeatTimes, uint32_t widestBytes) {
+VecIter VecIter::Bits(const std::string& api, const uint64_t mask[], int64_t repeatTimes, uint32_t widestBytes,
+                      Site site) {
     CheckRepeat(api, repeatTimes);
     const uint32_t lanes = 256 / widestBytes;
     if (lanes == 64 && mask[1] != 0) Fail(api, "bit mask: mask[1] must be 0 for 32-bit types (64 lanes)");
     if (mask[0] == 0 && (lanes == 64 || mask[1] == 0)) Fail(api, "bit mask enables no lane");
     VecIter it;
     it.api_ = api;
+    it.op_.api = api;
+    it.op_.site = site;
     it.widest_ = widestBytes;
     it.counted_ = false;
     it.repeats_ = static_cast<uint64_t>(repeatTimes);
@@ -78,6 +88,30 @@ uint64_t VecIter::Extent(uint32_t elemBytes, Stride s) const {
     const uint32_t e = 32 / elemBytes;
     // Whole 32-byte blocks: the last block touched by the highest active lane of the last repeat.
     return ((repeats_ - 1) * s.rep + uint64_t(highestLane_ / e) * s.blk) * e + e;
+}
+
+Ranges VecIter::Footprint(uint32_t begin, uint32_t elemBytes, Stride s) const {
+    Ranges out;
+    if (repeats_ == 0 || lanes_ == 0) return out;
+    if (counted_) {
+        out.push_back({begin, begin + (lanes_ * elemBytes + kBlockBytes - 1) / kBlockBytes * kBlockBytes});
+        return out;
+    }
+    const uint32_t e = kBlockBytes / elemBytes;
+    std::vector<uint32_t> blocks;  // blocks of one repeat with an active lane
+    for (uint32_t b = 0; b * e < lanes_; ++b)
+        for (uint32_t l = b * e; l < (b + 1) * e && l < lanes_; ++l)
+            if (Active(l)) {
+                blocks.push_back(b);
+                break;
+            }
+    for (uint64_t r = 0; r < repeats_; ++r)
+        for (uint32_t b : blocks) {
+            const uint32_t lo = begin + static_cast<uint32_t>((r * s.rep + uint64_t(b) * s.blk) * kBlockBytes);
+            out.push_back({lo, lo + kBlockBytes});
+        }
+    Normalise(out);
+    return out;
 }
 
 void CheckVectorOperand(const std::string& api, const char* role, Memory memory, uint32_t byteAddr) {

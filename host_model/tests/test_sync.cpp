@@ -185,3 +185,123 @@ HM_CASE(sync_scalar_reads_need_dcci) {
     HM_CHECK(staleWithout == 2, "a cached line hides the other core's write");
     HM_CHECK(freshWith == 3, "DataCacheCleanAndInvalid makes the next read fetch GM");
 }
+
+// Vector-pipe dependences (hazard.h): five float vectors of 128 in one UB buffer.
+namespace {
+struct Vectors {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf;
+    Vectors() { pipe.InitBuffer(buf, 5 * 512); }
+    LocalTensor<float> operator[](uint32_t i) { return buf.GetWithOffset<float>(128, i * 512); }
+};
+}  // namespace
+
+HM_CASE(misuse_vector_read_after_write) {
+    hm_test::OnAiv([] {
+        Vectors v;
+        Add(v[2], v[0], v[1], 128);
+        Mul(v[3], v[2], v[1], 128);  // reads Add's result while Add may still run
+    });
+}
+
+HM_CASE(misuse_vector_write_after_read) {
+    hm_test::OnAiv([] {
+        Vectors v;
+        Add(v[2], v[0], v[1], 128);
+        Duplicate(v[1], 0.0f, 128);  // overwrites an operand Add may still read
+    });
+}
+
+HM_CASE(misuse_vector_write_after_write_strided) {
+    // Duplicate writes the first block of two repeats 8 blocks apart; the Adds rewrites the second one.
+    hm_test::OnAiv([] {
+        Vectors v;
+        Duplicate(v[0], 1.0f, 8, 2, 1, 8);
+        Adds(v[0][64], v[1], 1.0f, 8);
+    });
+}
+
+HM_CASE(misuse_scalar_read_without_v_s) {
+    hm_test::OnAiv([] {
+        Vectors v;
+        Duplicate(v[0], 1.0f, 128);
+        PipeBarrier<PIPE_V>();  // orders the vector pipe only, not the scalar unit
+        (void)v[0].GetValue(5);
+    });
+}
+
+HM_CASE(misuse_pipe_barrier_s) {
+    hm_test::OnAiv([] { PipeBarrier<PIPE_S>(); });
+}
+
+HM_CASE(sync_vector_barriers_counted) {
+    // Independent instructions run without a barrier; each barrier is counted, and one with no dependence
+    // across it is idle.
+    std::vector<ascendc_model::CoreCounters> counters;
+    float sum = 0, product = 0, masked = 0;
+    ascendc_model::LaunchConfig cfg{1, 0, 5.0};
+    cfg.counters = &counters;
+    ascendc_model::LaunchMix(cfg, [&] {
+        if (!(ASCEND_IS_AIV && GetSubBlockIdx() == 0)) return;
+        Vectors v;
+        Duplicate(v[0], 1.0f, 128);
+        Duplicate(v[1], 2.0f, 128);          // independent of the first
+        PipeBarrier<PIPE_V>();               // used: the Add and the Mul read both
+        Add(v[2], v[0], v[1], 128);
+        Mul(v[3], v[0], v[1], 128);          // reads what the Add reads: independent
+        PipeBarrier<PIPE_V>();               // idle: the Duplicate below touches none of their operands
+        Duplicate(v[4][64], 3.0f, 64);
+        PipeBarrier<PIPE_V>();               // used: the Add reads what the Duplicate wrote
+        Add(v[2][64], v[2][64], v[4][64], 64);
+        // the strided form: the first block of two repeats 8 blocks apart, then a block between them
+        Duplicate(v[1], 5.0f, 8, 2, 1, 8);
+        Duplicate(v[1][32], 7.0f, 8);
+        SetFlag<HardEvent::V_S>(EVENT_ID0);
+        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        sum = v[2].GetValue(100);
+        product = v[3].GetValue(100);
+        masked = v[1].GetValue(64) + v[1].GetValue(32);
+        PipeBarrier<PIPE_V>();               // idle: nothing after it
+    });
+    HM_CHECK(sum == 6.0f && product == 2.0f && masked == 12.0f, "values");
+    const ascendc_model::CoreCounters& aiv0 = counters[1];
+    HM_CHECK(aiv0.pipeBarriers.at("V") == 4, "every PipeBarrier<PIPE_V> counted");
+    HM_CHECK(aiv0.idleVectorBarriers == 2, "two barriers guard no dependence");
+}
+
+HM_CASE(sync_queues_order_buffer_reuse) {
+    // A VECOUT buffer's next AllocTensor waits for the copy out, which waited for the vector instructions before
+    // its EnQue; a VECIN buffer's next DeQue waits for the copy in, which waited for those before its FreeTensor.
+    // So rewriting a reused queue buffer needs no barrier.
+    std::vector<float> gm(64, 1.0f);
+    hm_test::OnAiv([&] {
+        TPipe pipe;
+        TQue<TPosition::VECOUT, 1> out;
+        TQue<TPosition::VECIN, 1> in;
+        pipe.InitBuffer(out, 1, 256);
+        pipe.InitBuffer(in, 1, 256);
+        GlobalTensor<float> g;
+        g.SetGlobalBuffer(gm.data(), gm.size());
+        LocalTensor<float> a = in.AllocTensor<float>();
+        DataCopy(a, g, 64);
+        in.EnQue(a);
+        a = in.DeQue<float>();
+        LocalTensor<float> o = out.AllocTensor<float>();
+        Muls(o, a, 2.0f, 64);  // reads the VECIN buffer, writes the VECOUT one
+        in.FreeTensor(a);
+        out.EnQue(o);
+        o = out.DeQue<float>();
+        DataCopy(g, o, 64);
+        out.FreeTensor(o);
+        LocalTensor<float> o2 = out.AllocTensor<float>();
+        Duplicate(o2, 3.0f, 64);  // the same VECOUT buffer: ordered after the Muls by the queue
+        LocalTensor<float> a2 = in.AllocTensor<float>();
+        DataCopy(a2, g, 64);
+        in.EnQue(a2);
+        a2 = in.DeQue<float>();
+        Adds(a2, a2, 1.0f, 64);  // the same VECIN buffer: ordered after the Muls that read it
+        out.FreeTensor(o2);
+        in.FreeTensor(a2);
+    });
+    HM_CHECK(gm[0] == 2.0f, "the copy out");
+}

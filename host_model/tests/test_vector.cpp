@@ -18,9 +18,20 @@ struct Ub {
     template <typename T>
     LocalTensor<T> At(uint32_t byteOffset, uint32_t elems) { return buf.GetWithOffset<T>(elems, byteOffset); }
 };
+// The scalar unit's UB writes before the vector instructions that read them, and the vector instructions'
+// results before the scalar reads of them (hazard.h).
+void ScalarToVector() {
+    SetFlag<HardEvent::S_V>(EVENT_ID0);
+    WaitFlag<HardEvent::S_V>(EVENT_ID0);
+}
+void VectorToScalar() {
+    SetFlag<HardEvent::V_S>(EVENT_ID0);
+    WaitFlag<HardEvent::V_S>(EVENT_ID0);
+}
 template <typename T>
 void Fill(const LocalTensor<T>& t, const std::vector<T>& v) {
     for (size_t i = 0; i < v.size(); ++i) t.SetValue(i, v[i]);
+    ScalarToVector();
 }
 }  // namespace
 
@@ -35,7 +46,9 @@ HM_CASE(vec_binary_repeat_strides) {
         Fill(s0, a);
         Fill(s1, b);
         Duplicate(d, half(-100), 16 * 30);
+        PipeBarrier<PIPE_V>();
         Add(d, s0, s1, 100, 3, BinaryRepeatParams(1, 2, 1, 10, 16, 8));
+        VectorToScalar();
         for (int r = 0; r < 3; ++r)
             for (int blk = 0; blk < 8; ++blk)
                 for (int e = 0; e < 16; ++e) {
@@ -63,9 +76,11 @@ HM_CASE(vec_bitmask_float_and_scalar_ops) {
         Fill(s1, b);
         Duplicate(d, 7.0f, 128);
         Duplicate(e, 7.0f, 128);
+        PipeBarrier<PIPE_V>();
         uint64_t mask[2] = {0xAAAAAAAAAAAAAAAAull, 0};
         Mul(d, s0, s1, mask, 2, BinaryRepeatParams());
         Maxs(e, s0, 3.0f, mask, 2, UnaryRepeatParams());
+        VectorToScalar();
         for (int i = 0; i < 128; ++i) {
             const bool on = (i % 64) % 2 == 1;
             HM_CHECK(d.GetValue(i) == (on ? a[i] * b[i] : 7.0f), "Mul lane " + std::to_string(i));
@@ -73,6 +88,7 @@ HM_CASE(vec_bitmask_float_and_scalar_ops) {
         }
         Muls(d, s0, -2.0f, 128);
         Adds(e, s0, 0.25f, 128);
+        VectorToScalar();
         for (int i = 0; i < 128; ++i) HM_CHECK(d.GetValue(i) == -2 * a[i] && e.GetValue(i) == a[i] + 0.25f, "count form");
     });
 }
@@ -106,9 +122,11 @@ HM_CASE(vec_cast_rounding) {
             // the repeat form for half the modes: 64 lanes per repeat, dst rep stride 4 blocks (half)
             if (m % 2) Cast(dst, src, modes[m], 64, static_cast<uint8_t>(in.size() / 64), UnaryRepeatParams(1, 1, 4, 8));
             else Cast(dst, src, modes[m], in.size());
+            VectorToScalar();
             for (size_t i = 0; i < in.size(); ++i) out[m * in.size() + i] = dst.GetValue(i);
         }
         Cast(f, dst, RoundMode::CAST_NONE, in.size());  // half -> float is exact
+        VectorToScalar();
         for (size_t i = 0; i < in.size(); ++i) back[i] = f.GetValue(i);
     });
     hm_test::Save("cast_in", in);
@@ -124,9 +142,11 @@ HM_CASE(vec_exp_ln_values) {
         LocalTensor<half> a = ub.At<half>(0, 1024), b = ub.At<half>(2048, 1024);
         Fill(a, x);
         Exp(a, a, 1024);
+        VectorToScalar();
         for (int i = 0; i < 1024; ++i) ex[i] = a.GetValue(i);
         Fill(b, y);
         Ln(b, b, 128, 8, UnaryRepeatParams());
+        VectorToScalar();
         for (int i = 0; i < 1024; ++i) ln[i] = b.GetValue(i);
     });
     hm_test::Save("exp_in", x);
@@ -146,6 +166,7 @@ HM_CASE(vec_whole_reduce_layout) {
         Fill(s, v);
         WholeReduceMax(d, s, 128, 4, 1, 1, 8);
         WholeReduceMax(e, s, 128, 4, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+        VectorToScalar();
         for (int r = 0; r < 4; ++r) {
             int best = 0;
             for (int l = 1; l < 128; ++l) if (v[r * 128 + l] > v[r * 128 + best]) best = l;
@@ -156,13 +177,16 @@ HM_CASE(vec_whole_reduce_layout) {
             HM_CHECK(e.GetValue(r) == v[r * 128 + best], "ORDER_ONLY_VALUE packs values");
         }
         for (int i = 0; i < 256; ++i) f.SetValue(i, float(i % 7) - 2.5f);
+        ScalarToVector();
         WholeReduceSum(fs, f, 32, 4, 1, 1, 8);  // float: first 32 of 64 lanes per repeat
+        VectorToScalar();
         for (int r = 0; r < 4; ++r) {
             double sum = 0;
             for (int l = 0; l < 32; ++l) sum += float((r * 64 + l) % 7) - 2.5f;
             HM_CHECK(fs.GetValue(r) == float(sum), "sum of repeat");
         }
         ReduceMax(d, s, e, 300, true);
+        VectorToScalar();
         int best = 0;
         for (int i = 1; i < 300; ++i) if (v[i] > v[best]) best = i;
         uint16_t idxBits;
@@ -170,6 +194,7 @@ HM_CASE(vec_whole_reduce_layout) {
         std::memcpy(&idxBits, &idx, 2);
         HM_CHECK(d.GetValue(0) == v[best] && idxBits == best, "ReduceMax value and index");
         ReduceSum(fs, f, f, 100);
+        VectorToScalar();
         double sum = 0;
         for (int i = 0; i < 100; ++i) sum += float(i % 7) - 2.5f;
         HM_CHECK(fs.GetValue(0) == float(sum), "ReduceSum");
@@ -181,9 +206,12 @@ HM_CASE(vec_brcb_duplicate_compare_select) {
         Ub ub(32768);
         LocalTensor<float> s = ub.At<float>(0, 16), d = ub.At<float>(1024, 8 * 32);
         for (int i = 0; i < 16; ++i) s.SetValue(i, float(i) + 0.5f);
+        ScalarToVector();
         // Brcb: 2 repeats of 8 elements, each to one 8-float block; blocks 2 apart, repeats 16 apart.
         Duplicate(d, -1.0f, 256);
+        PipeBarrier<PIPE_V>();
         Brcb(d, s, 2, BrcbRepeatParams(2, 16));
+        VectorToScalar();
         for (int r = 0; r < 2; ++r)
             for (int j = 0; j < 8; ++j)
                 for (int e = 0; e < 8; ++e) {
@@ -193,7 +221,9 @@ HM_CASE(vec_brcb_duplicate_compare_select) {
         // Duplicate repeat form: 2 repeats, 16 lanes, block stride 1, repeat stride 4 (floats: 8 per block)
         LocalTensor<float> g = ub.At<float>(2048, 64);
         Duplicate(g, 0.0f, 64);
+        PipeBarrier<PIPE_V>();
         Duplicate(g, 3.0f, 16, 2, 1, 4);
+        VectorToScalar();
         for (int i = 0; i < 64; ++i) HM_CHECK(g.GetValue(i) == ((i % 32) < 16 ? 3.0f : 0.0f), "Duplicate repeat");
         // Compare (LT) then Select: where a < b take a, else the scalar 9.
         LocalTensor<half> a = ub.At<half>(4096, 256), b = ub.At<half>(4608, 256), o = ub.At<half>(5120, 256);
@@ -202,13 +232,17 @@ HM_CASE(vec_brcb_duplicate_compare_select) {
         Fill(a, av);
         Fill(b, bv);
         Compare(m, a, b, CMPMODE::LT, 256);
+        PipeBarrier<PIPE_V>();
         Select(o, m, a, half(9), SELMODE::VSEL_TENSOR_SCALAR_MODE, 256);
+        VectorToScalar();
         for (int i = 0; i < 256; ++i) {
             HM_CHECK(((m.GetValue(i / 8) >> (i % 8)) & 1) == (av[i] < bv[i]), "Compare bit");
             HM_CHECK(o.GetValue(i) == (av[i] < bv[i] ? av[i] : half(9)), "Select");
         }
         CompareScalar(m, a, half(0), CMPMODE::GE, 256);
+        PipeBarrier<PIPE_V>();
         Select(o, m, a, b, SELMODE::VSEL_TENSOR_TENSOR_MODE, 256);
+        VectorToScalar();
         for (int i = 0; i < 256; ++i) HM_CHECK(o.GetValue(i) == (av[i] >= half(0) ? av[i] : bv[i]), "Select tensors");
     });
 }
@@ -230,10 +264,13 @@ HM_CASE(vec_reduce_sum_fold) {
         LocalTensor<half> s = ub.At<half>(0, 512), d = ub.At<half>(1024, 16), w = ub.At<half>(2048, 512);
         Fill(s, x);
         WholeReduceSum(d, s, 128, 4, 1, 1, 8);
+        VectorToScalar();
         for (int r = 0; r < 4; ++r) full[r] = d.GetValue(r);
         WholeReduceSum(d, s, 100, 4, 1, 1, 8);
+        VectorToScalar();
         for (int r = 0; r < 4; ++r) part[r] = d.GetValue(r);
         ReduceSum(d, s, w, 300);
+        VectorToScalar();
         all[0] = d.GetValue(0);
     });
     hm_test::Save("fold_in", x);

@@ -245,6 +245,13 @@ py::dict CountersDict(const ascendc_model::CoreCounters& k) {
     d["cross_core_sets"] = k.crossCoreSets;
     d["cross_core_waits"] = k.crossCoreWaits;
     d["barriers"] = k.barriers;
+    py::dict pipeBarriers;
+    for (const auto& [pipe, n] : k.pipeBarriers) pipeBarriers[py::str(pipe)] = n;
+    d["pipe_barriers"] = pipeBarriers;
+    d["idle_vector_barriers"] = k.idleVectorBarriers;
+    py::dict sites;
+    for (const auto& [site, n] : k.vectorBarrierSites) sites[py::str(site)] = py::make_tuple(n[0], n[1]);
+    d["vector_barrier_sites"] = sites;
     py::dict pipes;
     for (int p = 0; p < ascendc_model::kPipes; ++p)
         pipes[ascendc_model::PipeName(static_cast<ascendc_model::Pipe>(p))] = k.pipeCycles[p];
@@ -263,7 +270,8 @@ ascendc_model::CostTable CostTableFrom(const py::dict& d) {
         {"l0a_bytes_per_cycle", &t.l0aBytesPerCycle},         {"l0b_bytes_per_cycle", &t.l0bBytesPerCycle},
         {"gm_bytes_per_cycle", &t.gmBytesPerCycle},           {"dma_head_cycles", &t.dmaHeadCycles},
         {"vec_head_cycles", &t.vecHeadCycles},                {"vec_repeat_scale", &t.vecRepeatScale},                {"ub_copy_bytes_per_cycle", &t.ubCopyBytesPerCycle},
-        {"scalar_cycles_per_access", &t.scalarCyclesPerAccess}, {"flag_latency_cycles", &t.flagLatencyCycles}};
+        {"scalar_cycles_per_access", &t.scalarCyclesPerAccess}, {"flag_latency_cycles", &t.flagLatencyCycles},
+        {"barrier_cycles", &t.barrierCycles}};
     size_t used = 0;
     for (const auto& [name, field] : fields)
         if (d.contains(name)) *field = d[name].cast<double>(), ++used;

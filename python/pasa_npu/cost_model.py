@@ -2,7 +2,8 @@
 
 The host model counts, per core and per pipe, what the unmodified kernel issues (cube fractals,
 vector repeats by API and type, MTE1/MTE2/MTE3/Fixpipe bytes, scalar accesses, cross-core flags) and
-runs two modelled clocks per core along the AIC <-> AIV flag handshake (host_model/include/host_model/cost.h):
+runs two modelled clocks per core along the AIC <-> AIV flag handshake (host_model/include/host_model/cost.h);
+each PipeBarrier costs ``barrier_cycles`` on its pipe (an assumed drain):
 
 * per core, work between two synchronisation points (a segment) costs the largest of its pipes'
   cycles (``overlap``: the pipes run concurrently) or their sum (``serial``: no overlap); the truth for
@@ -63,6 +64,7 @@ A2_COSTS: dict[str, float] = {
     "ub_copy_bytes_per_cycle": 256.0,
     "scalar_cycles_per_access": 10.0,
     "flag_latency_cycles": 100.0,
+    "barrier_cycles": 20.0,
 }
 
 #: Where each cost comes from: ("documented" | "estimate", source or reasoning).
@@ -82,6 +84,8 @@ COST_SOURCES: dict[str, tuple[str, str]] = {
                                 "256 B/cycle"),
     "scalar_cycles_per_access": ("estimate", "GetValue/SetValue on UB or GM; not published; 10"),
     "flag_latency_cycles": ("estimate", "CrossCoreSetFlag to the released CrossCoreWaitFlag; not published; 100"),
+    "barrier_cycles": ("estimate", "PipeBarrier<PIPE_V>: the vector pipe drains its in-flight instructions before the "
+                       "next issues; the drain's length (the pipe's depth) is not published; assumed 20"),
 }
 # Vector instructions: cycles per 256-byte repeat from asc-devkit docs/zh/api/附录/Vector指令理论性能汇总.md
 # (documented), applied inside the host model: ascendc_model::VectorCyclesPerRepeat in host_model/src/cost.cpp.

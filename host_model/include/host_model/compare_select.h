@@ -35,7 +35,10 @@ template <typename U>
 BitOperand Bits(const std::string& api, const char* role, const AscendC::LocalTensor<U>& t, const VecIter& it) {
     CheckVectorOperand(api, role, t.GetMemory(), t.ByteBegin());
     const uint64_t bits = it.repeats() * it.lanes();
-    return BitOperand{reinterpret_cast<uint8_t*>(t.template ReinterpretCast<uint8_t>().Span(api, 0, (bits + 7) / 8))};
+    uint8_t* bytes = t.template ReinterpretCast<uint8_t>().Span(api, 0, (bits + 7) / 8);
+    const uint32_t blocks = static_cast<uint32_t>((bits + 8 * kBlockBytes - 1) / (8 * kBlockBytes));
+    it.Access(std::string(role) == "dst", {{t.ByteBegin(), t.ByteBegin() + blocks * kBlockBytes}});
+    return BitOperand{bytes};
 }
 
 // Compare over `it`; src1 is either a tensor operand or a scalar (value of lane 0 ignored).
@@ -66,52 +69,55 @@ namespace AscendC {
 
 template <typename T, typename U>
 void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
-             uint32_t count) {
-    const auto it = ascendc_model::VecIter::Count("Compare", count);
+             uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    const auto it = ascendc_model::VecIter::Count("Compare", count, site);
     const auto b = ascendc_model::Operand("Compare", "src1", src1, it);
     ascendc_model::CompareOp("Compare", dst, src0, it, {}, cmpMode,
                              [&](uint64_t r, uint32_t l) { return double(b.At(it, r, l)); });
 }
 template <typename T, typename U, bool isSetMask = true>
 void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
-             const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& p) {
-    const auto it = ascendc_model::VecIter::Continuous("Compare", mask, repeatTime, sizeof(T));
+             const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& p,
+             ascendc_model::Site site = ascendc_model::Site::Here()) {
+    const auto it = ascendc_model::VecIter::Continuous("Compare", mask, repeatTime, sizeof(T), site);
     const auto b = ascendc_model::Operand("Compare", "src1", src1, it, {p.src1BlkStride, p.src1RepStride});
     ascendc_model::CompareOp("Compare", dst, src0, it, {p.src0BlkStride, p.src0RepStride}, cmpMode,
                              [&](uint64_t r, uint32_t l) { return double(b.At(it, r, l)); });
 }
 template <typename T, typename U>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
-                   uint32_t count) {
+                   uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
     const double s = double(src1Scalar);
-    ascendc_model::CompareOp("CompareScalar", dst, src0, ascendc_model::VecIter::Count("CompareScalar", count), {},
-                             cmpMode, [s](uint64_t, uint32_t) { return s; });
+    ascendc_model::CompareOp("CompareScalar", dst, src0, ascendc_model::VecIter::Count("CompareScalar", count, site),
+                             {}, cmpMode, [s](uint64_t, uint32_t) { return s; });
 }
 template <typename T, typename U, bool isSetMask = true>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
-                   const uint64_t mask, uint8_t repeatTime, const UnaryRepeatParams& p) {
+                   const uint64_t mask, uint8_t repeatTime, const UnaryRepeatParams& p,
+                   ascendc_model::Site site = ascendc_model::Site::Here()) {
     const double s = double(src1Scalar);
     ascendc_model::CompareOp("CompareScalar", dst, src0,
-                             ascendc_model::VecIter::Continuous("CompareScalar", mask, repeatTime, sizeof(T)),
+                             ascendc_model::VecIter::Continuous("CompareScalar", mask, repeatTime, sizeof(T), site),
                              ascendc_model::SrcStride(p), cmpMode, [s](uint64_t, uint32_t) { return s; });
 }
 
 template <typename T, typename U>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
-            const LocalTensor<T>& src1, SELMODE selMode, uint32_t count) {
+            const LocalTensor<T>& src1, SELMODE selMode, uint32_t count,
+            ascendc_model::Site site = ascendc_model::Site::Here()) {
     if (selMode != SELMODE::VSEL_TENSOR_TENSOR_MODE)
         ascendc_model::Fail("Select", "a tensor src1 needs SELMODE::VSEL_TENSOR_TENSOR_MODE");
-    const auto it = ascendc_model::VecIter::Count("Select", count);
+    const auto it = ascendc_model::VecIter::Count("Select", count, site);
     const auto b = ascendc_model::Operand("Select", "src1", src1, it);
     ascendc_model::SelectOp("Select", dst, selMask, src0, it, BinaryRepeatParams(),
                             [&](uint64_t r, uint32_t l) { return b.At(it, r, l); });
 }
 template <typename T, typename U>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
-            SELMODE selMode, uint32_t count) {
+            SELMODE selMode, uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
     if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE)
         ascendc_model::Fail("Select", "a scalar src1 needs SELMODE::VSEL_TENSOR_SCALAR_MODE");
-    ascendc_model::SelectOp("Select", dst, selMask, src0, ascendc_model::VecIter::Count("Select", count),
+    ascendc_model::SelectOp("Select", dst, selMask, src0, ascendc_model::VecIter::Count("Select", count, site),
                             BinaryRepeatParams(), [src1](uint64_t, uint32_t) { return src1; });
 }
 // Mask/repeat form. VSEL_TENSOR_TENSOR_MODE: src1 is a tensor; VSEL_TENSOR_SCALAR_MODE: src1[0] is
@@ -119,14 +125,16 @@ void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const Loca
 template <typename T, typename U, bool isSetMask = true>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
             const LocalTensor<T>& src1, SELMODE selMode, uint64_t mask, uint8_t repeatTime,
-            const BinaryRepeatParams& p) {
-    const auto it = ascendc_model::VecIter::Continuous("Select", mask, repeatTime, sizeof(T));
+            const BinaryRepeatParams& p, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    const auto it = ascendc_model::VecIter::Continuous("Select", mask, repeatTime, sizeof(T), site);
     if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) {
         const auto b = ascendc_model::Operand("Select", "src1", src1, it, {p.src1BlkStride, p.src1RepStride});
         ascendc_model::SelectOp("Select", dst, selMask, src0, it, p,
                                 [&](uint64_t r, uint32_t l) { return b.At(it, r, l); });
     } else if (selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE) {
-        const T s = src1.GetValue(0);
+        // the vector unit reads src1[0] itself: no scalar access
+        const T s = *src1.Span("Select", 0, 1);
+        it.Access(false, {{src1.ByteBegin(), src1.ByteBegin() + ascendc_model::kBlockBytes}});
         ascendc_model::SelectOp("Select", dst, selMask, src0, it, p, [s](uint64_t, uint32_t) { return s; });
     } else {
         ascendc_model::Fail("Select", "SELMODE::VSEL_CMPMASK_SPR is not modelled");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "host_model/cost.h"
+#include "host_model/hazard.h"
 
 namespace ascendc_model {
 
@@ -64,6 +65,7 @@ struct CoreContext {
     CoreCounters counters;
     std::array<double, kPipes> segment{};
     const CostTable* cost = nullptr;  // null: count only, no clocks
+    HazardState hazards;  // UB dependences of the vector pipe and the scalar unit (hazard.h)
 
     std::vector<uint8_t>& Mem(Memory m) { return memory[static_cast<int>(m)]; }
     std::string Name() const;  // "AIC 2" / "AIV 5 (block 2, sub-block 1)"

@@ -4,7 +4,7 @@
 // Counting: Mmad in 16x16x16 FP16 fractals (ceil(m/16)*ceil(n/16)*ceil(k/16)), LoadData bytes into L0A /
 // L0B (MTE1), GM->local bytes (MTE2), local->GM bytes (MTE3), Fixpipe bytes (FIX), vector instructions in
 // 256-byte repeats of their widest operand, by API and type (V), UB->UB copies (V), scalar tensor
-// accesses (S), cross-core sets and waits.
+// accesses (S), cross-core sets and waits, PipeBarriers per pipe (each charged barrierCycles on its pipe).
 //
 // Timing: each core keeps two clocks (cycles). Work between two synchronisation points is a segment;
 // at a CrossCoreSetFlag / CrossCoreWaitFlag / SyncAll the segment's per-pipe cycles are added to the
@@ -38,6 +38,7 @@ struct CostTable {
     double ubCopyBytesPerCycle = 0;   // DataCopy UB -> UB (V)
     double scalarCyclesPerAccess = 0; // GetValue / SetValue
     double flagLatencyCycles = 0;     // from a CrossCoreSetFlag to the released wait
+    double barrierCycles = 0;         // per PipeBarrier, on its pipe: the pipe drains before it issues again
 };
 
 struct VectorCount {
@@ -52,7 +53,10 @@ struct CoreCounters {
     uint64_t ubCopyBytes = 0;
     std::map<std::string, VectorCount> vector;  // "<API>.<bytes of the widest type>"
     uint64_t scalarAccesses = 0;
-    uint64_t crossCoreSets = 0, crossCoreWaits = 0, barriers = 0;
+    uint64_t crossCoreSets = 0, crossCoreWaits = 0, barriers = 0;  // barriers: SyncAll
+    std::map<std::string, uint64_t> pipeBarriers;  // PipeBarrier<pipe> by pipe name ("V", "M", "ALL", ...)
+    uint64_t idleVectorBarriers = 0;               // PipeBarrier<PIPE_V> that guarded no dependence (hazard.h)
+    std::map<std::string, std::array<uint64_t, 2>> vectorBarrierSites;  // per call site: {used, idle}
     std::array<double, kPipes> pipeCycles{};  // Σ over the run
     double clockOverlap = 0, clockSerial = 0; // the core's modelled end time
     double waitOverlap = 0, waitSerial = 0;   // of which spent waiting for other cores
@@ -73,6 +77,7 @@ void CountCopy(Pipe pipe, uint64_t bytes);  // MTE2, MTE3 or FIX
 void CountUbCopy(uint64_t bytes);
 void CountVector(const std::string& api, uint64_t repeats, uint32_t widestBytes);
 void CountScalarAccess();
+void CountPipeBarrier(const char* pipeName, Pipe charged);
 // Synchronisation points: close the segment, return the core's clocks.
 Stamp CloseSegment();
 // The waiter's clocks move to at least `released` (+ the flag latency).

@@ -93,6 +93,13 @@ void WholeReduce(const std::string& api, const AscendC::LocalTensor<T>& dst, con
     const uint64_t width = pair ? 2 : 1;
     if (it.repeats() == 0) return;
     T* d = dst.Span(api, 0, (it.repeats() - 1) * uint64_t(dstRepStride) * width + width);
+    Ranges written;
+    for (uint64_t r = 0; r < it.repeats(); ++r) {
+        const uint32_t lo = dst.ByteBegin() + static_cast<uint32_t>(r * dstRepStride * width * sizeof(T));
+        const uint32_t hi = lo + static_cast<uint32_t>(width * sizeof(T));
+        written.push_back({lo / kBlockBytes * kBlockBytes, (hi + kBlockBytes - 1) / kBlockBytes * kBlockBytes});
+    }
+    it.Access(true, std::move(written));
     for (uint64_t r = 0; r < it.repeats(); ++r) {
         const auto [value, index] = ReduceRepeat(it, s, r, kind);
         T* out = d + r * uint64_t(dstRepStride) * width;
@@ -110,14 +117,17 @@ void WholeReduce(const std::string& api, const AscendC::LocalTensor<T>& dst, con
     }
 }
 
+// The hardware sequence behind the count form uses sharedTmpBuffer as scratch: its footprint is the whole tensor.
 template <typename T>
 void ReduceCount(const std::string& api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
-                 const AscendC::LocalTensor<T>& work, int32_t count, ReduceKind kind, bool calIndex) {
+                 const AscendC::LocalTensor<T>& work, int32_t count, ReduceKind kind, bool calIndex, Site site) {
     work.Span(api + " sharedTmpBuffer", 0, 0);  // must be a live buffer
-    const auto it = VecIter::Count(api, count);
+    const auto it = VecIter::Count(api, count, site);
     const auto s = Operand(api, "src", src, it);
     const auto [value, index] = ReduceRepeat(it, s, 0, kind);
     T* d = dst.Span(api, 0, calIndex ? 2 : 1);
+    it.Access(true, {{work.ByteBegin(), work.ByteBegin() + work.GetLength()}});
+    it.Access(true, {{dst.ByteBegin(), dst.ByteBegin() + kBlockBytes}});
     d[0] = value;
     if (calIndex) d[1] = IndexBits<T>(index);
 }
@@ -127,17 +137,19 @@ void ReduceCount(const std::string& api, const AscendC::LocalTensor<T>& dst, con
 #define ASCENDC_MODEL_WHOLE_REDUCE(NAME, KIND, ORDER_PARAM, ORDER)                                                 \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask, const int32_t repeatTime,  \
-              const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride ORDER_PARAM) {     \
+              const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride ORDER_PARAM,     \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         ascendc_model::WholeReduce(#NAME, dst, src,                                                                \
-                                   ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T)),         \
+                                   ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),   \
                                    dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)},                 \
                                    ascendc_model::ReduceKind::KIND, ORDER);                                        \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[],                         \
               const int32_t repeatTime, const int32_t dstRepStride, const int32_t srcBlkStride,                    \
-              const int32_t srcRepStride ORDER_PARAM) {                                                            \
-        ascendc_model::WholeReduce(#NAME, dst, src, ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T)), \
+              const int32_t srcRepStride ORDER_PARAM, ascendc_model::Site site = ascendc_model::Site::Here()) {   \
+        ascendc_model::WholeReduce(#NAME, dst, src,                                                                \
+                                   ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),         \
                                    dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)},                 \
                                    ascendc_model::ReduceKind::KIND, ORDER);                                        \
     }
@@ -152,31 +164,45 @@ ASCENDC_MODEL_WHOLE_REDUCE(WholeReduceSum, Sum, , ReduceOrder::ORDER_ONLY_VALUE)
 
 template <typename T>
 void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
-               const int32_t count, bool calIndex = 0) {
-    ascendc_model::ReduceCount("ReduceMax", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Max, calIndex);
+               const int32_t count, bool calIndex = 0, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::ReduceCount("ReduceMax", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Max, calIndex,
+                               site);
 }
 template <typename T>
 void ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
-               const int32_t count, bool calIndex = 0) {
-    ascendc_model::ReduceCount("ReduceMin", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Min, calIndex);
+               const int32_t count, bool calIndex = 0, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::ReduceCount("ReduceMin", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Min, calIndex,
+                               site);
 }
 template <typename T>
 void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
-               const int32_t count) {
-    ascendc_model::ReduceCount("ReduceSum", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Sum, false);
+               const int32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::ReduceCount("ReduceSum", dst, src, sharedTmpBuffer, count, ascendc_model::ReduceKind::Sum, false,
+                               site);
 }
 
 template <typename T>
-void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime, const BrcbRepeatParams& p) {
+void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime, const BrcbRepeatParams& p,
+          ascendc_model::Site site = ascendc_model::Site::Here()) {
     const std::string api = "Brcb";
     if (repeatTime == 0) return;
     constexpr uint32_t e = 32 / sizeof(T);
+    const auto it = ascendc_model::VecIter::Continuous(api, 256 / sizeof(T), repeatTime, sizeof(T), site);
+    it.NoteOperand(sizeof(T));
     ascendc_model::CheckVectorOperand(api, "src", src.GetMemory(), src.ByteBegin());
     ascendc_model::CheckVectorOperand(api, "dst", dst.GetMemory(), dst.ByteBegin());
     const T* s = src.Span(api, 0, uint64_t(repeatTime) * 8);
     const uint64_t lastBlock = uint64_t(repeatTime - 1) * p.dstRepStride + 7ull * p.dstBlkStride;
     T* d = dst.Span(api, 0, (lastBlock + 1) * e);
-    ascendc_model::CountVector(api, repeatTime, sizeof(T));
+    const uint32_t srcBytes = repeatTime * 8u * sizeof(T);
+    it.Access(false, {{src.ByteBegin(), src.ByteBegin() + (srcBytes + 31) / 32 * 32}});
+    ascendc_model::Ranges written;
+    for (uint32_t r = 0; r < repeatTime; ++r)
+        for (uint32_t j = 0; j < 8; ++j) {
+            const uint32_t lo = dst.ByteBegin() + (r * p.dstRepStride + j * p.dstBlkStride) * 32u;
+            written.push_back({lo, lo + 32});
+        }
+    it.Access(true, std::move(written));
     for (uint32_t r = 0; r < repeatTime; ++r)
         for (uint32_t j = 0; j < 8; ++j) {
             T* block = d + (uint64_t(r) * p.dstRepStride + uint64_t(j) * p.dstBlkStride) * e;

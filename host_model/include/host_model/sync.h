@@ -1,11 +1,13 @@
 // Synchronisation. Inside a core the model executes every pipe in program order, so SetFlag/WaitFlag
-// and PipeBarrier only have their pairing checked (a WaitFlag with no SetFlag of that event id before
-// it would hang the hardware and is an error). Across cores the flags are real: CrossCoreSetFlag /
+// have their pairing checked (a WaitFlag with no SetFlag of that event id before it would hang the
+// hardware and is an error), and PipeBarrier<PIPE_V> and the V_S / S_V events order the UB accesses of the
+// vector pipe and the scalar unit that hazard.h checks. Across cores the flags are real: CrossCoreSetFlag /
 // CrossCoreWaitFlag block the calling thread with the counting semantics of the docs (see launch.cpp),
 // and SyncAll is a barrier.
 #pragma once
 #include <cstdint>
 
+#include "host_model/hazard.h"
 #include "host_model/types.h"
 
 namespace ascendc_model {
@@ -23,7 +25,7 @@ void SetFlag(int32_t eventID) { ascendc_model::SetEventFlag(evt, eventID); }
 template <HardEvent evt>
 void WaitFlag(int32_t eventID) { ascendc_model::WaitEventFlag(evt, eventID); }
 template <pipe_t pipe>
-void PipeBarrier() {}
+void PipeBarrier(ascendc_model::Site site = ascendc_model::Site::Here()) { ascendc_model::PipeBarrierAt(pipe, site); }
 
 template <uint8_t modeId, pipe_t pipe>
 void CrossCoreSetFlag(uint16_t flagId) {

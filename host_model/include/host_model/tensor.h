@@ -9,6 +9,7 @@
 
 #include "host_model/cost.h"
 #include "host_model/error.h"
+#include "host_model/hazard.h"
 #include "host_model/types.h"
 
 namespace ascendc_model {
@@ -28,6 +29,9 @@ struct BufferSlot {
     uint64_t generation = 0;
     State state = State::Free;
     uint32_t ownerCore = 0;  // globalIndex of the core whose pipe created it
+    // The queue's events order the vector instructions before this sequence number (hazard.h) before those
+    // after the buffer's next AllocTensor (VECOUT) or DeQue (VECIN); 0: none yet.
+    uint64_t orderedBefore = 0;
 };
 
 // Checks that `slot` (as seen at `generation`) may be used by `api` now; fails otherwise.
@@ -73,13 +77,17 @@ public:
     // Byte address inside its memory (what the hardware address registers hold).
     uint64_t GetPhyAddr() const { return begin_; }
 
-    T GetValue(uint32_t index) const {
+    T GetValue(uint32_t index, ascendc_model::Site site = ascendc_model::Site::Here()) const {
         ascendc_model::CountScalarAccess();
-        return *Span("LocalTensor::GetValue", index, 1);
+        T* p = Span("LocalTensor::GetValue", index, 1);
+        ScalarSync("LocalTensor::GetValue", site, false, index);
+        return *p;
     }
-    void SetValue(uint32_t index, T value) const {
+    void SetValue(uint32_t index, T value, ascendc_model::Site site = ascendc_model::Site::Here()) const {
         ascendc_model::CountScalarAccess();
-        *Span("LocalTensor::SetValue", index, 1) = value;
+        T* p = Span("LocalTensor::SetValue", index, 1);
+        ScalarSync("LocalTensor::SetValue", site, true, index);
+        *p = value;
     }
 
     // Checked pointer to elements [first, first + count) of this tensor.
@@ -99,6 +107,12 @@ public:
     uint32_t ByteBegin() const { return begin_; }
 
 private:
+    // A scalar access to UB must be ordered after the vector instructions on its bytes (hazard.h).
+    void ScalarSync(const char* api, ascendc_model::Site site, bool write, uint32_t index) const {
+        if (slot_->memory != ascendc_model::Memory::UB) return;
+        const uint32_t lo = begin_ + index * static_cast<uint32_t>(sizeof(T));
+        ascendc_model::ScalarAccess(api, site, write, lo, lo + static_cast<uint32_t>(sizeof(T)));
+    }
     template <typename U>
     friend class LocalTensor;
     ascendc_model::BufferSlot* slot_ = nullptr;

@@ -58,68 +58,79 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
 #define ASCENDC_MODEL_BINARY(NAME, EXPR)                                                                           \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,                   \
-              const int32_t& count) {                                                                              \
-        ascendc_model::BinaryOp(#NAME, dst, src0, src1, ascendc_model::VecIter::Count(#NAME, count),               \
+              const int32_t& count,                                                                                \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ascendc_model::BinaryOp(#NAME, dst, src0, src1, ascendc_model::VecIter::Count(#NAME, count, site),         \
                                 BinaryRepeatParams(), [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });   \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask,    \
-              const uint8_t repeatTime, const BinaryRepeatParams& p) {                                             \
+              const uint8_t repeatTime, const BinaryRepeatParams& p,                                               \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         ascendc_model::BinaryOp(#NAME, dst, src0, src1,                                                            \
-                                ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T)), p,         \
+                                ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site), p,   \
                                 [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });                         \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask[],  \
-              const uint8_t repeatTime, const BinaryRepeatParams& p) {                                             \
+              const uint8_t repeatTime, const BinaryRepeatParams& p,                                               \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         ascendc_model::BinaryOp(#NAME, dst, src0, src1,                                                            \
-                                ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T)), p,               \
+                                ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site), p,         \
                                 [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });                         \
     }
 
 #define ASCENDC_MODEL_UNARY(NAME, EXPR)                                                                            \
     template <typename T>                                                                                          \
-    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {                        \
-        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count), {}, {},               \
+    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count,                          \
+    ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
+        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count, site), {}, {},         \
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask, const uint8_t repeatTime,       \
-              const UnaryRepeatParams& p) {                                                                        \
+              const UnaryRepeatParams& p,                                                                          \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
-                               ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T)),             \
+                               ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),       \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask[], const uint8_t repeatTime,     \
-              const UnaryRepeatParams& p) {                                                                        \
-        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T)),  \
+              const UnaryRepeatParams& p,                                                                          \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
+                               ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),             \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }
 
 #define ASCENDC_MODEL_SCALAR(NAME, EXPR)                                                                           \
     template <typename T>                                                                                          \
-    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count) {  \
+    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,    \
+    ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
         const double s = static_cast<double>(scalarValue);                                                         \
-        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count), {}, {},               \
+        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count, site), {}, {},         \
                                [s](T x) { return ascendc_model::RoundTo<T>(EXPR); });                              \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask,           \
-              const uint8_t repeatTime, const UnaryRepeatParams& p) {                                              \
+              const uint8_t repeatTime, const UnaryRepeatParams& p,                                                \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         const double s = static_cast<double>(scalarValue);                                                         \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
-                               ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T)),             \
+                               ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),       \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
                                [s](T x) { return ascendc_model::RoundTo<T>(EXPR); });                              \
     }                                                                                                              \
     template <typename T, bool isSetMask = true>                                                                   \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask[],         \
-              const uint8_t repeatTime, const UnaryRepeatParams& p) {                                              \
+              const uint8_t repeatTime, const UnaryRepeatParams& p,                                                \
+              ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
         const double s = static_cast<double>(scalarValue);                                                         \
-        ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T)),  \
+        ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
+                               ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),             \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
                                [s](T x) { return ascendc_model::RoundTo<T>(EXPR); });                              \
     }
@@ -147,39 +158,48 @@ ASCENDC_MODEL_SCALAR(Maxs, (double(x) > s ? double(x) : s))
 ASCENDC_MODEL_SCALAR(Mins, (double(x) < s ? double(x) : s))
 
 template <typename T>
-void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
-    ascendc_model::DuplicateOp(dst, scalarValue, ascendc_model::VecIter::Count("Duplicate", count), {});
+void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count,
+ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::DuplicateOp(dst, scalarValue, ascendc_model::VecIter::Count("Duplicate", count, site), {});
 }
 template <typename T, bool isSetMask = true>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask, const uint8_t repeatTime,
-               const uint16_t dstBlockStride, const uint8_t dstRepeatStride) {
-    ascendc_model::DuplicateOp(dst, scalarValue, ascendc_model::VecIter::Continuous("Duplicate", mask, repeatTime, sizeof(T)),
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride,
+               ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::DuplicateOp(dst, scalarValue,
+                               ascendc_model::VecIter::Continuous("Duplicate", mask, repeatTime, sizeof(T), site),
                                {dstBlockStride, dstRepeatStride});
 }
 template <typename T, bool isSetMask = true>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask[], const uint8_t repeatTime,
-               const uint16_t dstBlockStride, const uint8_t dstRepeatStride) {
-    ascendc_model::DuplicateOp(dst, scalarValue, ascendc_model::VecIter::Bits("Duplicate", mask, repeatTime, sizeof(T)),
+               const uint16_t dstBlockStride, const uint8_t dstRepeatStride,
+               ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::DuplicateOp(dst, scalarValue,
+                               ascendc_model::VecIter::Bits("Duplicate", mask, repeatTime, sizeof(T), site),
                                {dstBlockStride, dstRepeatStride});
 }
 
 // Cast: a repeat covers 256 bytes of the wider type (64 lanes for half <-> float).
 template <typename T, typename U>
-void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count) {
-    ascendc_model::CastOp(dst, src, roundMode, ascendc_model::VecIter::Count("Cast", count), {}, {});
+void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count,
+ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::CastOp(dst, src, roundMode, ascendc_model::VecIter::Count("Cast", count, site), {}, {});
 }
 template <typename T, typename U, bool isSetMask = true>
 void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask,
-          const uint8_t repeatTime, const UnaryRepeatParams& p) {
+          const uint8_t repeatTime, const UnaryRepeatParams& p,
+          ascendc_model::Site site = ascendc_model::Site::Here()) {
     ascendc_model::CastOp(dst, src, roundMode,
-                          ascendc_model::VecIter::Continuous("Cast", mask, repeatTime, ascendc_model::Widest<T, U>()),
+                          ascendc_model::VecIter::Continuous("Cast", mask, repeatTime, ascendc_model::Widest<T, U>(),
+                                                             site),
                           ascendc_model::DstStride(p), ascendc_model::SrcStride(p));
 }
 template <typename T, typename U, bool isSetMask = true>
 void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask[],
-          const uint8_t repeatTime, const UnaryRepeatParams& p) {
+          const uint8_t repeatTime, const UnaryRepeatParams& p,
+          ascendc_model::Site site = ascendc_model::Site::Here()) {
     ascendc_model::CastOp(dst, src, roundMode,
-                          ascendc_model::VecIter::Bits("Cast", mask, repeatTime, ascendc_model::Widest<T, U>()),
+                          ascendc_model::VecIter::Bits("Cast", mask, repeatTime, ascendc_model::Widest<T, U>(), site),
                           ascendc_model::DstStride(p), ascendc_model::SrcStride(p));
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "host_model/cost.h"
+#include "host_model/hazard.h"
 #include "host_model/tensor.h"
 
 namespace AscendC {
@@ -56,7 +57,8 @@ struct Stride {
 };
 
 // One vector instruction: it is counted for the cost model (cost.h) when it ends, in repeats of 256 bytes of
-// its widest operand (every operand passes through Operand(), which records its width).
+// its widest operand (every operand passes through Operand(), which records its width), and its operands'
+// UB footprints are checked against the instructions it may overlap with (hazard.h).
 class VecIter {
 public:
     VecIter(const VecIter&) = delete;
@@ -67,9 +69,10 @@ public:
         if (elemBytes > widest_) widest_ = elemBytes;
     }
 
-    static VecIter Count(const std::string& api, int64_t count);
-    static VecIter Continuous(const std::string& api, uint64_t mask, int64_t repeatTimes, uint32_t widestBytes);
-    static VecIter Bits(const std::string& api, const uint64_t mask[], int64_t repeatTimes, uint32_t widestBytes);
+    static VecIter Count(const std::string& api, int64_t count, Site site);
+    static VecIter Continuous(const std::string& api, uint64_t mask, int64_t repeatTimes, uint32_t widestBytes, Site site);
+    static VecIter Bits(const std::string& api, const uint64_t mask[], int64_t repeatTimes, uint32_t widestBytes,
+                        Site site);
 
     bool counted() const { return counted_; }
     uint64_t repeats() const { return repeats_; }
@@ -85,6 +88,10 @@ public:
     }
     // Number of elements from the operand start that the instruction may touch (bounds check).
     uint64_t Extent(uint32_t elemBytes, Stride s) const;
+    // The 32-byte blocks of an operand at UB byte `begin` in which some lane of some repeat is active.
+    Ranges Footprint(uint32_t begin, uint32_t elemBytes, Stride s) const;
+    // Checks and records that the instruction reads or writes `bytes` of UB (hazard.h).
+    void Access(bool write, Ranges bytes) const { VectorAccess(op_, write, std::move(bytes)); }
 
     // Runs f(r, lane) for every active lane.
     template <class F>
@@ -104,6 +111,7 @@ private:
     uint32_t lanes_ = 0;
     uint32_t highestLane_ = 0;
     uint64_t bits_[2] = {0, 0};
+    mutable VectorOp op_;
 };
 
 // A vector operand: checked base pointer (UB, 32-byte aligned, extent inside the tensor) + strides.
@@ -120,7 +128,9 @@ VecOperand<T> Operand(const std::string& api, const char* role, const AscendC::L
                       Stride s = Stride()) {
     CheckVectorOperand(api, role, t.GetMemory(), t.ByteBegin());
     it.NoteOperand(sizeof(T));
-    return VecOperand<T>{t.Span(api, 0, it.Extent(sizeof(T), s)), s};
+    T* data = t.Span(api, 0, it.Extent(sizeof(T), s));
+    it.Access(std::string(role) == "dst", it.Footprint(t.ByteBegin(), sizeof(T), s));
+    return VecOperand<T>{data, s};
 }
 
 // Rounds `v` to T with round-to-nearest-even (IEEE default; what the vector unit does for
