@@ -444,7 +444,7 @@ class TritonBackend:
     def run(self, problem: Problem):
         if problem.paged:
             return _run_paged(problem)
-        return run_jobs(problem, _attend, takes_band=True)
+        return run_jobs(problem, _attend)
 
 
 def _run_paged(problem: Problem):
