@@ -100,9 +100,10 @@ HARD_DISTRIBUTIONS = tuple(dict.fromkeys(c.dist for c in HARD_CASES))
 LONG_KEYS = 131_072
 
 
-def draw_hard(case: Case, rng: np.random.Generator):
+def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2: int | None = None):
     """One draw of a hard case: ``(q, k, v, mask, scale)``, float32 arrays (B, N, S, D), mask None or
-    bool (S1, S2) with True = masked out.
+    bool (S1, S2) with True = masked out. ``s1``, ``s2``: query rows and keys in place of the case's
+    own (scripts/causal_skip_accuracy.py draws square causal calls).
 
     Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
     V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):
@@ -124,6 +125,7 @@ def draw_hard(case: Case, rng: np.random.Generator):
     * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal mask aligned to the
       last key; band: the same with a window of 256 keys; decode: one query row, 8 heads.
     """
+    rows, keys = s1, s2
     b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
     dist, x0, am = case.dist, case.x0, case.am
     mask = None
@@ -137,6 +139,7 @@ def draw_hard(case: Case, rng: np.random.Generator):
         s1 = 256
     elif dist == "long":
         n, s1, s2 = 1, 4, LONG_KEYS
+    s1, s2 = rows or s1, keys or s2
     nkv = nkv or n
     qs, ks = (b, n, s1, d), (b, nkv, s2, d)
     v = rng.normal(0.0, 1.0, ks)
