@@ -588,11 +588,10 @@ def _tile_blocks_by_hand(s1, s2, bq, lo, hi):
 
 
 #: Band calls on which whole KV blocks are hidden from query tiles: (sparse_mode, S1, S2, pre, next, the band
-#: (lo, hi) FIA's definition gives them). Mode 4's band hides the first blocks from the later tiles, mode 3's
-#: (S1 < S2) the last blocks from the first tiles.
+#: (lo, hi) FIA's definition gives them). Causal hides the last blocks from the first tiles, mode 4's band the
+#: first blocks from the later tiles.
 SKIP_CALLS = {
     "causal_mode2": (2, 512, 512, BIG, BIG, (None, 0)),
-    "causal_mode3": (3, 256, 640, BIG, BIG, (None, 640 - 256)),
     "band_mode4": (4, 512, 640, 100, 10, (-100 + 128, 10 + 128)),
 }
 
