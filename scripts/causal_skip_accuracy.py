@@ -1,6 +1,6 @@
 """Accuracy of the PASA allocations on causal hard inputs, walking every KV block or only those the band shows.
 
-Usage: python scripts/causal_skip_accuracy.py [--seeds 3] [--long-keys 8192] [--window W]
+Usage: python scripts/causal_skip_accuracy.py [--seeds 3] [--long-keys 8192] [--window W] [--cases DIST ...]
 
 Square causal calls (S1 = S2) of the hard sweep's inputs (pasa_npu.accuracy.draw_hard): bias (Q, K ~
 N(10, 1)), resonance at both phases and drift on 1000 keys, and the near-equal keys of "long" on
@@ -32,6 +32,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--long-keys", type=int, default=8192)
     ap.add_argument("--window", type=int, default=0, help="keys of a sliding-window band (0: causal alone)")
+    ap.add_argument("--cases", nargs="+", default=sorted({c.dist for c in CASES}), metavar="DIST",
+                    help="the cases to run, by distribution name")
     args = ap.parse_args()
     band = (None, 0) if args.window == 0 else (1 - args.window, 0)
     one = np.zeros((1, 1, 1, 128), np.float16)
@@ -41,7 +43,7 @@ def main() -> None:
           f"|lse - lse64|; differing = fraction of outputs that differ; block_q {block_q}")
     print("| case | S | allocation | every block: ratio | lse | visited blocks: ratio | lse | differing |")
     print("|---|---|---|---|---|---|---|---|")
-    for case in CASES:
+    for case in (c for c in CASES if c.dist in args.cases):
         s = args.long_keys if case.dist == "long" else 1000
         res = {p: {"every": ([], []), "band": ([], [])} for p in PRECISIONS}
         differ = {p: [] for p in PRECISIONS}
