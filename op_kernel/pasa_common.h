@@ -179,14 +179,13 @@ __aicore__ inline Band BandOf(const PasaTilingData& t, uint32_t sq, uint32_t skv
     return bd;
 }
 
-// The task of id `id`. skipBandMaskedBlocks (FlashAttention only): narrow the task's KV blocks to
-// those the causal/band rule keeps for at least one of its valid rows. A block masked for every row
-// gives m' = -inf and P = 0, so m, l and O pass through it unchanged (α = exp(0) = 1, or 0 on a row
-// still at -inf where l and O are 0 anyway). PASA must visit every block: its pseudo-average F is
-// the mean over all of them, masked or not. The AIC and the AIVs decode the same task, so they agree
-// on the blocks they hand off.
+// The task of id `id`, its KV blocks narrowed to those the causal/band rule keeps for at least one of
+// its valid rows (blockwise.visited_blocks, the golden model's definition for every allocation): a
+// hidden block leaves FlashAttention's m, l and O unchanged, and PASA's F and pasa_rs's frame (block 1,
+// the first visited) and shift lag are defined over the visited blocks only. The AIC and the AIVs
+// decode the same task, so they agree on the blocks they hand off.
 __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTensor<int64_t>& lenQ,
-                                  GlobalTensor<int64_t>& lenKv, bool skipBandMaskedBlocks) {
+                                  GlobalTensor<int64_t>& lenKv) {
     const PasaTaskCoord c = PasaDecodeTaskId(t, id);
     Task k;
     k.b = c.b;
@@ -211,9 +210,9 @@ __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTe
     uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
     k.kvBlock0 = k.split * t.kvBlocksPerSplit;
     uint32_t end = MinU(MinU(k.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks), blocksB);
-    if (skipBandMaskedBlocks && t.bandMode && k.rowsValid > 0) {
+    if (t.bandMode && k.rowsValid > 0) {
         // The band keeps keys [row + lo, row + hi] of each row, so the tile's valid rows reach keys
-        // [row0 + lo, lastRow + hi] and every block outside leaves the FlashAttention state unchanged.
+        // [row0 + lo, lastRow + hi].
         const Band bd = BandOf(t, k.seqQ, k.seqKv);
         const int64_t lowestKey = (int64_t)k.row0 + bd.lo;
         const int64_t highestKey = (int64_t)(k.row0 + (k.rowsValid - 1) * k.positionStep) + bd.hi;

@@ -18,10 +18,6 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
                                     GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR out,
                                     GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
-    // Only FlashAttention skips the KV blocks the band hides from a whole tile (DecodeTask): PASA's
-    // pseudo-average F is a mean over every block, and pasa_rs's frame (block 1, C_1 + psi_1) and the lag
-    // of its shifts are defined over every block, masked or not (blockwise._query_block_rs).
-    constexpr bool SKIP_MASKED_BLOCKS = Policy::SHIFT == ShiftKind::NONE;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
     if (lenKvAddr != nullptr) lenKv.SetGlobalBuffer((__gm__ int64_t*)lenKvAddr);
@@ -37,7 +33,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;
-            stage.Run(DecodeTask(t, id, lenQ, lenKv, SKIP_MASKED_BLOCKS));
+            stage.Run(DecodeTask(t, id, lenQ, lenKv));
         }
     }
     if ASCEND_IS_AIV {
@@ -55,7 +51,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;
-            softmax.Run(DecodeTask(t, id, lenQ, lenKv, SKIP_MASKED_BLOCKS));
+            softmax.Run(DecodeTask(t, id, lenQ, lenKv));
         }
         if (t.kvSplits > 1)
             CombineSplits(t, ws, out, lse, aiv, softmax.InQueue(), softmax.OutQueue(), softmax.LseQueue(),

@@ -177,8 +177,8 @@ def test_hard_draws_build_the_stated_inputs():
     rng = np.random.default_rng(0)
     shapes = {}
     for case in accuracy.HARD_CASES:
-        q, k, v, mask, scale = accuracy.draw_hard(case, rng)
-        shapes[case.dist] = (q.shape, k.shape, None if mask is None else mask.shape)
+        q, k, v, band, scale = accuracy.draw_hard(case, rng)
+        shapes[case.dist] = (q.shape, k.shape, band)
         assert v.shape == k.shape and scale == pytest.approx(q.shape[-1] ** -0.5)
         assert np.isfinite(np.stack([q.astype(np.float16).max(), k.astype(np.float16).max()])).all()
         s = np.einsum("bhid,bhjd->bhij", q[:, : k.shape[1]], k) * scale  # the scaled scores
@@ -194,7 +194,9 @@ def test_hard_draws_build_the_stated_inputs():
     assert shapes["long"][1][2] >= 128 * 1024 and shapes["long"][0][2] <= 4
     assert shapes["decode"][0][2] == 1 and shapes["gqa"][0][1] == 4 * shapes["gqa"][1][1]
     assert shapes["tail"][1][2] % 128 and shapes["d80"][0][3] == 80 and shapes["d256"][0][3] == 256
-    assert shapes["causal"][2] == shapes["band"][2] == (256, 1000)
+    assert shapes["causal"][:2] == shapes["band"][:2] and shapes["causal"][0][2] == 256
+    assert shapes["causal"][2] == (None, 1000 - 256) and shapes["band"][2] == (1000 - 256 - 255, 1000 - 256)
+    assert all(b is None for dist, (_, _, b) in shapes.items() if dist not in ("causal", "band"))
     with pytest.raises(ValueError, match="hard case"):
         accuracy.draw_hard(Case("nothing", 0, 0), rng)
 

@@ -35,7 +35,7 @@ import pytest
 
 from pasa_npu import beta as beta_mod
 from pasa_npu import golden, metrics
-from pasa_npu.precision import PRECISIONS
+from pasa_npu.precision import ALLOCATIONS, PRECISIONS
 
 RMSE_BOUND = {"fp32": 1e-3, "fp16_fp32": 2e-3, "fp16": 3e-3, "pasa_fp32": 1e-2, "pasa": 1.5e-2, "pasa_rs": 2e-3}
 U16 = 2.0**-11
@@ -150,15 +150,24 @@ def test_accuracy_vs_float64(precision, case):
     assert (err <= lse_bound(precision, q, k, scale, mask, s2, 128)).all(), err.max()
 
 
-def test_causal_flag_equals_explicit_mask():
+def test_causal_flag_is_the_top_left_causal_band():
+    """causal=True is the band (None, 0) (query i sees keys 0..i), intersected with a band given with it;
+    in exact attention it equals the causal mask built here."""
     rng = np.random.default_rng(11)
     q, k, v = rand_qkv(rng, 1, 2, 2, 20, 45, 32)
     for p in PRECISIONS:
-        a = golden.attention(q, k, v, precision=p, scale=0.2, causal=True, block_kv=16)
-        m = np.triu(np.ones((20, 45), bool), 1)  # built here: query i sees keys 0..i
-        bb = golden.attention(q, k, v, precision=p, scale=0.2, mask=m, block_kv=16)
+        kw = dict(precision=p, scale=0.2, block_q=8, block_kv=16)
+        a = golden.attention(q, k, v, causal=True, **kw)
+        bb = golden.attention(q, k, v, band=(None, 0), **kw)
         np.testing.assert_array_equal(a[0], bb[0])
         np.testing.assert_array_equal(a[1], bb[1])
+        c = golden.attention(q, k, v, causal=True, band=(-5, 3), **kw)
+        d = golden.attention(q, k, v, band=(-5, 0), **kw)
+        np.testing.assert_array_equal(c[0], d[0])
+        np.testing.assert_array_equal(c[1], d[1])
+    m = np.triu(np.ones((20, 45), bool), 1)
+    np.testing.assert_array_equal(golden.reference(q, k, v, scale=0.2, causal=True)[0],
+                                  golden.reference(q, k, v, scale=0.2, mask=m)[0])
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -208,7 +217,40 @@ def test_gqa_equals_repeated_kv(precision, nkv):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("band", [(-40, 5), (None, 0), (None, 230 - 70)], ids=["window", "causal", "causal_bottom"])
+def test_band_tiles_visit_only_the_blocks_the_band_shows(precision, band):
+    """A band decides which KV blocks a tile of block_q rows visits: each tile's rows come out bit for bit
+    as a call on those rows alone against the keys of the blocks the band keeps some key of for the tile
+    (found key by key here), with the band as a plain mask. So PASA's F, and pasa_rs's block 1 and shift
+    lag, start at the tile's first visited block. FlashAttention's allocations give the same bits as the
+    band as a mask on every block (a hidden block leaves their state unchanged)."""
+    rng = np.random.default_rng(16)
+    s1, s2, bq, bkv = 70, 230, 16, 32
+    q, k, v = rand_qkv(rng, 1, 2, 1, s1, s2, 32, mean=2.0)
+    lo, hi = band
+    rel = np.arange(s2)[None, :] - np.arange(s1)[:, None]
+    hidden = (rel > hi) | (False if lo is None else rel < lo)
+    out, lse = golden.attention(q, k, v, precision=precision, scale=0.2, band=band, block_q=bq, block_kv=bkv)
+    for r0 in range(0, s1, bq):
+        r1 = min(r0 + bq, s1)
+        live = np.flatnonzero(~hidden[r0:r1].all(axis=0))
+        c0, c1 = live[0] // bkv * bkv, min(-(-(live[-1] + 1) // bkv) * bkv, s2)
+        o, l = golden.attention(q[:, :, r0:r1], k[:, :, c0:c1], v[:, :, c0:c1], precision=precision, scale=0.2,
+                                mask=hidden[r0:r1, c0:c1], block_q=bq, block_kv=bkv)
+        np.testing.assert_array_equal(out[:, :, r0:r1], o)
+        np.testing.assert_array_equal(lse[:, :, r0:r1], l)
+    every = golden.attention(q, k, v, precision=precision, scale=0.2, mask=hidden, block_q=bq, block_kv=bkv)
+    if not (ALLOCATIONS[precision].shifted or ALLOCATIONS[precision].row_shifted):
+        np.testing.assert_array_equal(out, every[0])
+        np.testing.assert_array_equal(lse, every[1])
+    ref, ref_lse = golden.reference(q, k, v, scale=0.2, band=band)
+    np.testing.assert_array_equal(ref, golden.reference(q, k, v, scale=0.2, mask=hidden)[0])
+    assert metrics.rmse(out, ref) < RMSE_BOUND[precision]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 def test_block_q_does_not_change_any_bit(precision):
+    """Without a band rows are independent: the query tile changes no rounding."""
     rng = np.random.default_rng(14)
     q, k, v = rand_qkv(rng, 1, 4, 2, 45, 170, 32)
     mask = rng.random((1, 4, 45, 170)) < 0.25

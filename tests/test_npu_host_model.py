@@ -142,18 +142,12 @@ def _from_bnsd(x: np.ndarray, layout: str) -> np.ndarray:
     return bsnd if layout == "BSND" else bsnd.reshape(*bsnd.shape[:2], -1)
 
 
-def _band_mask(sparse_mode, r, c, pre, nxt, has_mask):
-    """FIA's structural mask (True = masked out) for r valid queries and c valid keys, or None:
-    key j kept for query i only where lo <= j - i <= hi."""
+def _band(sparse_mode, r, c, pre, nxt, has_mask):
+    """FIA's band rule for r valid queries and c valid keys as (lo, hi), or None: key j kept for
+    query i only where lo <= j - i <= hi (lo None = open)."""
     if sparse_mode == 1 or (sparse_mode == 0 and not has_mask):
         return None
-    lo, hi = {0: (-pre, nxt), 2: (None, 0), 3: (None, c - r),
-              4: (-pre + c - r, nxt + c - r)}[sparse_mode]
-    rel = np.arange(c)[None, :] - np.arange(r)[:, None]
-    out = rel > hi
-    if lo is not None:
-        out |= rel < lo
-    return out
+    return {0: (-pre, nxt), 2: (None, 0), 3: (None, c - r), 4: (-pre + c - r, nxt + c - r)}[sparse_mode]
 
 
 def _golden_split(q, k, v, mask, cfg, split_keys):
@@ -181,9 +175,9 @@ def _golden_split(q, k, v, mask, cfg, split_keys):
 def fia_oracle(q4, k4, v4, mask4, *, sparse_mode, pre, nxt, lq, lk, cfg, split_keys=None,
                fn=golden.attention):
     """FIA around ``fn`` (golden.attention or golden.reference) on BNSD arrays: per batch, only its
-    valid rows and keys, its slice of the user mask combined with the sparse mode's band (decode,
-    S1 == 1, ignores the band); padded rows give out 0 / lse +inf, rows with no key lse LSE_NO_KEY.
-    ``split_keys``: emulate the kernel's split-KV decode (see _golden_split)."""
+    valid rows and keys, its slice of the user mask and the sparse mode's band (decode, S1 == 1,
+    ignores the band); padded rows give out 0 / lse +inf, rows with no key lse LSE_NO_KEY.
+    ``split_keys``: emulate the kernel's split-KV decode (see _golden_split; decode has no band)."""
     b, n, s1, d = q4.shape
     s2 = k4.shape[2]
     out = np.zeros((b, n, s1, d), np.float64)
@@ -196,16 +190,14 @@ def fia_oracle(q4, k4, v4, mask4, *, sparse_mode, pre, nxt, lq, lk, cfg, split_k
         m = None
         if mask4 is not None:
             m = mask4[i if mask4.shape[0] > 1 else 0][None, :, :r, :c]
-        band = None if s1 == 1 else _band_mask(sparse_mode, r, c, pre, nxt, mask4 is not None)
-        if band is not None:
-            m = band[None, None] if m is None else (m | band)
+        band = None if s1 == 1 else _band(sparse_mode, r, c, pre, nxt, mask4 is not None)
         args = (q4[i:i + 1, :, :r], k4[i:i + 1, :, :c], v4[i:i + 1, :, :c])
         if c == 0:
             o, l = np.zeros(args[0].shape), np.full((1, n, r), -np.inf)
         elif split_keys is not None:
             o, l = _golden_split(*args, m, cfg, split_keys)
         else:
-            o, l = fn(*args, mask=m, **cfg)
+            o, l = fn(*args, mask=m, band=band, **cfg)
         out[i, :, :r] = o[0]
         lse[i, :, :r] = np.where(np.isneginf(l[0]), LSE_NO_KEY, l[0])
     return out, lse
@@ -302,6 +294,18 @@ CASES = {
                                        precision="fp16_fp32", mask="bool_b1", mask_p=0.1, pre=60, nxt=40),
     "flash_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="fp16_fp32",
                                      sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
+    # the same for the PASA allocations, whose F (pasa, pasa_fp32) and frame and shift lag (pasa_rs) start at
+    # a tile's first visited block: bit-identical to the golden model's definition where it was before
+    "skip_causal_mode2_square_pasa": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD", precision="pasa",
+                                          sparse_mode=2),
+    "skip_band_mode4_fp32": dict(b=1, n=2, nkv=2, s1=512, s2=640, d=64, layout="BSND", precision="pasa_fp32",
+                                 sparse_mode=4, pre=100, nxt=10),
+    "rs_skip_band_mode4": dict(b=1, n=2, nkv=2, s1=512, s2=640, d=64, layout="BSND", precision="pasa_rs",
+                               sparse_mode=4, pre=100, nxt=10),
+    "rs_skip_band_mode0_mask": dict(b=1, n=2, nkv=2, s1=400, s2=512, d=64, layout="BNSD", precision="pasa_rs",
+                                    mask="bool_b1", mask_p=0.1, pre=60, nxt=40),
+    "rs_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="pasa_rs",
+                                  sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
     "flash_tasks_per_core_2": dict(b=2, n=4, nkv=2, s1=512, s2=384, d=64, layout="BSH", precision="fp16_fp32"),
     # the stacked handshake (kvStack 4, S' 2 stacks ahead, slots over 3 stacks): 14 KV blocks in stacks of 4, 4,
     # 4, 2, the fourth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
@@ -587,23 +591,54 @@ def _check_against_golden(name: str, case: dict, seed: int):
 # properties beyond single cases
 # ============================================================================================
 
-def _aic_cube_fractals(precision: str, sparse_mode: int) -> int:
-    """Cube fractals the AICs issue for a 1x1x1024x1024, D = 64 call (the cost model's counters)."""
-    rng = np.random.default_rng(7)
-    q, k, v = (rng.standard_normal((1, 1, 1024, 64)).astype(np.float16) for _ in range(3))
-    mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1) if sparse_mode else None  # FIA's causal mask
-    _, _, counters = npu_host_model.count(q, k, v, cost={}, atten_mask=mask, num_heads=1, input_layout="BNSD",
-                                          scale=1 / math.sqrt(64), sparse_mode=sparse_mode, precision=precision)
-    return sum(c["cube_fractals"] for c in counters[:len(counters) // 3])
+def _tile_blocks_by_hand(s1, s2, bq, lo, hi):
+    """KV blocks of 128 keys each query tile of ``bq`` rows holds a kept key of, counted key by key from
+    the band rule (key j kept for query i where lo <= j - i <= hi; lo None = open)."""
+    rel = np.arange(s2)[None, :] - np.arange(s1)[:, None]
+    kept = (rel <= hi) & (True if lo is None else rel >= lo)
+    return [len(set(np.flatnonzero(kept[r0:r0 + bq].any(axis=0)) // 128)) for r0 in range(0, s1, bq)]
 
 
-def test_flash_skips_kv_blocks_the_causal_mask_hides():
-    """FlashAttention ("fp16_fp32") runs only the KV blocks a query tile's causal band reaches: about half
-    of the blocks of a square causal call (72 of 128 (tile, block) pairs for 16 tiles of 64 rows and 8 KV
-    blocks). PASA ("pasa_fp32") runs every block, as its pseudo-average F needs."""
-    flash_ratio = _aic_cube_fractals("fp16_fp32", 2) / _aic_cube_fractals("fp16_fp32", 0)
-    assert flash_ratio <= 0.6
-    assert _aic_cube_fractals("pasa_fp32", 2) == _aic_cube_fractals("pasa_fp32", 0)
+#: Band calls on which whole KV blocks are hidden from query tiles: (sparse_mode, S1, S2, pre, next, the band
+#: (lo, hi) FIA's definition gives them). Causal hides the last blocks from the first tiles, mode 4's band the
+#: first blocks from the later tiles.
+SKIP_CALLS = {
+    "causal_mode2": (2, 512, 512, BIG, BIG, (None, 0)),
+    "band_mode4": (4, 512, 640, 100, 10, (-100 + 128, 10 + 128)),
+}
+
+
+@pytest.mark.parametrize("precision", KERNEL_PRECISIONS)
+@pytest.mark.parametrize("call", list(SKIP_CALLS))
+def test_each_core_walks_exactly_the_kv_blocks_the_band_shows(call, precision):
+    """Every allocation walks, per query tile, exactly the KV blocks the band keeps a key of for some row of
+    the tile (the golden model's definition): per AI core, the cube fractals the band saves against the
+    same call without a mask equal the (tile, KV block) pairs its tasks skip, counted by hand, times one
+    pair's S' and P·V fractals. A hidden block walked or a live one skipped changes a core's count. Q is
+    small (scores near 0), so pasa_rs reshifts and recomputes nothing and its cube work is data independent;
+    its per-tile centre products (one 16-row product for up to 8 blocks) and block-1 learning pass are the
+    same in both calls."""
+    mode, s1, s2, pre, nxt, (lo, hi) = SKIP_CALLS[call]
+    rng = np.random.default_rng(3)
+    d, n = 64, 1
+    q = (rng.standard_normal((1, n, s1, d)) * 1e-3).astype(np.float16)
+    k, v = (rng.standard_normal((1, n, s2, d)).astype(np.float16) for _ in range(2))
+    kw = dict(cost={}, num_heads=n, input_layout="BNSD", scale=1 / math.sqrt(d), precision=precision, ai_cores=4)
+    tiling = npu_host_model.tiling(q, k, v, num_heads=n, input_layout="BNSD", precision=precision)
+    bq, nq = tiling["blockQ"], tiling["numQBlocks"]
+    assert s1 % bq == 0 and s2 // 128 <= 8
+    _, _, full = npu_host_model.count(q, k, v, **kw)
+    _, _, banded = npu_host_model.count(q, k, v, atten_mask=np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1),
+                                        sparse_mode=mode, pre_tokens=pre, next_tokens=nxt, **kw)
+    blocks = _tile_blocks_by_hand(s1, s2, bq, lo, hi)
+    assert 0 < min(blocks) and sum(blocks) < nq * -(-s2 // 128)  # every tile sees a key, some blocks hidden
+    pair = (bq // 16) * 8 * (tiling["kShiftCols"] // 16) + (bq // 16) * (d // 16) * 8  # S' and P·V of one pair
+    cores = len(full) // 3
+    tasks = npu_host_model.core_task_ids(cores, n * nq, -(-n * nq // cores))
+    for core in range(cores):
+        skipped = sum(-(-s2 // 128) - blocks[task % nq] for task in tasks[core])
+        saved = full[core]["cube_fractals"] - banded[core]["cube_fractals"]
+        assert saved == skipped * pair, (core, tasks[core], saved, skipped)
 
 
 def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):

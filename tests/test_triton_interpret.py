@@ -81,8 +81,12 @@ def check_against_golden(q, k, v, *, precision, block_kv=128, mask=None, band=No
     out, lse = tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
                             scale=scale, mask=mask, band=band, shift=shift)
     full = dense(mask, band, q.shape[2], k.shape[2], q.device)
-    g_out, g_lse = reference.attention(q, k, v, precision=precision, beta=None, block_q=128,
-                                       block_kv=block_kv, scale=scale, mask=full)
+    # The golden loop's query tile is the kernel's BLOCK_M rows, so that under a band both visit the same
+    # KV blocks wherever a kernel tile holds positions of one head (see triton_kernels' docstring).
+    rows = q.shape[1] // k.shape[1] * q.shape[2]
+    block_m = tb._config(max(16, tb._pow2(q.shape[-1])), precision != "fp32", block_kv, rows, mask is not None)[0]
+    g_out, g_lse = reference.attention(q, k, v, precision=precision, beta=None, block_q=block_m,
+                                       block_kv=block_kv, scale=scale, mask=mask, band=band)
     r_out, r_lse = ref64(q, k, v, scale, full)
     assert out.dtype == torch.float16 and lse.dtype == torch.float32 and out.shape == q.shape
     empty = torch.isneginf(r_lse)

@@ -100,9 +100,12 @@ HARD_DISTRIBUTIONS = tuple(dict.fromkeys(c.dist for c in HARD_CASES))
 LONG_KEYS = 131_072
 
 
-def draw_hard(case: Case, rng: np.random.Generator):
-    """One draw of a hard case: ``(q, k, v, mask, scale)``, float32 arrays (B, N, S, D), mask None or
-    bool (S1, S2) with True = masked out.
+def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2: int | None = None):
+    """One draw of a hard case: ``(q, k, v, band, scale)``, float32 arrays (B, N, S, D), band None or
+    FIA's band rule (lo, hi) of :func:`pasa_npu.golden.attention` (key j kept for query i only where
+    lo <= j − i <= hi), which decides the KV blocks a query tile visits as in the kernels. ``s1``,
+    ``s2``: query rows and keys in place of the case's own (scripts/causal_skip_accuracy.py draws
+    square causal calls).
 
     Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
     V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):
@@ -121,12 +124,14 @@ def draw_hard(case: Case, rng: np.random.Generator):
       extremes of each head near ±am;
     * long: 4 query rows against LONG_KEYS near-equal keys (Q, K ~ N(0, 0.05)), V ~ N(3, 1) biased;
     * tail, d64 … d256: Q, K ~ N(x0, am) with 1000 keys / head dims 64, 80, 96, 256;
-    * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal mask aligned to the
-      last key; band: the same with a window of 256 keys; decode: one query row, 8 heads.
+    * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal band aligned to the
+      last key (FIA's sparse_mode 3); band: the same with a window of 256 keys (sparse_mode 4);
+      decode: one query row, 8 heads.
     """
+    rows, keys = s1, s2
     b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
     dist, x0, am = case.dist, case.x0, case.am
-    mask = None
+    band = None
     if dist.startswith("d") and dist[1:].isdigit():
         d = int(dist[1:])
     elif dist == "gqa":
@@ -137,6 +142,7 @@ def draw_hard(case: Case, rng: np.random.Generator):
         s1 = 256
     elif dist == "long":
         n, s1, s2 = 1, 4, LONG_KEYS
+    s1, s2 = rows or s1, keys or s2
     nkv = nkv or n
     qs, ks = (b, n, s1, d), (b, nkv, s2, d)
     v = rng.normal(0.0, 1.0, ks)
@@ -178,12 +184,11 @@ def draw_hard(case: Case, rng: np.random.Generator):
         q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
     else:
         raise ValueError(f"hard case must be one of {HARD_DISTRIBUTIONS}, got {dist!r}")
-    i, j = np.arange(s1)[:, None], np.arange(s2)[None, :]
     if dist == "causal":
-        mask = j > i + (s2 - s1)
+        band = (None, s2 - s1)
     elif dist == "band":
-        mask = (j > i + (s2 - s1)) | (j < i + (s2 - s1) - 255)
-    return (*(x.astype(np.float32) for x in (q, k, v)), mask, 1.0 / np.sqrt(d))
+        band = (s2 - s1 - 255, s2 - s1)
+    return (*(x.astype(np.float32) for x in (q, k, v)), band, 1.0 / np.sqrt(d))
 
 
 def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
@@ -194,7 +199,7 @@ def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
 
 
 def _draw_case(case: Case, rep: int, base_seed: int, shape):
-    """(q, k, v, mask, scale) of one draw: the paper's distributions at ``shape``, or a hard case."""
+    """(q, k, v, band, scale) of one draw: the paper's distributions at ``shape``, or a hard case."""
     rng = np.random.default_rng(case_seed(base_seed, case, rep))
     if case.dist in HARD_DISTRIBUTIONS:
         return draw_hard(case, rng)
@@ -212,15 +217,15 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[di
     rows that came out all zero where float64 attention is not; for ``pasa_rs``, recomputed and
     reshifted, the fractions of (row, KV block) passes that took FP32 S or a second shift (None
     for the other allocations)."""
-    q, k, v, mask, scale = _draw_case(case, rep, base_seed, shape)
+    q, k, v, band, scale = _draw_case(case, rep, base_seed, shape)
     ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), scale=scale,
-                                    mask=mask)
+                                    band=band)
     live = np.isfinite(ref_lse)
     nonzero = (ref != 0).any(-1)
     rows = []
     for p in precisions:
         stats = {}
-        out, lse = golden.attention(q, k, v, precision=p, scale=scale, mask=mask, stats=stats)
+        out, lse = golden.attention(q, k, v, precision=p, scale=scale, band=band, stats=stats)
         lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
         rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if stats else None
               for key in ("recomputed", "reshifted")}

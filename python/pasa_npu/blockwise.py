@@ -21,7 +21,14 @@ allocation assigns to it, so the result is a deterministic function of the alloc
 
 Shapes: ``q`` (..., G, S1, D), ``k``/``v`` (..., 1, S2, D) with the leading dims broadcasting
 (G query heads share one KV head: GQA without copying K/V); ``mask`` None or bool broadcastable to
-(..., G, S1, S2) with full S1 and S2 dims, True = masked out.
+(..., G, S1, S2) with full S1 and S2 dims, True = masked out; ``band`` None or (lo, hi), FIA's band
+rule (key j kept for query i only where lo <= j − i <= hi; lo None = open).
+
+The loop visits, per tile of ``block_q`` query rows, only the KV blocks that the band leaves some
+key of for some row of the tile (:func:`visited_blocks`), as the kernels do. A hidden block adds
+nothing to FlashAttention's state, but PASA's pseudo-average F is a mean over the visited blocks,
+and ``pasa_rs``'s frame ("block 1") and the lag of its shifts start at the first visited block: with
+a band, the tile is part of the allocations' definition. A ``mask`` hides keys, never blocks.
 """
 
 from __future__ import annotations
@@ -52,32 +59,68 @@ def _shift_matrix(ops, beta: float, n: int, scale: float, like):
     return ops.shift_matrix(n, diag, off, like)
 
 
+def visited_blocks(band, r0: int, r1: int, s2: int, block_kv: int) -> tuple[int, int]:
+    """The KV blocks [first, end) that the tile of query rows [r0, r1) visits: all of them without a
+    band, else those holding a key the band keeps for some row of the tile. Row i keeps keys
+    [i + lo, i + hi], so the tile keeps [r0 + lo, r1 − 1 + hi] (consecutive rows' ranges overlap or
+    touch while hi >= lo), clipped to the keys; first == end where it keeps none."""
+    n = -(-s2 // block_kv)
+    if band is None:
+        return 0, n
+    lo, hi = band
+    low = 0 if lo is None else max(0, r0 + lo)
+    high = min(s2 - 1, r1 - 1 + hi)
+    if high < low:
+        return 0, 0
+    return low // block_kv, high // block_kv + 1
+
+
 def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None, stats: dict | None = None):
+              block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None):
     """Blockwise attention emulating ``alloc``. Inputs must already hold FP16 values.
 
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
     log-sum-exp of the scaled scores in the true scale. Rows whose keys are all masked give out 0
-    and lse −∞. ``block_q`` only bounds memory: rows are independent, so it changes no rounding.
-    ``stats``: for ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are
-    incremented (see :func:`_count` and docs/golden.md); ignored by the other allocations.
+    and lse −∞. Without a band ``block_q`` only bounds memory (rows are independent); with one it
+    decides which KV blocks a row's tile visits (see the module docstring). ``stats``: for
+    ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are incremented (see
+    :func:`_count` and docs/golden.md); ignored by the other allocations.
     """
     s1, s2 = q.shape[-2], k.shape[-2]
     if alloc.shifted and beta is None:
         beta = default_beta(block_kv, scale)
     if alloc.row_shifted:
-        keys = _centre_keys(ops, k, block_kv)
+        kc, u, kbar = _centre_keys(ops, k, block_kv)
     outs, lses = [], []
     for r0 in range(0, s1, block_q):
         r1 = min(r0 + block_q, s1)
-        m_rows = None if mask is None else mask[..., r0:r1, :]
-        if alloc.row_shifted:
-            out, lse = _query_block_rs(ops, q[..., r0:r1, :], keys, v, scale, block_kv, s2, m_rows, stats)
+        b0, b1 = visited_blocks(band, r0, r1, s2, block_kv)
+        c0, c1 = b0 * block_kv, min(b1 * block_kv, s2)
+        m_rows = None if mask is None else mask[..., r0:r1, c0:c1]
+        if band is not None:
+            m_band = band_mask(ops, band, r0, r1, c0, c1, q)
+            m_rows = m_band if m_rows is None else (m_rows | m_band)
+        qt, vt = q[..., r0:r1, :], v[..., c0:c1, :]
+        if c1 <= c0:  # the band keeps no key for any row of the tile
+            shape = (*ops.broadcast_shape(qt.shape[:-2], k.shape[:-2]), r1 - r0)
+            out = ops.full((*shape, v.shape[-1]), 0.0, "float16", like=q)
+            lse = ops.full(shape, NEG_INF, "float32", like=q)
+        elif alloc.row_shifted:
+            keys = kc[..., c0:c1, :], u[..., b0:b1, :], kbar[..., b0:b1, :]
+            out, lse = _query_block_rs(ops, qt, keys, vt, scale, block_kv, c1 - c0, m_rows, stats)
         else:
-            out, lse = _query_block(ops, q[..., r0:r1, :], k, v, alloc, scale, beta, block_kv, s2, m_rows)
+            out, lse = _query_block(ops, qt, k[..., c0:c1, :], vt, alloc, scale, beta, block_kv, c1 - c0, m_rows)
         outs.append(out)
         lses.append(lse)
     return ops.cat(outs, -2), ops.cat(lses, -1)
+
+
+def band_mask(ops, band, r0, r1, c0, c1, like):
+    """True where the band hides key j in [c0, c1) from query i in [r0, r1)."""
+    lo, hi = band
+    rel = ops.arange(c0, c1, like)[None, :] - ops.arange(r0, r1, like)[:, None]
+    hidden = rel > hi
+    return hidden if lo is None else (hidden | (rel < lo))
 
 
 def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
@@ -361,13 +404,13 @@ def _guarded_exp(ops, x, m_new, dtype):
 
 
 def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-                      block_q: int = 128, block_kv: int = 128, mask=None, stats: dict | None = None):
+                      block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None):
     """:func:`attention` on (B, N, S1, D) queries and (B, Nkv, S2, D) keys/values, N % Nkv == 0.
 
     Query heads are grouped as (B, Nkv, N/Nkv, S1, D) against (B, Nkv, 1, S2, D) keys, so a KV head
     (and, for PASA, its shifted K') serves its whole group without being copied. ``mask`` is None or
     broadcastable to (B, N, S1, S2) with full S1 and S2 dims. Returns out (B, N, S1, D) FP16 and
-    lse (B, N, S1) FP32. ``stats`` as in :func:`attention`.
+    lse (B, N, S1) FP32. ``band`` and ``stats`` as in :func:`attention`.
     """
     b, n, s1, d = q.shape
     nkv = k.shape[1]
@@ -378,5 +421,5 @@ def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: fl
         mask = mask.reshape(mask.shape[0], nkv if heads else 1, g if heads else 1, *mask.shape[-2:])
     out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
                          scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
-                         stats=stats)
+                         band=band, stats=stats)
     return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)

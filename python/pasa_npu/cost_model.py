@@ -218,7 +218,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     bq = _block_q(head_dim, precision, layout)
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
-    # PASA and pasa_rs have a key pre-pass (K' = M K; the centring) and visit every KV block
+    # PASA and pasa_rs have a key pre-pass (K' = M K; the centring)
     alloc = ALLOCATIONS[precision]
     shifted = alloc.shifted or alloc.row_shifted
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
@@ -243,10 +243,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     t2, c2, tiling = one_core(2, seq_kv)
     per_task_full = t2 - t1
     fixed = 2 * t1 - t2
-    # The kernel skips the KV blocks a causal mask hides from a whole query tile for FlashAttention only;
-    # PASA visits every block (its pseudo-average F covers all of them), pasa_rs too (its shifts' lag and
-    # block 1's frame are defined over every block).
-    skips_masked_blocks = sparse_mode != 0 and not shifted
+    # The kernel skips the KV blocks a causal mask hides from a whole query tile, in every allocation.
+    skips_masked_blocks = sparse_mode != 0
     if not skips_masked_blocks:
         def per_task(nb):
             return per_task_full

@@ -74,6 +74,10 @@ class NumpyOps:
     zeros_like = staticmethod(np.zeros_like)
 
     @staticmethod
+    def arange(start, stop, like):
+        return np.arange(start, stop)
+
+    @staticmethod
     def pad_last(x, n):
         return np.concatenate([x, np.zeros((*x.shape[:-1], n), np.float32)], axis=-1)
 
@@ -120,18 +124,27 @@ def causal_mask(s1: int, s2: int) -> np.ndarray:
     return np.triu(np.ones((s1, s2), dtype=bool), k=1)
 
 
-def _combine_masks(mask, causal, s1, s2):
+def _band(band, causal):
+    """The band (lo, hi) of ``band`` and ``causal`` together (causal is the band (None, 0)), or None."""
+    if band is not None:
+        lo, hi = band
+        if not (lo is None or isinstance(lo, (int, np.integer))) or not isinstance(hi, (int, np.integer)):
+            raise TypeError(f"band must be None or (lo, hi) with int hi and int-or-None lo, got {band!r}")
+        band = (None if lo is None else int(lo), int(hi))
     if not causal:
-        return mask
-    c = causal_mask(s1, s2)
-    return c if mask is None else (mask | c)
+        return band
+    return (None, 0) if band is None else (band[0], min(band[1], 0))
 
 
-def reference(q, k, v, *, scale: float, mask=None, causal: bool = False):
+def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=None):
     """Exact softmax attention in float64: returns ``(out, lse)``, out (B, N, S1, D) and lse
-    (B, N, S1), both float64. Rows with every key masked give out 0 and lse −∞."""
+    (B, N, S1), both float64. Rows with every key masked give out 0 and lse −∞. ``causal`` and
+    ``band`` mask keys as in :func:`attention`."""
     q, k, v, mask = _check_qkv(q, k, v, mask)
-    mask = _combine_masks(mask, causal, q.shape[2], k.shape[2])
+    band = _band(band, causal)
+    if band is not None:
+        hidden = blockwise.band_mask(NumpyOps, band, 0, q.shape[2], 0, k.shape[2], None)
+        mask = hidden if mask is None else (mask | hidden)
     g = q.shape[1] // k.shape[1]
     k64 = np.repeat(k.astype(np.float64), g, axis=1)
     v64 = np.repeat(v.astype(np.float64), g, axis=1)
@@ -150,16 +163,19 @@ def reference(q, k, v, *, scale: float, mask=None, causal: bool = False):
 
 
 def attention(q, k, v, *, precision: str, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False,
+              block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False, band=None,
               stats: dict | None = None):
     """Blockwise attention emulating the allocation ``precision``.
 
     q: (B, N, S1, D); k, v: (B, Nkv, S2, D) with N % Nkv == 0. Inputs are rounded to FP16 (an
     out-of-range value becomes Inf, as the hardware's conversion would make it). ``beta`` applies
     to the PASA allocations (default :func:`pasa_npu.beta.default_beta` for this block size and
-    scale). ``mask``: bool, broadcastable to (B, N, S1, S2), True = masked out; ``causal`` adds the
-    top-left causal mask. Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the
-    true scale. Inf/NaN produced by an overflow propagate exactly as the emulated hardware's would.
+    scale). ``mask``: bool, broadcastable to (B, N, S1, S2), True = masked out. ``band``: None or
+    FIA's band rule (lo, hi), key j kept for query i only where lo <= j − i <= hi (lo None = open);
+    ``causal`` is the top-left causal band (None, 0), intersected with ``band``. A band also decides
+    which KV blocks each tile of ``block_q`` rows visits (:mod:`pasa_npu.blockwise`), a mask does not.
+    Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the true scale. Inf/NaN
+    produced by an overflow propagate exactly as the emulated hardware's would.
 
     ``stats``: an optional dict that ``pasa_rs`` fills with its safety-net counters (added to any
     counts already there, so one dict can gather a whole study): ``row_blocks``, the (query row,
@@ -175,10 +191,10 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     for name, val in (("block_q", block_q), ("block_kv", block_kv)):
         if not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
-    mask = _combine_masks(mask, causal, q.shape[2], k.shape[2])
+    band = _band(band, causal)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q16, k16, v16 = (NumpyOps.cast(x, "float16") for x in (q, k, v))
         out, lse = blockwise.grouped_attention(NumpyOps, q16, k16, v16, alloc=alloc, scale=float(scale),
                                                beta=beta, block_q=int(block_q), block_kv=int(block_kv),
-                                               mask=mask, stats=stats)
+                                               mask=mask, band=band, stats=stats)
     return out.astype(np.float16), lse.astype(np.float32)

@@ -165,10 +165,10 @@ class Problem(NamedTuple):
             return None, s2 - s1
         return -pre + (s2 - s1), nxt + (s2 - s1)  # 4: band, bottom-right origin
 
-    def jobs(self, takes_band: bool) -> Iterator[Job]:
+    def jobs(self) -> Iterator[Job]:
         """The dense attentions that make up this problem, each on exactly its valid rows and keys
-        (so the last KV block of a short sequence is a real tail, not a masked pad). A backend that
-        ``takes_band`` gets the band separately; for the others it is merged into the mask.
+        (so the last KV block of a short sequence is a real tail, not a masked pad), with the band
+        apart from the mask: a backend's query tiles visit only the KV blocks the band shows them.
 
         ``Job.rows`` is (batch slice, row slice) into (B, N, S1) results, or for TND the row slice
         into (T, N) results. Batches with no valid query row yield no job (their rows stay padded);
@@ -178,18 +178,17 @@ class Problem(NamedTuple):
             for q1, k1 in zip(self.q_lens, self.kv_lens):
                 r, c = q1 - q0, k1 - k0
                 if r > 0 and c > 0:
-                    mask, band = self._mask_band(None, r, c, takes_band)
                     yield Job(*(t.transpose(0, 1)[None] for t in (self.query[q0:q1], self.key[k0:k1],
                                                                   self.value[k0:k1])),
-                              mask, band, (slice(q0, q1),))
+                              None, self.band(r, c), (slice(q0, q1),))
                 q0, k0 = q1, k1
             return
         if self.query.numel() == 0:
             return
         if self.q_lens is None and self.kv_lens is None:
             if self.s2 > 0:
-                mask, band = self._mask_band(self.user_mask, self.s1, self.s2, takes_band)
-                yield Job(self.q, self.k, self.v, mask, band, (slice(None), slice(None)))
+                yield Job(self.q, self.k, self.v, self.user_mask, self.band(self.s1, self.s2),
+                          (slice(None), slice(None)))
             return
         for i in range(self.batch):
             r = self.s1 if self.q_lens is None else self.q_lens[i]
@@ -200,12 +199,11 @@ class Problem(NamedTuple):
             if self.user_mask is not None:
                 um = self.user_mask[i:i + 1] if self.user_mask.shape[0] > 1 else self.user_mask
                 um = um[:, :, :r, :c]
-            mask, band = self._mask_band(um, r, c, takes_band)
             if self.paged:
                 k, v = self.gather_pages(i, c)
             else:
                 k, v = self.k[i:i + 1, :, :c], self.v[i:i + 1, :, :c]
-            yield Job(self.q[i:i + 1, :, :r], k, v, mask, band, (slice(i, i + 1), slice(0, r)))
+            yield Job(self.q[i:i + 1, :, :r], k, v, um, self.band(r, c), (slice(i, i + 1), slice(0, r)))
 
     def gather_pages(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """PageAttention: the first ``length`` keys and values of ``batch`` gathered from the caches
@@ -225,13 +223,6 @@ class Problem(NamedTuple):
                 kv = blocks.transpose(0, 1).reshape(self.num_kv_heads, -1, self.head_dim)[:, :length]
             out.append(kv[None])
         return out[0], out[1]
-
-    def _mask_band(self, um, s1, s2, takes_band):
-        band = self.band(s1, s2)
-        if band is None or takes_band:
-            return um, band
-        banded = band_mask(band, s1, s2, self.device)[None, None]
-        return (banded if um is None else (um | banded)), None
 
     def padded_rows(self) -> torch.Tensor | None:
         """True for the query rows past a batch's valid length (FIA's padding), as (B, 1, S1) (TND:

@@ -115,11 +115,11 @@ def select(problem: Problem, name: str | None = None) -> Backend:
 _WARNED: set = set()
 
 
-def run_jobs(problem: Problem, attend, takes_band: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def run_jobs(problem: Problem, attend) -> tuple[torch.Tensor, torch.Tensor]:
     """``run`` for a backend that computes dense attentions: ``attend(job, problem)`` on each of
     :meth:`Problem.jobs` returns out (b, N, s1, D) FP16 and lse (b, N, s1) FP32, and the results are
     placed into the problem's (padded) output."""
-    jobs = problem.jobs(takes_band)
+    jobs = problem.jobs()
     if not problem.tnd and problem.q_lens is None and problem.kv_lens is None and problem.s2 > 0 \
             and problem.query.numel() > 0:
         return attend(next(jobs), problem)  # one job covering everything: no padded copy

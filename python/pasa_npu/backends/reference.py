@@ -81,6 +81,10 @@ class TorchOps:
         return torch.tensor(value, dtype=torch.float32, device=like.device)
 
     @staticmethod
+    def arange(start, stop, like):
+        return torch.arange(start, stop, device=like.device)
+
+    @staticmethod
     def pad_last(x, n):
         return torch.nn.functional.pad(x, (0, n))
 
@@ -96,12 +100,12 @@ class TorchOps:
 
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
-              scale: float, mask: torch.Tensor | None):
+              scale: float, mask: torch.Tensor | None, band: tuple[int | None, int] | None = None):
     """Blockwise attention emulating ``precision`` on PyTorch tensors.
 
     q: (B, N, S1, D) float16; k, v: (B, Nkv, S2, D) float16, N % Nkv == 0 (GQA without copying
     K/V); mask None or bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked
-    out. Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true scale; rows with
+    out; band None or (lo, hi) (see :func:`pasa_npu.golden.attention`). Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true scale; rows with
     every key masked give out 0 and lse −∞. Arguments are assumed valid (the caller,
     :func:`pasa_npu.fused_attention`, checks them).
     """
@@ -112,14 +116,16 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
         with torch.no_grad():
             q32, k32, v32 = (x.to(torch.float32) for x in (q, k, v))
             out, lse = blockwise.grouped_attention(TorchOps, q32, k32, v32, alloc=alloc, scale=float(scale),
-                                                   beta=beta, block_q=block_q, block_kv=block_kv, mask=mask)
+                                                   beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
+                                                   band=band)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
     return out.to(torch.float16), lse
 
 
 class ReferenceBackend:
-    """Every allocation, every device PyTorch runs on; masks are dense (the band merged in)."""
+    """Every allocation, every device PyTorch runs on; masks are dense, the band apart (it decides
+    which KV blocks a query tile visits)."""
 
     name = "reference"
 
@@ -130,12 +136,12 @@ class ReferenceBackend:
         return None
 
     def run(self, problem: Problem):
-        return run_jobs(problem, _attend, takes_band=False)
+        return run_jobs(problem, _attend)
 
 
 def _attend(job: Job, problem: Problem):
     return attention(job.q, job.k, job.v, precision=problem.alloc.name, beta=problem.beta, block_q=problem.block_q,
-                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask)
+                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band)
 
 
 BACKEND = ReferenceBackend()

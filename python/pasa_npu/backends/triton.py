@@ -581,7 +581,7 @@ class TritonBackend:
             return plan(problem.query, problem.key, problem.value, problem.user_mask, problem.block_table)
         if problem.paged:
             return _run_paged(problem)
-        return run_jobs(problem, _attend, takes_band=True)
+        return run_jobs(problem, _attend)
 
 
 def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | None]:

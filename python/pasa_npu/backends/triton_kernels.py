@@ -31,7 +31,11 @@ Differences from the golden loop (same mathematics, other roundings; the tests b
   FP32 (M = a·I + b·J), rounded once to FP16;
 * with FP16 state, exp is ``ex2.approx.f16x2`` of the FP16 product x·log2(e) (FP32 ``exp2`` rounded
   to FP16 under ``TRITON_INTERPRET=1``, where inline assembly does not run);
-* KV blocks that a causal/band mask removes entirely are skipped, so they add no term to F;
+* a band's skipped KV blocks (those it hides from every row of a tile, as in the golden model) are
+  decided per program tile of BLOCK_M flattened (group member, query position) rows, the golden
+  model's per block_q query positions of one head: the same blocks where BLOCK_M = block_q and a
+  tile holds positions of one head (g = 1, or S1 a multiple of BLOCK_M); a tile that spans two heads
+  visits the blocks of every position, so F and pasa_rs's frame may start at an earlier block;
 * decode (one tile per KV head) splits the KV blocks over several programs, each with its own F,
   and merges the normalised partial outputs through their true-scale lse.
 
@@ -45,11 +49,11 @@ And for ``pasa_rs``:
   that costs what it costs FP32 FlashAttention's Q·Kᵀ. K̄'s column sum is FP32 in the reduction's
   order, so K̄ may differ by an FP16 ulp: ψ and u move within the ranges that keep them exact;
 * "block 1" (computed twice, the frame of the row state, the start of the lag-2 excess) is the
-  first block a program visits: the first block of its tile's band when a band skips blocks, and
-  each split's first block in decode (split partials merge through their true-scale lse). All rows
-  of a tile visit the same blocks, so each row's ψ, excess and frame come from one sequence of
-  blocks; a row with no key in the first visited block starts with no excess (ψ = lv), as in the
-  golden model. The golden model starts every row at the sequence's first block, masked or not;
+  first block a program visits, as in the golden model: the first block of its tile's band (up to
+  the tile difference above), and each split's first block in decode (split partials merge through
+  their true-scale lse; the golden model does not split). All rows of a tile visit the same blocks,
+  so each row's ψ, excess and frame come from one sequence of blocks; a row with no key in the first
+  visited block starts with no excess (ψ = lv), as in the golden model;
 * the reshift subtracts the move of ψ from the FP32 S − ψ still in registers, then rounds to FP16
   (the golden model computes the product again: one FP32 rounding apart), and ψ is subtracted from
   the FP32 product rather than put in the accumulator before it.
