@@ -400,7 +400,7 @@ def checks_values(check_inputs: bool | None) -> bool:
 def call_signature(query, key, value, options: dict) -> tuple | None:
     """A hashable key of everything :func:`make_problem` and a backend's plan read from a call except the
     tensors' contents and addresses: each tensor's type, shape, strides, dtype, device and grad flag, every
-    other argument's type and value (``options``: the keyword arguments, tensors among them), and whether
+    other argument's name, type and value (``options``: the keyword arguments, tensors among them), and whether
     grad mode is on. Two calls with one signature get the same Problem up to its tensors, whose views of
     the inputs are the same views. None where a call has no such key and is always validated in full:
     value checks on (they read the tensors), a tensor subclass or a non-strided tensor, an unhashable or
@@ -419,7 +419,7 @@ def call_signature(query, key, value, options: dict) -> tuple | None:
                            for x, t in zip(values, types))
             types += tuple(tuple(map(type, x)) for x, t in zip(values, types) if t in (list, tuple))
         return (_tensor_signature(query), _tensor_signature(key), _tensor_signature(value), torch.is_grad_enabled(),
-                values, types)
+                tuple(options), values, types)
     except (RuntimeError, _NoSignature):
         return None
 
