@@ -252,6 +252,16 @@ def _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision, mask_of):
             assert np.abs(lse[i, :, :r, 0].numpy()[live] - ref_lse[0][live]).max() < lse_bound
 
 
+def _check_causal_paged_equals_dense(q, kc, vc, table, k, v, q_lens, kv_lens, page, precision, nkv):
+    """Bottom-right causal with per-batch query lengths: the paged Triton call equals the dense Triton calls
+    bit for bit, its valid rows within the float64 bounds."""
+    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
+                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
+    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
+    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
+                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+
+
 @interpreted
 @pytest.mark.parametrize("precision", TRITON_PRECISIONS)
 def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
@@ -266,11 +276,7 @@ def test_triton_paged_prefill_with_query_lengths_equals_triton_dense(precision):
     q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=6, mean=2.0)
     kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=precision in ("fp32", "pasa"), share=True)
     k[1, :, :page], v[1, :, :page] = k[0, :, :page], v[0, :, :page]
-    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
-                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
-    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
-    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
-                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+    _check_causal_paged_equals_dense(q, kc, vc, table, k, v, q_lens, kv_lens, page, precision, nkv)
 
 
 @interpreted
@@ -285,11 +291,7 @@ def test_triton_paged_split_decode_with_query_lengths(precision):
     kv_lens, q_lens = [70, 40, 33], [4, 3, 1]
     q, k, v = _inputs(b, n, nkv, s1, max(kv_lens), d, seed=7, mean=2.0)
     kc, vc, table = _paged(k, v, kv_lens, page, rng, four_d=False)
-    (out, lse), (dense, dense_lse) = _triton_pair(q, kc, vc, table, k, v, kv_lens, page, precision, nkv,
-                                                  sparse_mode=3, atten_mask=COMPRESSED, actual_seq_lengths=q_lens)
-    assert torch.equal(out, dense) and torch.equal(lse, dense_lse)
-    _check_float64_rows(out, lse, q, k, v, q_lens, kv_lens, precision,
-                        mask_of=lambda i, r, c: np.triu(np.ones((r, c), bool), k=c - r + 1))
+    _check_causal_paged_equals_dense(q, kc, vc, table, k, v, q_lens, kv_lens, page, precision, nkv)
 
 
 @interpreted
