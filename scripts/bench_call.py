@@ -54,6 +54,30 @@ def _per_call(fn, calls: int, repeats: int, *, until_done: bool) -> float:
     return samples[len(samples) // 2]
 
 
+def _interleaved_wall(fns: dict, calls: int, repeats: int) -> dict[str, list[float]]:
+    """Wall µs per call of back-to-back calls of each of ``fns`` (one sync at the end), ``repeats`` samples
+    each, taken in rounds that visit every function once: the host's speed drifts (±30% between runs on
+    the H100 machine), and alternating puts the drift on all of them alike."""
+    for fn in fns.values():
+        for _ in range(10):
+            fn()
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return samples
+
+
+def _median(xs) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def _wall_per_call(fn, calls: int, repeats: int) -> float:
     """Wall time per call of back-to-back calls and one sync, µs (median over ``repeats``)."""
     return _per_call(fn, calls, repeats, until_done=True)
@@ -95,7 +119,7 @@ def _kernel_times(fn, calls: int = 30) -> list[tuple[str, float]]:
 
 def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> int:
     """Where an eager call's time goes: host µs of a planned call (a repeated signature) and of each of its
-    stages (its signature, the plan's allocations and Python, its kernel launches, finish), of an unplanned
+    stages (its signature, the plan's allocations and Python, its kernel launches), of an unplanned
     call (validation, backend selection, run, finish), the device time of each kernel, written to
     breakdown.md; then a cProfile of the host side of 500 decode_b1 calls."""
     import cProfile
@@ -106,8 +130,8 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
     from pasa_npu.problem import call_signature
 
     lines = ["| shape | precision | eager wall | host: call | signature | plan: Python, allocations | plan: launches "
-             "| finish | rest (the call's wrapper) | host: unplanned call | device: graph replay "
-             "| kernels (device µs) |", "|---" * 12 + "|"]
+             "| rest (the call's wrapper) | host: unplanned call | device: graph replay "
+             "| kernels (device µs) |", "|---" * 11 + "|"]
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
         q = torch.randn(b, n, s1, d, device="cuda", dtype=torch.float16)
         k = torch.randn(b, nkv, s2, d, device="cuda", dtype=torch.float16)
@@ -130,7 +154,6 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                 finally:
                     interface._fused_attention = real
                 plan = interface._PLANS[call_signature(q, k, v, seen["options"])]
-                o, lse = plan.run(q, k, v, None, None)
                 stages = [_host_per_call(lambda: call_signature(q, k, v, seen["options"]), calls, repeats)]
                 launch = triton_backend._Launch.__call__
                 triton_backend._Launch.__call__ = lambda self, tensors: None  # the plan's Python and allocations
@@ -139,7 +162,6 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                 finally:
                     triton_backend._Launch.__call__ = launch
                 stages.append(_host_per_call(lambda: plan.run(q, k, v, None, None), calls, repeats) - stages[-1])
-                stages.append(_host_per_call(lambda: interface.finish(plan.layout, o, lse), calls, repeats))
                 cells += stages + [cells[3] - sum(stages)]
 
                 def unplanned(kw=kw):  # every call the first with its signature
@@ -147,7 +169,7 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                     return pasa_npu.fused_attention(q, k, v, **kw)
                 cells.append(_host_per_call(unplanned, calls, repeats))
             else:
-                cells += ["–"] * 6
+                cells += ["–"] * 5
             try:
                 cells.append(_graph_per_call(call, calls, repeats))
             except RuntimeError:  # an allocation whose safety net needs a sync cannot be captured
@@ -163,7 +185,7 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
             "µs per call, medians. Eager wall: back-to-back calls, one sync at the end (as in call.md). Host: the "
             "host time of issuing a call with a repeated signature (a planned call, docs/fia.md), then of each "
             "stage alone: its signature, the plan with its Triton launches replaced by nothing (its Python and "
-            "tensor allocations), the launches (the plan's time with them, less that), finish (FIA's layout), "
+            "tensor allocations), the launches (the plan's time with them, less that), "
             "and the rest (the call's wrapper: argument passing); then a call whose signature is new (validation, "
             "backend selection, run, finish). Device: CUDA-graph replays of the call, and each kernel's time from "
             "the PyTorch profiler.", ""]
@@ -219,15 +241,22 @@ def main(argv=None) -> int:
         def sdpa():
             return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
-        row = dict(shape=name, B=b, N=n, Nkv=nkv, S1=s1, S2=s2, D=d,
-                   sdpa_us=_wall_per_call(sdpa, args.calls, args.repeats),
-                   sdpa_graph_us=_graph_per_call(sdpa, args.calls, args.repeats))
+        fns = {"sdpa": sdpa}
         for precision in args.precisions:
             def call(precision=precision):
                 return pasa_npu.fused_attention(q, k, v, num_heads=n, num_key_value_heads=nkv, input_layout="BNSD",
                                                 scale=scale, precision=precision)
-
-            row[f"{precision}_us"] = _wall_per_call(call, args.calls, args.repeats)
+            fns[precision] = call
+        eager = _interleaved_wall(fns, args.calls, args.repeats)
+        row = dict(shape=name, B=b, N=n, Nkv=nkv, S1=s1, S2=s2, D=d, sdpa_us=_median(eager["sdpa"]),
+                   sdpa_graph_us=_graph_per_call(sdpa, args.calls, args.repeats))
+        for precision in args.precisions:
+            call = fns[precision]
+            row[f"{precision}_us"] = _median(eager[precision])
+            # The ratio of each round's two samples: the drift between rounds cancels.
+            row[f"{precision}_vs_sdpa"] = _median(x / y for x, y in zip(eager[precision], eager["sdpa"]))
+            row[f"{precision}_vs_sdpa_range"] = [min(x / y for x, y in zip(eager[precision], eager["sdpa"])),
+                                                 max(x / y for x, y in zip(eager[precision], eager["sdpa"]))]
             try:
                 row[f"{precision}_graph_us"] = _graph_per_call(call, args.calls, args.repeats)
             except RuntimeError as e:  # an allocation whose safety net needs a sync cannot be captured
@@ -236,7 +265,6 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             compiled = torch.compile(call, fullgraph=True)
             row[f"{precision}_compiled_us"] = _wall_per_call(compiled, args.calls, args.repeats)
-            row[f"{precision}_vs_sdpa"] = row[f"{precision}_us"] / row["sdpa_us"]
         rows.append(row)
         print(json.dumps(row))
 
@@ -251,8 +279,10 @@ def main(argv=None) -> int:
     (out / "call.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
     lines = [f"# fused_attention per-call time vs SDPA ({meta['device']})", "",
              f"{meta['date']}, torch {meta['torch']}, triton {meta['triton']}; `{meta['command']}`.",
-             "Eager: median wall time per call over back-to-back calls (one sync at the end). Graph: "
-             "replays of a captured CUDA graph. Compiled: torch.compile(fullgraph=True). µs.", "",
+             "Eager: median wall time per call over back-to-back calls (one sync at the end), SDPA and each "
+             "precision measured in alternating rounds; /SDPA: the median of each round's ratio [its range over "
+             f"the {args.repeats} rounds]. Graph: replays of a captured CUDA graph. Compiled: "
+             "torch.compile(fullgraph=True). µs.", "",
              "| shape | SDPA | SDPA graph | " + " | ".join(f"{p} | {p} graph | {p} compiled | {p}/SDPA"
                                                     for p in args.precisions) + " |",
              "|---" * (3 + 4 * len(args.precisions)) + "|"]
@@ -261,7 +291,8 @@ def main(argv=None) -> int:
         for p in args.precisions:
             graph = r[f"{p}_graph_us"]
             cells += [f"{r[f'{p}_us']:.1f}", "refused" if graph is None else f"{graph:.1f}",
-                      f"{r[f'{p}_compiled_us']:.1f}", f"{r[f'{p}_vs_sdpa']:.2f}"]
+                      f"{r[f'{p}_compiled_us']:.1f}",
+                      "{:.2f} [{:.2f}–{:.2f}]".format(r[f"{p}_vs_sdpa"], *r[f"{p}_vs_sdpa_range"])]
         lines.append("| " + " | ".join(cells) + " |")
     (out / "call.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

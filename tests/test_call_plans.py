@@ -108,6 +108,31 @@ def test_a_planned_call_equals_the_full_path_on_new_inputs(case, monkeypatch):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD", "BNSD_BSND"])
+def test_split_kv_partials_merge_into_fias_layout(layout):
+    """A short prefill whose G·S1 rows fill one tile splits its KV blocks like decode; the combine kernel then
+    writes FIA's layout through its strides. Against float64 attention (a misplaced row is off by O(1))."""
+    b, n, nkv, s1, s2, d = 2, 4, 2, 3, 300, 16
+    kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout=layout, scale=d ** -0.5, precision="pasa_rs",
+              block_kv=64, backend="triton")
+    for seed in range(3):
+        q, k, v = _draw(seed, b, n, nkv, s1, s2, d, "BNSD")
+        if layout in ("BSH", "BSND"):
+            q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            if layout == "BSH":
+                q, k, v = (t.flatten(2) for t in (q, k, v))
+        out, _ = interface.fused_attention(q, k, v, **kw)
+        qd, kd, vd = _draw(seed, b, n, nkv, s1, s2, d, "BNSD")
+        kd, vd = (t.double().repeat_interleave(n // nkv, dim=1) for t in (kd, vd))
+        want = torch.softmax(qd.double() @ kd.transpose(-1, -2) * d ** -0.5, dim=-1) @ vd  # (B, N, S1, D)
+        if layout != "BNSD":
+            want = want.transpose(1, 2)
+        got = out.double().cpu().reshape(want.shape)
+        assert (got - want.cpu()).abs().max() < 2e-3
+    (plan,) = _planned()
+    assert plan.run._splits > 1
+
+
 def test_a_planned_paged_decode_equals_the_full_path():
     rng = np.random.default_rng(0)
     b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]

@@ -10,13 +10,14 @@ only add latency.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
 
 from . import backends
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
-                      call_signature, from_bnsd, int_list, make_problem)
+                      call_signature, checks_values, from_bnsd, int_list, make_problem)
 
 __all__ = ["fused_attention", "LAYOUTS", "BACKENDS", "LSE_NO_KEY", "LSE_PADDED_ROW", "FP16_MAX"]
 
@@ -160,28 +161,25 @@ def fused_attention(
         actual_seq_lengths = int_list("actual_seq_lengths", actual_seq_lengths)
     if isinstance(actual_seq_lengths_kv, torch.Tensor):
         actual_seq_lengths_kv = int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
-    kwargs = dict(atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
-                  actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads, scale=scale,
-                  pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
-                  num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode, inner_precise=inner_precise,
-                  block_table=block_table, block_size=block_size, softmax_lse_flag=softmax_lse_flag,
-                  precision=precision, beta=beta, block_q=block_q, block_kv=block_kv, backend=backend,
-                  check_inputs=check_inputs, safety_net=safety_net)
+    options = (atten_mask, actual_seq_lengths, actual_seq_lengths_kv, num_heads, scale, pre_tokens, next_tokens,
+               input_layout, num_key_value_heads, sparse_mode, inner_precise, block_table, block_size,
+               softmax_lse_flag, precision, beta, block_q, block_kv, backend, check_inputs, safety_net)
     if torch.compiler.is_compiling():
+        kwargs = dict(zip(_OPTION_NAMES, options))
         return _fused_attention_op(query, key, value, kwargs.pop("atten_mask"), kwargs.pop("block_table"), **kwargs)
-    return _fused_attention(query, key, value, kwargs)
+    return _fused_attention(query, key, value, options)
 
 
-def _fused_attention(query, key, value, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """fused_attention's work; ``options`` are its keyword arguments."""
-    signature = call_signature(query, key, value, options)
+def _fused_attention(query, key, value, options: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """fused_attention's work; ``options`` are its keyword arguments' values in its signature's order."""
+    signature = None if checks_values(options[_CHECK_INPUTS]) else call_signature(query, key, value, options)
     try:
         plan = _PLANS.get(signature, _UNSEEN) if signature is not None else _UNPLANNABLE
     except TypeError:  # a sequence argument holding something unhashable: validated in full
         signature, plan = None, _UNPLANNABLE
     if plan.__class__ is _CallPlan:
-        return plan(query, key, value, options["atten_mask"], options["block_table"])
-    fia = dict(options)
+        return plan(query, key, value, options[_ATTEN_MASK], options[_BLOCK_TABLE])
+    fia = dict(zip(_OPTION_NAMES, options))
     backend, safety_net = fia.pop("backend"), fia.pop("safety_net")
     problem = make_problem(query, key, value, **fia)
     if not isinstance(safety_net, bool):
@@ -202,18 +200,18 @@ def _fused_attention(query, key, value, options: dict) -> tuple[torch.Tensor, to
 
 class _CallPlan:
     """A call's work for every later call with its signature (:func:`pasa_npu.problem.call_signature`):
-    the backend's plan of the problem, then FIA's layout. Validating the arguments and choosing the backend
-    gave the same result for every call with that signature, so a planned call skips them and costs its
-    allocations, its kernel launches and little more. A call is planned the second time its signature is
-    seen (a one-off signature, such as a growing KV length, costs only its signature), where the backend
-    plans it and its problem's tensors are its inputs or views sharing their data pointers; not when the
-    safety net may recompute rows (it reads the results), nor while a CUDA graph is being captured (a plan
-    may hold device tensors, which must not live in the graph's memory pool)."""
+    the backend's plan of the problem, which returns FIA's output layout. Validating the arguments and
+    choosing the backend gave the same result for every call with that signature, so a planned call skips
+    them and costs its allocations, its kernel launches and little more. A call is planned the second time
+    its signature is seen (a one-off signature, such as a growing KV length, costs only its signature),
+    where the backend plans it and its problem's tensors are its inputs or views sharing their data
+    pointers; not when the safety net may recompute rows (it reads the results), nor while a CUDA graph is
+    being captured (a plan may hold device tensors, which must not live in the graph's memory pool)."""
 
-    __slots__ = ("run", "layout")
+    __slots__ = ("run", "placeholder")
 
-    def __init__(self, run, layout: Problem):
-        self.run, self.layout = run, layout
+    def __init__(self, run, placeholder: torch.Tensor | None):
+        self.run, self.placeholder = run, placeholder
 
     @classmethod
     def make(cls, problem: Problem, runner, safety_net: bool, query, key, value, atten_mask, block_table):
@@ -226,14 +224,11 @@ class _CallPlan:
         run = plan_of(problem)
         if run is None:
             return None
-        # What finish() reads, without the tensors: a plan must not keep its first call's inputs alive.
-        layout = problem._replace(query=None, key=None, value=None, q=None, k=None, v=None, user_mask=None,
-                                  block_table=None)
-        return cls(run, layout)
+        return cls(run, None if problem.softmax_lse_flag else _placeholder(problem.device))
 
     def __call__(self, query, key, value, atten_mask, block_table):
         out, lse = self.run(query, key, value, atten_mask, block_table)
-        return finish(self.layout, out, lse)
+        return out, (self.placeholder if lse is None else _fia_lse(lse))
 
 
 def _same_data(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
@@ -244,6 +239,10 @@ def _same_data(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
 def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
+
+#: fused_attention's keyword arguments, in its signature's order (the order of its ``options`` tuple).
+_OPTION_NAMES = tuple(inspect.signature(fused_attention).parameters)[3:]
+_ATTEN_MASK, _BLOCK_TABLE, _CHECK_INPUTS = map(_OPTION_NAMES.index, ("atten_mask", "block_table", "check_inputs"))
 
 #: call signature -> _SEEN_ONCE, a _CallPlan, or _UNPLANNABLE. Bounded: emptied when full.
 _PLANS: dict[tuple, object] = {}
@@ -284,8 +283,12 @@ def finish(problem: Problem, out: torch.Tensor, lse: torch.Tensor):
         out = out.to(problem.out_dtype)
     if not problem.softmax_lse_flag:
         return out, _placeholder(problem.device)
-    lse = torch.where(torch.isneginf(lse), LSE_NO_KEY, lse)
-    return out, lse[..., None]
+    return out, _fia_lse(lse)
+
+
+def _fia_lse(lse: torch.Tensor) -> torch.Tensor:
+    """A backend's lse (−∞ for a row with no key) as FIA returns it: LSE_NO_KEY there, a trailing dim of 1."""
+    return torch.where(torch.isneginf(lse), LSE_NO_KEY, lse)[..., None]
 
 
 _PLACEHOLDERS: dict[torch.device, torch.Tensor] = {}
@@ -318,13 +321,8 @@ def _fused_attention_op(
     precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None, backend: str | None,
     check_inputs: bool | None, safety_net: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _fused_attention(query, key, value, dict(
-        atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths, actual_seq_lengths_kv=actual_seq_lengths_kv,
-        num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
-        num_key_value_heads=num_key_value_heads, sparse_mode=sparse_mode, inner_precise=inner_precise,
-        block_table=block_table, block_size=block_size, softmax_lse_flag=softmax_lse_flag, precision=precision,
-        beta=beta, block_q=block_q, block_kv=block_kv, backend=backend, check_inputs=check_inputs,
-        safety_net=safety_net))
+    given = locals()  # the arguments, by name
+    return _fused_attention(query, key, value, tuple(given[name] for name in _OPTION_NAMES))
 
 
 @_fused_attention_op.register_fake

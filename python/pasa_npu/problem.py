@@ -397,29 +397,30 @@ def checks_values(check_inputs: bool | None) -> bool:
     return check_inputs
 
 
-def call_signature(query, key, value, options: dict) -> tuple | None:
+def call_signature(query, key, value, options: tuple) -> tuple | None:
     """A hashable key of everything :func:`make_problem` and a backend's plan read from a call except the
     tensors' contents and addresses: each tensor's type, shape, strides, dtype, device and grad flag, every
-    other argument's name, type and value (``options``: the keyword arguments, tensors among them), and whether
-    grad mode is on. Two calls with one signature get the same Problem up to its tensors, whose views of
-    the inputs are the same views. None where a call has no such key and is always validated in full:
-    value checks on (they read the tensors), a tensor subclass or a non-strided tensor, an unhashable or
-    unexpected argument. A sequence holding an unhashable item gives a key that is not hashable (looking it
-    up raises TypeError)."""
+    other argument's type and value (``options``: the keyword arguments, tensors among them, in the order of
+    ``fused_attention``'s signature), and whether grad mode is on. Two calls with one signature get the
+    same Problem up to its tensors, whose views of the inputs are the same views. None where a call has
+    no such key and is always validated in full: a tensor subclass or a non-strided tensor, an argument
+    of an unexpected type. A sequence holding an unhashable item gives a key that is not hashable
+    (looking it up raises TypeError). Value checks (``check_inputs``) are the caller's to exclude."""
+    types = tuple(map(type, options))
+    if not _SIGNATURE_TYPES.issuperset(types):
+        return None
     try:
-        if checks_values(options["check_inputs"]):
+        if not _CONTAINERS.isdisjoint(types):  # tensors by their description, sequences as tuples with their items' types
+            options = tuple(_tensor_signature(x) if t is torch.Tensor else tuple(x) if t in (list, tuple) else x
+                            for x, t in zip(options, types))
+            types += tuple(tuple(map(type, x)) for x, t in zip(options, types) if t in (list, tuple))
+        if not (type(query) is type(key) is type(value) is torch.Tensor
+                and query.layout is key.layout is value.layout is torch.strided):
             return None
-        values = tuple(options.values())
-        types = tuple(map(type, values))
-        kinds = set(types)
-        if not kinds <= _SIGNATURE_TYPES:
-            return None
-        if kinds & _CONTAINERS:  # tensors by their description, sequences as tuples with their items' types
-            values = tuple(_tensor_signature(x) if t is torch.Tensor else tuple(x) if t in (list, tuple) else x
-                           for x, t in zip(values, types))
-            types += tuple(tuple(map(type, x)) for x, t in zip(values, types) if t in (list, tuple))
-        return (_tensor_signature(query), _tensor_signature(key), _tensor_signature(value), torch.is_grad_enabled(),
-                tuple(options), values, types)
+        return (query.shape, query.stride(), query.dtype, query.device, query.requires_grad,
+                key.shape, key.stride(), key.dtype, key.device, key.requires_grad,
+                value.shape, value.stride(), value.dtype, value.device, value.requires_grad,
+                torch.is_grad_enabled(), options, types)
     except (RuntimeError, _NoSignature):
         return None
 

@@ -170,11 +170,12 @@ def _centre_block(k, row_ok, n):
 
 
 @triton.jit
-def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sch, scs, sub, suh,
+def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sch, scs, uk_off, sub, suh,
                        D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
                        PAGE: tl.constexpr):
     """Pre-pass of ``pasa_rs`` for every KV block, once per KV head (not once per query tile):
-    K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16. PAGED: K is
+    K' (B, NKV, blocks·BLOCK_N, D) and UK (B, NKV, blocks, 2, D) = (u, K̄) per block, FP16, UK at element
+    ``uk_off`` of its pointer (K' and UK may share one workspace). PAGED: K is
     a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own key length;
     K' and UK stay dense, indexed by key position."""
     blk, b, h, S2, rows = _key_block(KVInfo, S2, BLOCK_N, PAGED)
@@ -185,7 +186,7 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sc
     k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     kc, u, kbar = _centre_block(k, row_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
     tl.store(KC + b * scb + h * sch + rows[:, None] * scs + d[None, :], kc, mask=d_ok[None, :])
-    uk = UK + b * sub + h * suh + blk * 2 * D + d
+    uk = UK + uk_off + b * sub + h * suh + blk * 2 * D + d
     tl.store(uk, u.to(tl.float16), mask=d_ok)
     tl.store(uk + D, kbar.to(tl.float16), mask=d_ok)
 
@@ -261,20 +262,23 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 @triton.jit
 def attention_kernel(
     Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, stt,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, sfb, sft,
-    smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, uk_off, sfb, sft, fr_off,
+    smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp, lse_off,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
     blocks_per_split,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
     """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
-    FP32 lse, or with SPLIT the partial normalised FP32 output and lse of split ``program_id(2)``
-    (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK its
-    (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each
-    row and block (scratch, written and read by the tile's program; ROW_SHIFT without FUSED_SHIFT).
+    FP32 lse (not written unless STORE_LSE), or with SPLIT the partial normalised FP32 output and lse of
+    split ``program_id(2)`` (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K'
+    from a pre-pass, UK its (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the
+    frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's program; ROW_SHIFT
+    without FUSED_SHIFT). UK, FR and Lse start at element ``uk_off``, ``fr_off`` and ``lse_off`` of
+    their pointers, FR's reinterpreted as FP32: one call's scratch (K', UK and FR; or the partial
+    outputs and lse) is one allocation.
 
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
@@ -338,7 +342,7 @@ def attention_kernel(
     if ROW_SHIFT:
         k_head = hkv * skh
         c_base = b * spb + hkv * sph
-        u_base = b * sub + hkv * suh
+        u_base = uk_off + b * sub + hkv * suh
         rl2 = rho * LOG2E
         # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
         q = (q.to(tl.float32) * q_mul).to(tl.float16)
@@ -346,7 +350,8 @@ def attention_kernel(
             # The frame terms of every block this program visits, ahead of the loop: one 16-column
             # product per 8 blocks (rows (u, K̄) of the pre-pass's UK) into this tile's slice of FR,
             # read back one block at a time (two FP32 row vectors) by the loop.
-            fr = FR + tl.program_id(1) * sfb + pid_m * sft + tl.arange(0, BLOCK_M)
+            fr = (FR + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
+            fr = fr + tl.program_id(1) * sfb + pid_m * sft + tl.arange(0, BLOCK_M)
             r16 = tl.arange(0, 16)
             for g in range(blk_lo, blk_hi, 8):
                 rk = 2 * g + r16
@@ -496,19 +501,23 @@ def attention_kernel(
     lse = tl.where(empty, float("-inf"), lse)
     o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
-    tl.store(Lse + split * slp + b * slb + head * slh + pos * sls, lse, mask=row_ok)
+    if STORE_LSE:
+        tl.store(Lse + lse_off + split * slp + b * slb + head * slh + pos * sls, lse, mask=row_ok)
 
 
 @triton.jit
-def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, D: tl.constexpr, D_PAD: tl.constexpr,
-                   BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr):
+def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, lse_off, N, S1, sob, soh, sos, D: tl.constexpr,
+                   D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr, STORE_LSE: tl.constexpr):
     """Merge split-KV partials: lse = log Σ exp(lse_s), out = Σ exp(lse_s − lse)·out_s. Partials are
-    (splits, rows, D) normalised FP32 outputs and (splits, rows) true-scale lse (−∞ = no key)."""
+    (splits, rows, D) normalised FP32 outputs and (splits, rows) true-scale lse (−∞ = no key), the lse at
+    element ``lse_off`` of PartLse (it may share the outputs' allocation). Row r is (b, n, s) of
+    (B, N, S1): its output goes to Out + b·sob + n·soh + s·sos (any of FIA's layouts), its lse (unless
+    not STORE_LSE) to Lse + r."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     sp = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, D_PAD)
     row_ok = rows < n_rows
-    lse_s = tl.load(PartLse + sp[None, :] * n_rows + rows[:, None],
+    lse_s = tl.load(PartLse + lse_off + sp[None, :] * n_rows + rows[:, None],
                     mask=row_ok[:, None] & (sp[None, :] < n_splits), other=float("-inf"))
     # A row that is padding (lse +inf, FIA's padded query row) in any partial stays padding.
     padded = tl.max(tl.where(lse_s == float("inf"), 1, 0), axis=1) > 0
@@ -524,7 +533,9 @@ def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, D: tl.constexpr, 
                      mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
         acc += ws[:, None] * po
     out = tl.where(any_key[:, None] & ~padded[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
-    tl.store(Out + rows[:, None] * D + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
-    lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), float("-inf"))
-    lse = tl.where(padded, float("inf"), lse)
-    tl.store(Lse + rows, lse, mask=row_ok)
+    o_row = (rows // (N * S1)) * sob + ((rows // S1) % N) * soh + (rows % S1) * sos
+    tl.store(Out + o_row[:, None] + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
+    if STORE_LSE:
+        lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), float("-inf"))
+        lse = tl.where(padded, float("inf"), lse)
+        tl.store(Lse + rows, lse, mask=row_ok)
