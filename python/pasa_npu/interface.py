@@ -157,9 +157,10 @@ def fused_attention(
             requires grad, or a backend that does not compute this call.
         RuntimeError: a backend that cannot run here (the message says what is missing).
     """
-    if isinstance(actual_seq_lengths, torch.Tensor):  # the operator takes int lists
+    # The operator takes int lists. (None first: an isinstance check against torch.Tensor costs µs.)
+    if actual_seq_lengths is not None and isinstance(actual_seq_lengths, torch.Tensor):
         actual_seq_lengths = int_list("actual_seq_lengths", actual_seq_lengths)
-    if isinstance(actual_seq_lengths_kv, torch.Tensor):
+    if actual_seq_lengths_kv is not None and isinstance(actual_seq_lengths_kv, torch.Tensor):
         actual_seq_lengths_kv = int_list("actual_seq_lengths_kv", actual_seq_lengths_kv)
     options = (atten_mask, actual_seq_lengths, actual_seq_lengths_kv, num_heads, scale, pre_tokens, next_tokens,
                input_layout, num_key_value_heads, sparse_mode, inner_precise, block_table, block_size,

@@ -108,7 +108,7 @@ class _Launch:
                  num_stages: int | None = None, **constexprs):
         self.kernel, self.grid, self.scalars, self.constexprs = kernel, grid, scalars, constexprs
         self.num_warps, self.num_stages = num_warps, num_stages
-        self._bound = None  # (device, dtypes, address residues, launcher, its leading arguments, the trailing ones)
+        self._bound = None  # (device, dtypes, address residues, compiled kernel, scalars and constexprs)
 
     def __call__(self, tensors: tuple) -> None:
         if _INTERPRET or _hooked():
@@ -125,8 +125,10 @@ class _Launch:
             if hit is None:
                 return  # launched by Triton
             compiled, tail = hit
-            bound = self._bound = (device, dtypes, residues, *_launcher(compiled), (*self.scalars, *tail))
-        bound[3](*self.grid, _raw_stream(device), *bound[4], *ptrs, *bound[5])
+            bound = self._bound = (device, dtypes, residues, compiled, (*self.scalars, *tail))
+        compiled = bound[3]
+        compiled.run(*self.grid, _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                     *ptrs, *bound[4])
 
     def _compiled(self, device, tensors, dtypes, residues) -> tuple | None:
         """The compiled kernel and its constexpr values for this specialisation, from the cache; or None
@@ -149,19 +151,6 @@ class _Launch:
                 return None
             _remember(exact, hit)
         return hit
-
-
-def _launcher(compiled) -> tuple:
-    """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
-    Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
-    for, then calls its C function ``launch``; where the kernel asks for neither, that C function is
-    called directly (2-3 µs less host time per launch on the H100 machine)."""
-    run = compiled.run
-    launch = getattr(run, "launch", None)
-    if launch is not None and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0:
-        return launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                        compiled.packed_metadata, None, None, None)
-    return run, (compiled.function, compiled.packed_metadata, None, None, None)
 
 
 def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
@@ -402,9 +391,6 @@ class AttentionPlan:
         kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
         uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
         frame_shape = (b * nkv, tiles, 2 * n_blocks, block_m) if prepass and alloc.row_shifted else None
-        kp_str = _contiguous_strides(kp_shape)[:3] if prepass else (0, 0, 0)
-        uk_str = _contiguous_strides(uk_shape)[:2] if uk_shape else (0, 0)
-        frame_str = _contiguous_strides(frame_shape)[:2] if frame_shape else (0, 0)
         uk_off = _align(math.prod(kp_shape)) if prepass else 0
         fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
         self._scratch = (fr_off + 2 * math.prod(frame_shape) if frame_shape else uk_off) if prepass else 0
@@ -412,7 +398,7 @@ class AttentionPlan:
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
             kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
-            scalars = (table_stride, s2, *k_str, *kp_str) + ((uk_off, *uk_str) if alloc.row_shifted else (shift_a, shift_b))
+            scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
             self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
         # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
@@ -440,27 +426,23 @@ class AttentionPlan:
         if math.prod(self._out_alloc) != b * n * s1 * d:
             raise ValueError(f"out_shape {out_shape} does not hold the output (B, N, S1, D) = {(b, n, s1, d)}")
         self._bnsd_view = out_shape is None and out_bsnd
-        out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)  # (b, n, s1)
+        self._combine, lse_off = None, 0
         if splits > 1:  # decode's split-KV partials, merged by the combine kernel through their true-scale lse
             rows = b * n * s1
             # One FP32 scratch allocation: the partial outputs (splits, B, N, S1, D), then their lse.
             lse_off = _align(splits * rows * d)
             self._partials = lse_off + splits * rows
-            o_str, l_str = (rows * d, n * s1 * d, s1 * d, d), (rows, n * s1, s1, 1)
+            out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)  # (b, n, s1)
             self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse)
-        else:
-            lse_off = 0
-            o_str, l_str = (0, *out_str), (0, *_contiguous_strides(self._lse_shape))  # split strides unused
-            self._combine = None
         self._attend = _Launch(
             _k.attention_kernel, (tiles, b * nkv, splits),
-            (table_stride, *q.stride()[:3], *k_str, *v_str, *kp_str, *uk_str, uk_off, *frame_str, fr_off, *msk,
-             *o_str[1:4], *l_str[1:4], o_str[0], l_str[0], lse_off, nkv, s1, s2, g, float(scale), float(inva),
-             float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT, RESHIFT_RELEVANCE / rho, lo, hi, per_split),
+            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
+             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT,
+             RESHIFT_RELEVANCE / rho, lo, hi, per_split),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
-            STORE_LSE=lse or splits > 1, num_warps=warps, num_stages=stages)
+            STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd, num_warps=warps, num_stages=stages)
 
     def __call__(self, q, k, v, mask, block_table) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Out (``out_shape``, or the (B, N, S1, D) view) FP16 and lse (B, N, S1) FP32 (None unless ``lse``)
@@ -487,14 +469,6 @@ class AttentionPlan:
 def _align(elements: int) -> int:
     """``elements`` rounded up to a multiple of 8 (16 bytes of FP16, 32 of FP32): scratch offsets."""
     return -(-elements // 8) * 8
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
 
 
 def _check_paged(q, k, v, block_table, page, kv_info):

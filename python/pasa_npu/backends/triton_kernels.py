@@ -113,6 +113,15 @@ def _kv_rows(Table, b, stt, rows, row_ok, sb, ss, PAGED: tl.constexpr, PAGE: tl.
 
 
 @triton.jit
+def _last_key_rows(Table, b, stt, rows, S2, sb, ss, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """:func:`_kv_rows` with rows past the S2 keys clamped to the last key, so that a tail block repeats
+    it; and which rows to read (none where there is no key: a batch with no key has no row to copy,
+    and its blocks are never read)."""
+    src = tl.minimum(rows, S2 - 1)
+    return _kv_rows(Table, b, stt, src, src >= 0, sb, ss, PAGED, PAGE), src >= 0
+
+
+@triton.jit
 def _key_block(KVInfo, S2, BLOCK_N: tl.constexpr, PAGED: tl.constexpr):
     """The KV block of a key pre-pass program (grid: blocks, B, NKV): its block, batch and KV head, the
     batch's key length (PAGED: its own, from KVInfo; dense: S2 for all) and the block's key rows."""
@@ -125,7 +134,16 @@ def _key_block(KVInfo, S2, BLOCK_N: tl.constexpr, PAGED: tl.constexpr):
 
 
 @triton.jit
-def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, spb, sph, sps, shift_a, shift_b,
+def _key_tables(n_blocks, NKV, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Batch and head strides of the pre-passes' contiguous tables, whose row stride is D: K'
+    (B, NKV, n_blocks·BLOCK_N, D) and UK (B, NKV, n_blocks, 2, D)."""
+    kp_h = n_blocks * BLOCK_N * D
+    uk_h = n_blocks * 2 * D
+    return NKV * kp_h, kp_h, NKV * uk_h, uk_h
+
+
+@triton.jit
+def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, shift_a, shift_b,
                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
                       PAGE: tl.constexpr):
     """Pre-pass K'_j = M·K_j for every KV block j, once per KV head (not once per query tile).
@@ -134,12 +152,11 @@ def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, spb, sph, sp
     key length; KP stays dense, (B, NKV, blocks·BLOCK_N, D), whatever the pages."""
     blk, b, h, S2, rows = _key_block(KVInfo, S2, BLOCK_N, PAGED)
     d = tl.arange(0, D_PAD)
-    src = tl.minimum(rows, S2 - 1)
-    # A batch with no key has no row to copy (src < 0): its blocks are never read.
-    k_rows = _kv_rows(Table, b, stt, src, src >= 0, skb, sks, PAGED, PAGE)
-    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=(src >= 0)[:, None] & (d[None, :] < D), other=0.0)
+    k_rows, read = _last_key_rows(Table, b, stt, rows, S2, skb, sks, PAGED, PAGE)
+    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=read[:, None] & (d[None, :] < D), other=0.0)
     kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
-    tl.store(KP + b * spb + h * sph + rows[:, None] * sps + d[None, :], kp, mask=d[None, :] < D)
+    spb, sph, _, _ = _key_tables(tl.num_programs(0), tl.num_programs(2), D, BLOCK_N)
+    tl.store(KP + b * spb + h * sph + rows[:, None] * D + d[None, :], kp, mask=d[None, :] < D)
 
 
 @triton.jit
@@ -150,14 +167,15 @@ def _centre_block(k, row_ok, n):
 
     In a dimension whose keys all have one sign, K − u is exact for every key when
     max|K|/2 ≤ |u| ≤ 2·min|K| (Sterbenz): u is |K̄| clipped to that interval, and 0 where the signs
-    mix, where the interval is empty or where the clipped value is not an FP16 number. Rows outside
-    the block, which come in as 0, give K' = 0 (their scores are masked)."""
-    # Keys outside the block are loaded as 0: they add nothing to the sum. Max, min and K − u are
-    # exact in FP16, so only the sum needs FP32 (and the block stays in FP16 registers).
-    kbar = (tl.sum(k.to(tl.float32), axis=0) / n).to(tl.float16).to(tl.float32)
+    mix, where the interval is empty or where the clipped value is not an FP16 number. Rows past the
+    block's n keys (``row_ok`` false) repeat its last key (:func:`_last_key_rows`): they change
+    neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
+    # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
+    # registers). Only the sum is masked: selects on max, min and K' too cost 2-7% of a decode step (H100).
+    kbar = (tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
-    kmax = tl.max(tl.where(row_ok[:, None], k, float("-inf")), axis=0).to(tl.float32)
-    kmin = tl.min(tl.where(row_ok[:, None], k, float("inf")), axis=0).to(tl.float32)
+    kmax = tl.max(k, axis=0).to(tl.float32)
+    kmin = tl.min(k, axis=0).to(tl.float32)
     pos = kmin > 0.0
     neg = kmax < 0.0
     lo = tl.where(pos, kmax, -kmin) * 0.5
@@ -165,12 +183,11 @@ def _centre_block(k, row_ok, n):
     mag = tl.maximum(lo, tl.minimum(hi, tl.where(pos, kbar, -kbar)))
     ok = (pos | neg) & (lo <= hi) & (mag.to(tl.float16).to(tl.float32) == mag)
     u = tl.where(ok, tl.where(pos, mag, -mag), 0.0)
-    kc = tl.where(row_ok[:, None], k - u.to(tl.float16)[None, :], 0.0)
-    return kc, u, kbar
+    return k - u.to(tl.float16)[None, :], u, kbar
 
 
 @triton.jit
-def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sch, scs, uk_off, sub, suh,
+def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, uk_off,
                        D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
                        PAGE: tl.constexpr):
     """Pre-pass of ``pasa_rs`` for every KV block, once per KV head (not once per query tile):
@@ -179,13 +196,13 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, scb, sc
     a page cache read through Table (see :func:`attention_kernel`) and S2 the batch's own key length;
     K' and UK stay dense, indexed by key position."""
     blk, b, h, S2, rows = _key_block(KVInfo, S2, BLOCK_N, PAGED)
-    row_ok = rows < S2
     d = tl.arange(0, D_PAD)
     d_ok = d < D
-    k_rows = _kv_rows(Table, b, stt, rows, row_ok, skb, sks, PAGED, PAGE)
-    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-    kc, u, kbar = _centre_block(k, row_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
-    tl.store(KC + b * scb + h * sch + rows[:, None] * scs + d[None, :], kc, mask=d_ok[None, :])
+    k_rows, read = _last_key_rows(Table, b, stt, rows, S2, skb, sks, PAGED, PAGE)
+    k = tl.load(K + h * skh + k_rows[:, None] + d[None, :], mask=read[:, None] & d_ok[None, :], other=0.0)
+    kc, u, kbar = _centre_block(k, rows < S2, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
+    scb, sch, sub, suh = _key_tables(tl.num_programs(0), tl.num_programs(2), D, BLOCK_N)
+    tl.store(KC + b * scb + h * sch + rows[:, None] * D + d[None, :], kc, mask=d_ok[None, :])
     uk = UK + uk_off + b * sub + h * suh + blk * 2 * D + d
     tl.store(uk, u.to(tl.float16), mask=d_ok)
     tl.store(uk + D, kbar.to(tl.float16), mask=d_ok)
@@ -201,8 +218,8 @@ def _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D: tl.c
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < S2
     d = tl.arange(0, D_PAD)
-    k_rows = _kv_rows(Table, b, stt, cols, col_ok, skb, sks, PAGED, PAGE)
-    k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=col_ok[:, None] & (d[None, :] < D), other=0.0)
+    k_rows, read = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
+    k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=read[:, None] & (d[None, :] < D), other=0.0)
     kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
     r = tl.arange(0, 16)[:, None]
     cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
@@ -262,19 +279,19 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 @triton.jit
 def attention_kernel(
     Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, stt,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, spb, sph, sps, sub, suh, uk_off, sfb, sft, fr_off,
-    smb, smh, sms, smk, sob, soh, sos, slb, slh, sls, sop, slp, lse_off,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
     blocks_per_split,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
 ):
-    """Grid (query tiles, B·NKV, splits). Out/Lse: the final (B, N, S1, D) FP16 output and (B, N, S1)
-    FP32 lse (not written unless STORE_LSE), or with SPLIT the partial normalised FP32 output and lse of
-    split ``program_id(2)`` (split strides ``sop``, ``slp``). KP: PASA's K' or ``pasa_rs``'s centred K'
-    from a pre-pass, UK its (u, K̄) per block, and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the
+    """Grid (query tiles, B·NKV, splits). Out/Lse: the final FP16 output, contiguous (B, S1, N, D) with
+    OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not written unless
+    STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and lse (splits,
+    B, N, S1) of split ``program_id(2)``. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
+    its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the
     frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's program; ROW_SHIFT
     without FUSED_SHIFT). UK, FR and Lse start at element ``uk_off``, ``fr_off`` and ``lse_off`` of
     their pointers, FR's reinterpreted as FP32: one call's scratch (K', UK and FR; or the partial
@@ -295,6 +312,18 @@ def attention_kernel(
     hkv = tl.program_id(1) % NKV
     split = tl.program_id(2)
     n_rows = G * S1
+    # The tables' and results' strides, from the call's S1 and S2 (a paged batch replaces them below).
+    n_blocks = tl.cdiv(S2, BLOCK_N)
+    spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
+    sft = 2 * n_blocks * BLOCK_M
+    sfb = tl.num_programs(0) * sft
+    n_heads = NKV * G
+    slb, slh, slp = n_heads * S1, S1, (tl.num_programs(1) // NKV) * n_heads * S1
+    sob, soh, sos = n_heads * S1 * D, S1 * D, D
+    if not SPLIT:
+        if OUT_BSND:
+            sob, soh, sos = S1 * n_heads * D, D, n_heads * D
+    sop = slp * D
     if PAGED:
         q_len = tl.load(KVInfo + 4 * b)
         S2 = tl.load(KVInfo + 4 * b + 1)
@@ -368,7 +397,7 @@ def attention_kernel(
             kc, c, lv = _centred_block_fused(K, q, k_head, first, b, Table, stt, skb, sks, S2, D, D_PAD,
                                                  BLOCK_N, PAGED, PAGE)
         else:
-            kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+            kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * D + d[None, :], mask=d_ok, other=0.0)
             c, cbar = _frame_terms(fr, first, BLOCK_M)
             lv = cbar - c
         psi = _row_shift(lv)
@@ -388,7 +417,7 @@ def attention_kernel(
                 kc, c, lv = _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D, D_PAD,
                                                      BLOCK_N, PAGED, PAGE)
             else:
-                kc = tl.load(KP + c_base + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+                kc = tl.load(KP + c_base + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
                 c, cbar = _frame_terms(fr, blk, BLOCK_M)
                 lv = cbar - c
             # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag
@@ -439,12 +468,11 @@ def attention_kernel(
             col_ok = cols < S2
             if SHIFTED:
                 if FUSED_SHIFT:
-                    src = tl.minimum(cols, S2 - 1)  # a tail block repeats its last key
-                    k_rows = _kv_rows(Table, b, stt, src, src >= 0, skb, sks, PAGED, PAGE)
+                    k_rows, _ = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
                     k = tl.load(K + hkv * skh + k_rows[:, None] + d[None, :], mask=d_ok, other=0.0)
                     kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
                 else:
-                    kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * sps + d[None, :], mask=d_ok, other=0.0)
+                    kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
                 # S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted.
                 s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
                 # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
@@ -502,7 +530,7 @@ def attention_kernel(
     o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
     if STORE_LSE:
-        tl.store(Lse + lse_off + split * slp + b * slb + head * slh + pos * sls, lse, mask=row_ok)
+        tl.store(Lse + lse_off + split * slp + b * slb + head * slh + pos, lse, mask=row_ok)
 
 
 @triton.jit
