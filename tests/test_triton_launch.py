@@ -71,6 +71,50 @@ def test_a_repeated_specialisation_launches_the_compiled_kernel_directly(kernel)
                                              b.data_ptr(), 48, 0.25, 19, 16, 64))
 
 
+class _Launcher:
+    """Triton's launcher object (``compiled.run`` from Triton 3.5): its C function ``launch`` takes the grid,
+    stream and function, the launch flags, the global and profile scratch, the packed metadata, the launch
+    metadata and hooks, then the kernel's arguments (the order of Triton 3.6's generated launcher)."""
+
+    launch_cooperative_grid, launch_pdl, profile_scratch_size = False, True, 0
+
+    def __init__(self, launches, global_scratch_size):
+        self.launches, self.global_scratch_size = launches, global_scratch_size
+
+    def __call__(self, *args):
+        self.launches.append(("direct", args))
+
+    def launch(self, *args):
+        self.launches.append(("c", args))
+
+
+@pytest.mark.parametrize("scratch", [0, 128])
+def test_a_launcher_whose_kernel_needs_no_scratch_is_called_through_its_c_function(kernel, scratch):
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    _call(kernel, a, b)
+    compiled = tb._COMPILED[next(iter(tb._COMPILED))][0]
+    compiled.run = _Launcher(kernel.launches, scratch)
+    tb._COMPILED[next(iter(tb._COMPILED))] = (compiled, (16, 64))
+    _call(kernel, a, b, n=48)
+    tail = (a.data_ptr(), b.data_ptr(), 48, 0.5, 3, 16, 64)
+    if scratch:  # the launcher object allocates the scratch
+        assert kernel.launches[1] == ("direct", (2, 3, 1, 77, 1234, ("meta",), None, None, None, *tail))
+    else:
+        assert kernel.launches[1] == ("c", (2, 3, 1, 77, 1234, False, True, None, None, ("meta",), None, None, None,
+                                            *tail))
+
+
+def test_a_plans_launch_checks_alignment_but_not_dtypes_it_is_promised(kernel):
+    """``same_dtypes``: a plan's tensors have the dtypes it was made for, so the launch skips comparing them;
+    an address with another residue still goes back through Triton."""
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    launch = tb._Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+    launch((a, b))
+    launch((a, b), same_dtypes=True)
+    launch((a[1:], b), same_dtypes=True)
+    assert _kinds(kernel) == ["triton", "direct", "triton"]
+
+
 @pytest.mark.parametrize("change", ["int_multiple_of_16", "int_is_one", "int_outside_int32", "float_to_int",
                                     "misaligned_pointer", "dtype", "constexpr", "warps"])
 def test_what_triton_specialises_on_goes_back_through_triton(kernel, change):
