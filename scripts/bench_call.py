@@ -156,7 +156,8 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                 plan = interface._PLANS[call_signature(q, k, v, seen["options"])]
                 stages = [_host_per_call(lambda: call_signature(q, k, v, seen["options"]), calls, repeats)]
                 launch = triton_backend._Launch.__call__
-                triton_backend._Launch.__call__ = lambda self, tensors, **options: None  # the plan's Python and allocations
+                # The plan's Python and allocations alone.
+                triton_backend._Launch.__call__ = lambda self, tensors, **options: None
                 try:
                     stages.append(_host_per_call(lambda: plan.run(q, k, v, None, None), calls, repeats))
                 finally:

@@ -410,7 +410,8 @@ def call_signature(query, key, value, options: tuple) -> tuple | None:
     if not _SIGNATURE_TYPES.issuperset(types):
         return None
     try:
-        if not _CONTAINERS.isdisjoint(types):  # tensors by their description, sequences as tuples with their items' types
+        # Tensors by their description, sequences as tuples with their items' types.
+        if not _CONTAINERS.isdisjoint(types):
             options = tuple(_tensor_signature(x) if t is torch.Tensor else tuple(x) if t in (list, tuple) else x
                             for x, t in zip(options, types))
             types += tuple(tuple(map(type, x)) for x, t in zip(options, types) if t in (list, tuple))

@@ -162,7 +162,8 @@ def _launcher(compiled) -> tuple:
     H100 machine, bursts of 40 launches)."""
     run = compiled.run
     launch = getattr(run, "launch", None)
-    if launch is not None and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0:
+    no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+    if launch is not None and no_scratch:
         return launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
                         compiled.packed_metadata, None, None, None)
     return run, (compiled.function, compiled.packed_metadata, None, None, None)

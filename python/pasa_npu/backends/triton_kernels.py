@@ -211,7 +211,7 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, uk_off,
 @triton.jit
 def _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
                          BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
-    """Block ``blk`` centred here from K (head offset ``k_head``, rows through :func:`_kv_rows`): its K'
+    """Block ``blk`` centred here from K (head offset ``k_head``, rows through :func:`_last_key_rows`): its K'
     (BLOCK_N, D_PAD) FP16 and each row's frame terms, FP32: C = Q̂·u, the centring's share of the
     scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys (one product with a 16-row
     operand: u, K̄ and zeros)."""
