@@ -158,8 +158,7 @@ def _launcher(compiled) -> tuple:
     """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
     Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
     for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly (5.9-7.0 against 7.4-9.4 µs of host time per launch of the decode attention kernel on the
-    H100 machine, bursts of 40 launches)."""
+    directly, which costs ~2 µs less host time per launch (docs/benchmarks/call/notes.md)."""
     run = compiled.run
     launch = getattr(run, "launch", None)
     no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
@@ -528,9 +527,8 @@ def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1
                     out_str: tuple[int, int, int] | None = None, lse: bool = True) -> _Launch:
     """The combine kernel's launch over ``rows`` = B·N·S1 rows of ``splits`` contiguous FP32 partials of head
     dim ``d`` (their lse at element ``lse_off``), the output's (b, n, s1) strides ``out_str`` (None: rows
-    of ``d`` contiguous values), the lse written where ``lse``. Two rows per program: with 64, one
-    program looped over every split of a decode step's 32 rows, 11.4 µs where two rows take 4.2 (16
-    splits; 2.3 µs for 4; H100, CUDA graph replays)."""
+    of ``d`` contiguous values), the lse written where ``lse``. Two rows per program: with
+    64, one program looped over every split of a decode step's 32 rows (docs/benchmarks/call/notes.md)."""
     sob, soh, sos = (d, 0, 0) if out_str is None else out_str
     return _Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1), (rows, splits, lse_off, n, s1, sob, soh, sos),
                    num_warps=4, D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse)
