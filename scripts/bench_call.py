@@ -34,11 +34,11 @@ SHAPES = {  # name: (B, N, Nkv, S1, S2, D)
 }
 
 
-def _per_call(fn, calls: int, repeats: int, *, until_done: bool) -> float:
-    """Median over ``repeats`` of the time of ``calls`` back-to-back calls, µs per call: until the GPU has
-    finished them (one sync at the end: the wall time a caller sees), or only the host's time issuing
-    them (no sync inside the timed loop)."""
-    for _ in range(10):
+def _per_call(fn, calls: int, repeats: int, *, until_done: bool, warmup: int = 10, best: bool = False) -> float:
+    """Median (``best``: minimum) over ``repeats`` of the time of ``calls`` back-to-back calls after ``warmup``
+    calls, µs per call: until the GPU has finished them (one sync at the end: the wall time a caller sees),
+    or only the host's time issuing them (no sync inside the timed loop)."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     samples = []
@@ -50,8 +50,7 @@ def _per_call(fn, calls: int, repeats: int, *, until_done: bool) -> float:
             torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
-    samples.sort()
-    return samples[len(samples) // 2]
+    return min(samples) if best else _median(samples)
 
 
 def _interleaved_wall(fns: dict, calls: int, repeats: int) -> dict[str, list[float]]:
@@ -64,12 +63,7 @@ def _interleaved_wall(fns: dict, calls: int, repeats: int) -> dict[str, list[flo
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+            samples[name].append(_per_call(fn, calls, 1, until_done=True, warmup=0))
     return samples
 
 

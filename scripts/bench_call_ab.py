@@ -16,30 +16,13 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-SHAPES = {  # name: (B, N, Nkv, S1, S2, D), as scripts/bench_call.py
-    "decode_b1": (1, 32, 8, 1, 4096, 128),
-    "decode_b8": (8, 32, 8, 1, 4096, 128),
-    "prefill_512": (1, 32, 8, 512, 512, 128),
-}
+def _host(fn) -> float:
+    """Host µs per call: the minimum over 9 repeats of issuing 1000 back-to-back calls, after 30."""
+    from bench_call import _per_call
 
-
-def _host(fn, calls: int = 1000, repeats: int = 9) -> float:
-    import torch
-
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return round(min(samples), 1)
+    return round(_per_call(fn, 1000, 9, until_done=False, warmup=30, best=True), 1)
 
 
 def _measure(which: str) -> None:
@@ -48,6 +31,7 @@ def _measure(which: str) -> None:
     import torch.nn.functional as F
 
     import pasa_npu
+    from bench_call import SHAPES
     from pasa_npu import interface
 
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
