@@ -355,7 +355,7 @@ private:
         sQue_.EnQue(s16);
         s16 = sQue_.template DeQue<half>();
         LocalTensor<T> s;
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             s = s16.template ReinterpretCast<T>();
         } else {
             Cast(sT_, s16, RoundMode::CAST_NONE, rows_ * BLOCK_KV);
@@ -391,7 +391,7 @@ private:
         RowBroadcast(RowOp::SUB, s, s, bc_, rows_, BLOCK_KV);
         PipeBarrier<PIPE_V>();
         LocalTensor<half> p = pQue_.template AllocTensor<half>();
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Exp(p.template ReinterpretCast<T>(), s, cnt);
             PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk_, p.template ReinterpretCast<T>());
@@ -562,7 +562,7 @@ private:
 
     __aicore__ inline void WriteFinal(const Task& k) {
         LocalTensor<half> o = outQue_.template AllocTensor<half>();
-        if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
+        if constexpr (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), oAcc_, (T)1, (int32_t)(rows_ * d_));
         else Cast(o, oAcc_, RoundMode::CAST_RINT, rows_ * d_);
         PipeBarrier<PIPE_V>();
         if (valid_ < rows_) Duplicate(o[valid_ * d_], (half)0, (int32_t)((rows_ - valid_) * d_));  // padded rows
