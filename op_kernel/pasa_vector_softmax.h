@@ -81,7 +81,7 @@ public:
         pipe->InitBuffer(calc_, calc);
         uint32_t off = 0;
         LocalTensor<uint8_t> base = calc_.Get<uint8_t>();
-        if (st == 4) {
+        if constexpr (sizeof(T) == 4) {
             sT_ = base[off].template ReinterpretCast<T>(); off += tile;
             pT_ = base[off].template ReinterpretCast<T>(); off += tile;
         }
@@ -206,7 +206,7 @@ private:
     // Row sums of x (rows_ x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
     // FP32 rows of 128 span two repeats: the first fold (c + 64) is an Add, the rest one WholeReduceSum.
     __aicore__ inline void TreeRowSum(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             WholeReduceSum<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8);
         } else {
             Add(x, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
@@ -217,7 +217,7 @@ private:
     }
 
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows_, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
             Max(work_, x, x[64], 64, (uint8_t)rows_, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
@@ -240,7 +240,7 @@ private:
         const uint8_t repeats = row < 0 ? (uint8_t)rows_ : 1;
         const uint32_t rowOff = row < 0 ? 0 : (uint32_t)row * BLOCK_KV;
         const uint8_t rowBlocks = (uint8_t)(BLOCK_KV * sizeof(T) / 32);
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             if (ex[0] | ex[1]) Duplicate(s[rowOff], NegInf<T>(), ex, repeats, 1, rowBlocks);
         } else {
             for (uint32_t h = 0; h < 2; ++h) {
@@ -324,7 +324,7 @@ private:
     // dst = src / j rounded to T, computed as FP32 division then one rounding (the golden's r(x / j)).
     __aicore__ inline void DivideByBlockIndex(const LocalTensor<T>& x, uint32_t j) {
         Duplicate(fb_, (float)j, (int32_t)ROW_VEC);
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Cast(fa_, x, RoundMode::CAST_NONE, ROW_VEC);
             PipeBarrier<PIPE_V>();
             Div(fa_, fa_, fb_, (int32_t)ROW_VEC);
@@ -501,7 +501,7 @@ private:
         Broadcast(tmp1_);
         RowBroadcast(RowOp::DIV, oAcc_, oAcc_, bc_, rows_, d_);
         // lse in FP32: cast(m) + ln(cast(l)) + cast(I) * cast(F)
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Cast(fa_, m_, RoundMode::CAST_NONE, ROW_VEC);
             Cast(fb_, l_, RoundMode::CAST_NONE, ROW_VEC);
             if constexpr (Policy::SHIFT == ShiftKind::PASA_M) Cast(fc_, f_, RoundMode::CAST_NONE, ROW_VEC);
@@ -588,7 +588,7 @@ private:
     __aicore__ inline void WritePartial(const Task& k) {
         for (uint32_t i = 0; i < rows_; ++i) {
             LocalTensor<float> o = outQue_.template AllocTensor<float>();
-            if (sizeof(T) == 2) Cast(o, oAcc_[i * d_], RoundMode::CAST_NONE, d_);
+            if constexpr (sizeof(T) == 2) Cast(o, oAcc_[i * d_], RoundMode::CAST_NONE, d_);
             else Muls(o, oAcc_[i * d_].template ReinterpretCast<float>(), 1.0f, (int32_t)d_);
             outQue_.EnQue(o);
             o = outQue_.template DeQue<float>();
