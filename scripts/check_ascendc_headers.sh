@@ -107,10 +107,7 @@ if [[ -n "$ASC" ]]; then
 else
     [[ -d "$CANN" ]] || die $E_HEADERS "--cann $CANN is not a directory"
     CANN=$(cd "$CANN" && pwd)
-    ASC_ROOT=""
-    for dir in "$CANN/asc" "$CANN/$(uname -m)-linux/asc"; do
-        [[ -f "$dir/include/kernel_operator.h" ]] && { ASC_ROOT=$dir; break; }
-    done
+    ASC_ROOT=$(asc_toolkit_root "$CANN")
     [[ -n "$ASC_ROOT" ]] || die $E_HEADERS "no asc/include/kernel_operator.h under $CANN (a toolkit with asc-devkit?)"
     TIKICPULIB="$CANN/tools/tikicpulib/lib/include"
     [[ -d "$TIKICPULIB" ]] || die $E_HEADERS "no $TIKICPULIB (the toolkit's CPU-debug library)"

@@ -38,3 +38,12 @@ asc_kernel_includes() {
     for dir in "${ASC_KERNEL_INCLUDE_DIRS[@]}"; do [[ -d "$root/$dir" ]] && echo "-isystem$root/$dir"; done
     echo "-isystem$root"
 }
+
+# asc_toolkit_root CANN: the asc root of an installed toolkit (<cann>/asc, as CMakeASCInformation.cmake names it,
+# or <cann>/<arch>-linux/asc), or nothing.
+asc_toolkit_root() {
+    local dir
+    for dir in "$1/asc" "$1/$(uname -m)-linux/asc"; do
+        [[ -f "$dir/include/kernel_operator.h" ]] && { echo "$dir"; return; }
+    done
+}
