@@ -163,6 +163,7 @@ def test_probes_cover_every_api_both_ways():
         assert kinds == {True, False}, api
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed to compile the probes")
 def test_host_model_accepts_what_a2_accepts_and_refuses_the_rest(tmp_path):
     flags = ["-std=c++17", "-x", "c++", "-DASCENDC_MODEL_CORE_TYPE=2", f"-I{ROOT / 'host_model' / 'include'}"]
