@@ -90,8 +90,9 @@ def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | No
 
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
     log-sum-exp of the scaled scores (and the sink, where there is one) in the true scale. Rows whose
-    keys are all masked give out 0 and lse −∞ (with a sink: the sink's logit). Without a band ``block_q`` only bounds memory (rows are independent); with one it
-    decides which KV blocks a row's tile visits (see the module docstring). ``stats``: for
+    keys are all masked give out 0 and lse −∞ (with a sink: the sink's logit). Without a band
+    ``block_q`` only bounds memory (rows are independent); with one it decides which KV blocks a row's
+    tile visits (see the module docstring). ``stats``: for
     ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are incremented (see
     :func:`_count` and docs/golden.md); ignored by the other allocations.
     """

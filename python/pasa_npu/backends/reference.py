@@ -108,8 +108,8 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     K/V); mask None or bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked
     out; band None or (lo, hi) (see :func:`pasa_npu.golden.attention`); sink None or (N,) sink logits
     (:mod:`pasa_npu.blockwise`). Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true
-    scale; rows with every key masked give out 0 and lse −∞ (with a sink: out 0, lse the sink). Arguments are assumed valid (the caller,
-    :func:`pasa_npu.fused_attention`, checks them).
+    scale; rows with every key masked give out 0 and lse −∞ (with a sink: out 0, lse the sink).
+    Arguments are assumed valid (the caller, :func:`pasa_npu.fused_attention`, checks them).
     """
     alloc = get_allocation(precision)
     cuda_tf32 = torch.backends.cuda.matmul.allow_tf32
