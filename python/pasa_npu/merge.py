@@ -21,7 +21,8 @@ __all__ = ["merge_partials"]
 
 
 def merge_partials(outs: Sequence[torch.Tensor] | torch.Tensor, lses: Sequence[torch.Tensor] | torch.Tensor,
-                   *, out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   *, out_dtype: torch.dtype | None = None,
+                   sink: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge P partial attention results over disjoint key sets of the same queries.
 
     Arguments:
@@ -31,6 +32,10 @@ def merge_partials(outs: Sequence[torch.Tensor] | torch.Tensor, lses: Sequence[t
             float32) marks a row that saw no key in that part: it gets no weight. A row whose lse is
             +∞ in any part (FIA's padded row) stays padded: output 0, lse +∞.
         out_dtype: the merged output's dtype; None keeps the first partial's.
+        sink: None, or learnable sink logits (FIA v2's ``learnable_sink``) broadcastable to the lse's
+            shape, e.g. (N, 1) for lses (..., N, S): each joins its rows' denominator once, as one
+            more partial of output 0 and lse the sink. The partials must then have been computed
+            without it (a sink in every part would be counted P times).
 
     Returns:
         (out, lse): out (..., D) of ``out_dtype``, lse (...) float32. A row with no key in any part
@@ -47,6 +52,16 @@ def merge_partials(outs: Sequence[torch.Tensor] | torch.Tensor, lses: Sequence[t
         raise ValueError(f"each lse must have its output's shape without the last dim: outs {tuple(outs_t.shape)}, "
                          f"lses {tuple(lses_t.shape)}")
     out_dtype = outs_t.dtype if out_dtype is None else out_dtype
+    if sink is not None:
+        if not isinstance(sink, torch.Tensor) or not sink.is_floating_point():
+            raise TypeError(f"sink must be None or a floating-point tensor, got {type(sink).__name__}")
+        try:
+            sink_lse = torch.broadcast_to(sink.to(lses_t.device, torch.float32), lses_t.shape[1:])
+        except RuntimeError:
+            raise ValueError(f"sink of shape {tuple(sink.shape)} does not broadcast to the lse's shape "
+                             f"{tuple(lses_t.shape[1:])}") from None
+        outs_t = torch.cat([outs_t, outs_t.new_zeros(1, *outs_t.shape[1:])])
+        lses_t = torch.cat([lses_t.to(torch.float32), sink_lse[None]])
     if outs_t.is_cuda:
         from .backends import triton as triton_backend
 

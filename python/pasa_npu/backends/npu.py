@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..problem import Problem
+from . import Refused
 
 __all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "host_model",
            "host_model_arguments", "to_bnsd", "tiling", "unavailable_reason"]
@@ -81,11 +82,15 @@ class NpuBackend:
                 f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
 
     def supports(self, problem: Problem) -> str | None:
+        if problem.sink is not None:
+            return Refused("the AscendC kernel does not implement FIA v2's learnable_sink yet")
         if problem.alloc.kernel_key is None:
             from ..precision import ALLOCATIONS
 
             names = tuple(n for n, a in ALLOCATIONS.items() if a.kernel_key is not None)
             return f"the AscendC kernel implements precision {names}, not {problem.alloc.name!r}"
+        if problem.tnd and problem.paged:
+            return Refused("the AscendC kernel does not implement input_layout='TND' with a block_table yet")
         if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
             return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
                     f"got {problem.input_layout!r}")
