@@ -34,7 +34,7 @@ from itertools import repeat
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
+from ..blockwise import row_shift_constants
 from ..precision import Allocation, get_allocation
 from ..problem import LSE_PADDED_ROW, Job, Problem
 from . import run_jobs
@@ -416,10 +416,9 @@ class AttentionPlan:
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
             self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
-        # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
-        # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
-        q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
-        rho = scale / q_mul
+        # pasa_rs: Q̂ = Q·2^e in the kernel (exact) and ρ = scale/2^e in the softmax; the reshift's thresholds in
+        # units of Q̂·K (blockwise.row_shift_constants).
+        q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
 
         self._has_mask = mask is not None
         if self._has_mask:
@@ -452,8 +451,8 @@ class AttentionPlan:
         self._attend = _Launch(
             _k.attention_kernel, (tiles, b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT,
-             RESHIFT_RELEVANCE / rho, lo, hi, per_split),
+             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, reshift_at,
+             relevance, lo, hi, per_split),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
