@@ -576,6 +576,8 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(scale=float("nan")), ValueError, "scale must be a positive finite number"),
     (dict(scale=-1.0), ValueError, "scale must be a positive finite number"),
     (dict(scale="1"), TypeError, "scale must be a real number"),
+    (dict(scale=1e37), ValueError, r"scale must be a positive finite number at most 2\*\*64"),
+    (dict(scale=float("inf")), ValueError, "scale must be a positive finite number"),
     (dict(precision="bf16"), ValueError, "precision must be one of"),
     (dict(precision=3), TypeError, "precision must be None or one of"),
     (dict(backend="cuda"), ValueError, "backend must be None or one of"),
@@ -708,6 +710,34 @@ def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
         assert gpu[0].device.type == "cuda"
         assert torch.equal(gpu[0].cpu(), cpu_out), layout
         torch.testing.assert_close(gpu[1].cpu(), cpu_lse, rtol=4e-6, atol=1e-6, msg=layout)
+
+
+@pytest.mark.parametrize("scale", [2e4, 1e6, 2.0**64])
+def test_every_allocation_computes_a_large_scale_or_refuses_it_by_name(scale):
+    """N(0, 1) inputs at a large scale (the default pasa_rs returned NaN from ~2·10⁴ on): with the safety net,
+    every allocation is finite, with an lse within 10⁻⁶ of float64's (relative) and as accurate as fp32 where
+    its scores are FP32 or its overflowing rows are recomputed on the fp32 path; fp16_fp32 (FP16 scores, which
+    do not overflow here) is its golden model's result, its lse within the FP16 rounding of the scores (2⁻¹¹).
+    PASA's M refuses a scale beyond 65504, by name."""
+    from pasa_npu import golden
+
+    q, k, v = qkv(b=1, n=2, s1=24, s2=300, d=64, seed=40)
+    ref, ref_lse = ref_attention(q, k, v, torch.ones(1, dtype=torch.bool), scale)
+    fp32, _ = bnsd_call(q, k, v, scale=scale, precision="fp32")
+    for precision in ("fp32", "fp16_fp32", "fp16", "pasa", "pasa_fp32", "pasa_rs"):
+        if precision in ("pasa", "pasa_fp32") and scale > 65504:
+            with pytest.raises(ValueError, match=r"scale must be in \[.*\] for the shifting matrix"):
+                bnsd_call(q, k, v, scale=scale, precision=precision)
+            continue
+        out, lse = bnsd_call(q, k, v, scale=scale, precision=precision, softmax_lse_flag=True)
+        assert torch.isfinite(out).all() and torch.isfinite(lse).all(), precision
+        lse_tol = 2.0**-11 if precision == "fp16_fp32" else 1e-6
+        assert float(((lse[..., 0].double() - ref_lse) / ref_lse).abs().max()) < lse_tol, precision
+        if precision == "fp16_fp32":
+            g_out, _ = golden.attention(q.numpy(), k.numpy(), v.numpy(), precision=precision, scale=scale)
+            assert torch.equal(out, torch.from_numpy(g_out))
+        else:
+            assert rel_rmse(out, ref) <= 2 * rel_rmse(fp32, ref) + 1e-6, precision
 
 
 def test_a_scale_the_shift_matrix_cannot_hold_is_refused_by_name_before_any_work():

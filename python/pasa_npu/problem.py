@@ -464,13 +464,19 @@ def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None
     return x
 
 
+#: The largest scale accepted: FP16 inputs give |Q·Kᵀ| <= D·65504² < 2^52 for any D up to 2^20, so the
+#: scaled scores, their log-sum-exp and every allocation's FP32 state stay below 2^116, within FP32's range.
+MAX_SCALE = 2.0**64
+
+
 def check_scale(scale) -> float:
-    """``scale`` as a float: a positive finite real number."""
+    """``scale`` as a float: a positive real number, at most :data:`MAX_SCALE`."""
     if type(scale) is not float and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0.0:
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    if not 0.0 < scale <= MAX_SCALE:  # also rejects NaN and ±inf
+        raise ValueError(f"scale must be a positive finite number at most 2**64 (beyond, the scaled scores may "
+                         f"overflow FP32), got {scale}")
     return scale
 
 
