@@ -229,7 +229,8 @@ def test_sparse_mode_0_explicit_mask_every_shape_and_dtype():
         assert_matches(out, ref0)
 
 
-@pytest.mark.parametrize("pre,nxt", [(INT_MAX, 0), (3, 2), (9, -3), (-3, 7), (0, 0), (20, INT_MAX)])
+@pytest.mark.parametrize("pre,nxt", [(INT_MAX, 0), (3, 2), (9, -3), (-3, 7), (0, 0), (20, INT_MAX),
+                                     (2**63 - 1, 2**63 - 1), (2**63 - 1, -(2**62)), (-5, 2**63 - 1)])
 def test_sparse_mode_0_band_from_pre_and_next_tokens(pre, nxt):
     s1, s2 = 12, 10  # the shape of CANN's sparse_mode 0 figures
     q, k, v = qkv(b=1, n=2, s1=s1, s2=s2, d=16, seed=7)
@@ -596,6 +597,8 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(beta="0.9"), TypeError, "beta"),
     (dict(softmax_lse_flag=1), TypeError, "softmax_lse_flag must be a bool"),
     (dict(pre_tokens=1.5), TypeError, "pre_tokens must be an int"),
+    (dict(pre_tokens=2**70), ValueError, r"pre_tokens must be in \[-9223372036854775807, 9223372036854775807\]"),
+    (dict(next_tokens=-2**63), ValueError, r"next_tokens must be in \[-9223372036854775807, "),
     (dict(next_tokens=None), TypeError, "next_tokens must be an int"),
     (dict(actual_seq_lengths=[6, 7]), ValueError, r"actual_seq_lengths\[1\] = 7"),
     (dict(actual_seq_lengths=[7, 6]), ValueError, r"actual_seq_lengths\[0\] = 7 must be in \[0, 6\]"),
@@ -690,6 +693,18 @@ def test_mixed_devices_are_refused():
         bnsd_call(q, meta, v)
     with pytest.raises(ValueError, match="atten_mask is on meta"):
         bnsd_call(q, k, v, atten_mask=torch.zeros(3, 3, dtype=torch.bool, device="meta"))
+
+
+def test_meta_tensors_are_refused_by_the_call_and_shaped_by_the_operator():
+    meta = torch.zeros(2, 4, 3, 8, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match="query, key and value are meta tensors"):
+        bnsd_call(meta, meta, meta)
+    op = torch.ops.pasa_npu.fused_attention
+    out, lse = op(meta, meta, meta, None, None, actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=4,
+                  scale=0.25, pre_tokens=INT_MAX, next_tokens=INT_MAX, input_layout="BNSD", num_key_value_heads=0,
+                  sparse_mode=0, inner_precise=0, block_size=0, softmax_lse_flag=True, precision=None, beta=None,
+                  block_q=None, block_kv=None, backend=None, check_inputs=None, safety_net=True)
+    assert out.device.type == "meta" and out.shape == meta.shape and lse.shape == (2, 4, 3, 1)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

@@ -185,6 +185,10 @@ def _fused_attention(query, key, value, options: tuple) -> tuple[torch.Tensor, t
     problem = make_problem(query, key, value, **fia)
     if not isinstance(safety_net, bool):
         raise TypeError(f"safety_net must be a bool, got {type(safety_net).__name__}")
+    if problem.device.type == "meta":
+        raise ValueError("query, key and value are meta tensors (shapes without data): fused_attention computes on "
+                         "CPU, CUDA or NPU tensors; torch.ops.pasa_npu.fused_attention gives its results' shapes on "
+                         "meta tensors")
     runner = backends.select(problem, backend)
     if plan is _SEEN_ONCE:  # a repeated call: plan it, once
         plan = _CallPlan.make(problem, runner, safety_net, query, key, value, fia["atten_mask"], fia["block_table"])

@@ -41,6 +41,8 @@ INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
 DEFAULT_BLOCK = 128
 #: FIA's int32 "no limit" for pre_tokens / next_tokens.
 NO_BAND = 2147483647
+#: The largest pre_tokens / next_tokens (FIA's attributes are int64; both signs, so that −pre is one too).
+INT64_MAX = 2**63 - 1
 CHECK_INPUTS_ENV = "PASA_NPU_CHECK_INPUTS"
 
 FP16_MAX = 65504.0
@@ -153,17 +155,18 @@ class Problem(NamedTuple):
     def band(self, s1: int, s2: int) -> Band | None:
         """The sparse mode's rule for a batch of s1 valid queries and s2 valid keys as (lo, hi):
         key j is kept for query i only where lo <= j − i <= hi (top-left origin; lo None = open);
-        None where the mode adds nothing."""
+        None where the mode adds nothing. lo and hi are saturated at ±(s1 + s2), beyond which they keep the
+        same keys (j − i lies in [1 − s1, s2 − 1]), so that no consumer's integer arithmetic overflows."""
         mode, pre, nxt = self.sparse_mode, self.pre_tokens, self.next_tokens
         if self.decode or mode == 1 or (mode == 0 and self.user_mask is None):
             return None
-        if mode == 0:
-            return -pre, nxt
         if mode == 2:
             return None, 0
         if mode == 3:
             return None, s2 - s1
-        return -pre + (s2 - s1), nxt + (s2 - s1)  # 4: band, bottom-right origin
+        lo, hi = (-pre, nxt) if mode == 0 else (-pre + (s2 - s1), nxt + (s2 - s1))  # 4: bottom-right origin
+        edge = s1 + s2
+        return max(-edge, min(lo, edge)), max(-edge, min(hi, edge))
 
     def jobs(self) -> Iterator[Job]:
         """The dense attentions that make up this problem, each on exactly its valid rows and keys
@@ -280,8 +283,8 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
     num_heads = _int("num_heads", num_heads, lo=1)
     num_key_value_heads = _int("num_key_value_heads", num_key_value_heads, lo=0)
-    pre_tokens = _int("pre_tokens", pre_tokens)
-    next_tokens = _int("next_tokens", next_tokens)
+    pre_tokens = _int("pre_tokens", pre_tokens, lo=-INT64_MAX, hi=INT64_MAX)
+    next_tokens = _int("next_tokens", next_tokens, lo=-INT64_MAX, hi=INT64_MAX)
     sparse_mode = _int("sparse_mode", sparse_mode, choices=SPARSE_MODES)
     inner_precise = _int("inner_precise", inner_precise, choices=INNER_PRECISE)
     if not isinstance(softmax_lse_flag, bool):
@@ -376,7 +379,9 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         if paged and actual_seq_lengths_kv is None:
             raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
                              "of each batch's keys in its pages")
-        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2)
+        kv_dim = (f"the keys a block_table row of {block_table.shape[1]} pages of block_size {block_size} addresses"
+                  if paged else None)
+        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2, kv_dim)
         if q_lens is not None and all(x == s1 for x in q_lens):
             q_lens = None
         if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
@@ -451,14 +456,17 @@ def _check_tensor(name: str, x) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
-    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo):
+def _int(name: str, x, *, lo: int | None = None, hi: int | None = None,
+         choices: tuple[int, ...] | None = None) -> int:
+    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo) and (hi is None or x <= hi):
         return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = int(x)
     if choices is not None and x not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {x}")
+    if hi is not None and not lo <= x <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {x}")
     if lo is not None and x < lo:
         raise ValueError(f"{name} must be >= {lo}, got {x}")
     return x
@@ -678,8 +686,9 @@ def int_list(name: str, x) -> list[int]:
     return out
 
 
-def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
-    """FIA's rule: one value for every batch, or at least B values of which the first B are used."""
+def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
+    """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
     if x is None:
         return None
     vals = int_list(name, x)
@@ -690,7 +699,7 @@ def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
-            dim = "query's S1" if name == "actual_seq_lengths" else "key/value's S2"
+            dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
 
