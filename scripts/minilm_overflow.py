@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from pasa_npu import PRECISIONS, scan  # noqa: E402
+from pasa_npu.accuracy import json_safe  # noqa: E402
 from pasa_npu.integrations.transformers import register  # noqa: E402
 
 SENTENCES = [
@@ -193,7 +194,7 @@ def main(argv=None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "minilm_overflow.json").write_text(json.dumps(res, indent=1))
+    (out / "minilm_overflow.json").write_text(json.dumps(json_safe(res), indent=1, allow_nan=False))
     plot(res, out / "minilm_overflow.png")
     print(f"\nwrote {out}/minilm_overflow.json, minilm_overflow.png in {time.time() - t0:.0f} s")
     if args.save_injected:

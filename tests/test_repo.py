@@ -61,3 +61,16 @@ def test_golden_model_needs_numpy_only():
     code = ("import sys; import pasa_npu.golden, pasa_npu.beta, pasa_npu.accuracy, pasa_npu.cli; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_committed_json_files_are_strict_json():
+    """Every JSON file under docs/ parses without NaN or Infinity (not JSON: other parsers refuse them)."""
+    import json
+
+    def refuse(constant):
+        raise ValueError(f"bare {constant}")
+
+    files = sorted((ROOT / "docs").rglob("*.json"))
+    assert files
+    for path in files:
+        json.loads(path.read_text(), parse_constant=refuse)
