@@ -55,28 +55,17 @@ def test_published_pasa_fails_where_pasa_rs_does_not():
     assert rows["pasa_fp32"]["overflow"] and not rows["fp32"]["overflow"]
 
 
-def large_scale_inputs(kind: str, seed: int, s1=64, s2=384, d=64):
-    """Q, K, V ~ N(0, 1) FP16 ("normal"), or with the keys in groups of 8 near-equal ones (N(0, 10⁻⁶) apart:
-    "ties"), so that at a large scale the weight of some rows is shared by keys whose scores differ in the
-    last FP32 bits, rather than all on one key (where every allocation returns that key's value exactly)."""
-    rng = np.random.default_rng(seed)
-    q, k, v = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d)), rng.standard_normal((1, 2, s2, d))
-    if kind == "ties":
-        k = np.repeat(k[:, :, ::8], 8, axis=2) + rng.standard_normal(k.shape) * 1e-3
-    return [x.astype(np.float16) for x in (q, k, v)]
-
-
 @pytest.mark.parametrize("scale", [2e4, 32768.0, 1e5, 1e6])
 def test_large_scale_is_finite_and_as_accurate_as_fp32(scale):
     """A scale of 2·10⁴ and more on N(0, 1) inputs: pasa_rs once scaled Q by 2^⌊log₂ scale⌋ before its FP16
     rounding, which overflowed there (NaN output and lse, no error). On 3 draws of each input kind it is finite,
     its RMSE within 8× fp32 FlashAttention's on every draw and 2× at the median of the draws where fp32's is not
     0 (where the weight of every row sits on one key, both are 0), its lse error within 5× fp32's. What limits
-    it is ψ's FP16 grid (docs/golden.md): the measured ratios are in docs/accuracy_hard/README.md."""
+    it is ψ's FP16 grid (docs/golden.md); scripts/large_scale_accuracy.py measures more draws."""
     ratios = []
-    for kind in ("normal", "ties"):
+    for kind in accuracy.LARGE_SCALE_KINDS:
         for seed in range(3):
-            q, k, v = large_scale_inputs(kind, seed)
+            q, k, v = accuracy.draw_large_scale(kind, np.random.default_rng(seed))
             ref, lse64 = golden.reference(q, k, v, scale=scale)
             out32, lse32 = golden.attention(q, k, v, precision="fp32", scale=scale)
             out, lse = golden.attention(q, k, v, precision="pasa_rs", scale=scale)
@@ -182,7 +171,8 @@ def test_reference_backend_bit_identical_to_golden(kind):
     elif kind == "safety_net":
         q, k, v, scale = overflow_case()
     elif kind == "large_scale":
-        q, k, v, scale = *large_scale_inputs("ties", 0, s1=40, s2=296), 32768.0
+        q, k, v = accuracy.draw_large_scale("ties", rng, s1=40, s2=300)
+        scale = 32768.0
     else:
         q, k, v, scale = f16(1, 2, 9, 32), f16(1, 2, 140, 32), f16(1, 2, 140, 32), 0.25
         mask = rng.random((1, 2, 9, 140)) < 0.5

@@ -192,6 +192,23 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
     return (*(x.astype(np.float32) for x in (q, k, v)), band, 1.0 / np.sqrt(d))
 
 
+#: The inputs of :func:`draw_large_scale`.
+LARGE_SCALE_KINDS = ("normal", "ties")
+
+
+def draw_large_scale(kind: str, rng: np.random.Generator, *, s1: int = 64, s2: int = 384, d: int = 64):
+    """Inputs for a large softmax scale (2·10⁴ and more): ``(q, k, v)`` FP16 (1, 2, S, D). "normal": Q, K,
+    V ~ N(0, 1); "ties": the keys in groups of 8 near-equal ones (N(0, 10⁻⁶) apart), so that the weight of
+    some rows is shared by keys whose scores differ in the last FP32 bits rather than all on one key (where
+    every allocation returns that key's value exactly)."""
+    if kind not in LARGE_SCALE_KINDS:
+        raise ValueError(f"kind must be one of {LARGE_SCALE_KINDS}, got {kind!r}")
+    q, k, v = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d)), rng.standard_normal((1, 2, s2, d))
+    if kind == "ties":
+        k = np.repeat(k[:, :, ::8], 8, axis=2)[:, :, :s2] + rng.standard_normal(k.shape) * 1e-3
+    return tuple(x.astype(np.float16) for x in (q, k, v))
+
+
 def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
     """A seed that depends only on (base, case, repetition): results do not depend on order or jobs."""
     kinds = DISTRIBUTIONS + HARD_DISTRIBUTIONS

@@ -84,7 +84,7 @@ def fused_attention(
             batch's length are not attended to.
         num_heads: N, the number of query heads (>= 1). Must equal the query's N dim (BSND,
             BNSD, TND) or divide H (BSH).
-        scale: the factor of Q Kᵀ, a positive finite number (typically 1/sqrt(D)).
+        scale: the factor of Q Kᵀ, a positive number up to 2**64 (typically 1/sqrt(D)).
         pre_tokens: with next_tokens, the band of sparse_mode 0 (with a mask) and 4: query i
             attends to key j only if -pre_tokens <= j - i - o <= next_tokens, where o = 0 for
             mode 0 (origin at the top-left corner) and o = S2 - S1 for mode 4 (origin at the
@@ -138,8 +138,8 @@ def fused_attention(
             non-finite, whose lse is NaN, or whose state overflowed (lse +inf): PASA removes the
             scores' bias but not their amplitude, and FP16 running state can overflow on long
             contexts. It costs one host-device synchronisation, except for allocations that
-            cannot overflow on finite inputs (``Allocation.overflow_free``), where it does
-            nothing. False returns the allocation's own result (for studies of the emulated
+            cannot overflow on finite FP16 inputs at any accepted scale (``Allocation.overflow_free``),
+            where it does nothing. False returns the allocation's own result (for studies of the emulated
             hardware).
 
     Returns:
