@@ -292,7 +292,7 @@ def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precision
         results = map(_run_task, tasks)
     else:
         # Fresh (spawned) workers with single-threaded BLAS: forked copies of a process whose BLAS
-        # threads already run oversubscribe the cores (measured: 3x slower than one process).
+        # threads already run oversubscribe the cores.
         os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         results = executor.map(_run_task, tasks)

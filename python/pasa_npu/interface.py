@@ -301,8 +301,7 @@ _PLACEHOLDERS: dict[torch.device, torch.Tensor] = {}
 
 def _placeholder(device: torch.device) -> torch.Tensor:
     """FIA's lse placeholder on ``device``: one zero tensor per device, shared by every call (a fresh one
-    is an allocation and a fill kernel: ~15 µs of host time per call on the H100 machine). Made outside inference
-    mode, so that it is an ordinary tensor wherever it is returned; under CUDA graph capture, where its
+    would cost every call an allocation and a fill kernel). Made outside inference mode, so that it is an ordinary tensor wherever it is returned; under CUDA graph capture, where its
     fill would only be recorded, a call gets its own."""
     zero = _PLACEHOLDERS.get(device)
     if zero is None:

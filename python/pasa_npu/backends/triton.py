@@ -158,7 +158,7 @@ def _launcher(compiled) -> tuple:
     """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
     Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
     for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly, which costs ~2 µs less host time per launch (docs/benchmarks/call/notes.md)."""
+    directly, which costs less host time per launch (docs/benchmarks/call/notes.md)."""
     run = compiled.run
     launch = getattr(run, "launch", None)
     no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
@@ -268,11 +268,9 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program, with at least two KV blocks per split.
-    Measured on the decode shape (128 KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16,
-    64 splits give 11.2, 11.0, 10.5, 10.0, 8.0 TFLOP/s in fp32. One-block splits cost more in partials
-    and their merge (a loop over the splits) than they gain: on 8 KV heads and 32 blocks (H100, CUDA
-    graph), 16 splits take 33 µs for pasa_rs and 19 µs for fp32, 32 splits 42 and 29 µs."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split:
+    more splits, and one-block splits, cost more in partials and their merge (a loop over the splits)
+    than they gain (docs/benchmarks/gpu_notes.md, "v4: decode splits")."""
     if tiles > 1:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
