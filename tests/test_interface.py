@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pasa_npu.interface import FP16_MAX, LSE_NO_KEY, fused_attention
+from pasa_npu.precision import ALLOCATIONS, PRECISIONS
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import assume, given, settings  # noqa: E402
@@ -739,8 +740,8 @@ def test_every_allocation_computes_a_large_scale_or_refuses_it_by_name(scale):
     q, k, v = qkv(b=1, n=2, s1=24, s2=300, d=64, seed=40)
     ref, ref_lse = ref_attention(q, k, v, torch.ones(1, dtype=torch.bool), scale)
     fp32, _ = bnsd_call(q, k, v, scale=scale, precision="fp32")
-    for precision in ("fp32", "fp16_fp32", "fp16", "pasa", "pasa_fp32", "pasa_rs"):
-        if precision in ("pasa", "pasa_fp32") and scale > 65504:
+    for precision in PRECISIONS:
+        if ALLOCATIONS[precision].shifted and scale > 65504:
             with pytest.raises(ValueError, match=r"scale must be in \[.*\] for the shifting matrix"):
                 bnsd_call(q, k, v, scale=scale, precision=precision)
             continue
