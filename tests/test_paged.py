@@ -114,7 +114,8 @@ def _bad_setup():
     (dict(block_table="out_of_range"), r"block_table\[0\] holds a block id outside the cache"),
     (dict(block_table="negative"), r"block_table\[0\] holds a block id outside the cache"),
     (dict(block_table="out_of_range", check_inputs=True), r"block_table holds block ids in \[.*\]; they must lie in"),
-    (dict(block_table="short"), r"actual_seq_lengths_kv\[0\] = 40 must be in \[0, 32\]"),
+    (dict(block_table="short"), r"actual_seq_lengths_kv\[0\] = 40 must be in \[0, 32\] \(the keys a block_table "
+                                r"row of 2 pages of block_size 16 addresses\)"),
     (dict(block_table="float"), "block_table must be a 2-D int32 tensor"),
     (dict(block_table="rows"), "block_table must have one row per batch"),
     (dict(block_size=100), "block_size must be a multiple of 16 from 16 to 512"),

@@ -245,12 +245,28 @@ def _join_sink(ops, m_true, l, o, sink, state: str, output: str):
     return top, l, o
 
 
-#: pasa_rs reshifts a block whose row max lands further than this from ψ (in units of Q̂·K) ...
+#: pasa_rs reshifts a block whose row max lands further than this from ψ, in units of Q̂·K times
+#: 2^⌊log₂ ρ⌋ (between 2 and 4 in units of the scaled scores) ...
 RESHIFT_AT = 2.0
 #: ... unless the block's maximum lies more than this far (in units of the scaled scores) below the
 #: row's running maximum: its weights are then below e⁻⁴ of the largest, and the FP16 rounding of
 #: its scores barely shows in the output.
 RESHIFT_RELEVANCE = 4.0
+
+
+def row_shift_constants(scale: float) -> tuple[float, float, float, float]:
+    """``pasa_rs``'s constants for a softmax ``scale`` > 0: ``(q_mul, rho, reshift_at, relevance)``.
+
+    Scores are tracked in units of Q̂·K with Q̂ = Q·q_mul, q_mul = 2^e, e = min(⌊log₂ scale⌋, 0): a power
+    of two, so Q̂ is exact in FP16 (but where it becomes subnormal), and never larger than Q, so Q̂
+    cannot overflow FP16 whatever the scale (FP16 rounds relative to the value: a larger Q̂ would gain
+    nothing). The softmax multiplies by ρ = scale/2^e: in [1, 2) for a scale below 2, the scale itself
+    above. ``reshift_at`` = RESHIFT_AT/2^⌊log₂ ρ⌋ and ``relevance`` = RESHIFT_RELEVANCE/ρ are the reshift's
+    thresholds in units of Q̂·K (in units of the scaled scores: between 2 and 4, and 4).
+    """
+    e_scale = math.floor(math.log2(scale))
+    e = min(e_scale, 0)
+    return 2.0**e, scale / 2.0**e, RESHIFT_AT * 2.0 ** (e - e_scale), RESHIFT_RELEVANCE * 2.0**e / scale
 
 
 def _centre_keys(ops, k, block_kv):
@@ -309,8 +325,8 @@ def _count(stats, **flags):
 def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
     """Row-shifted PASA (``pasa_rs``) on one block of query rows; docs/golden.md states the rules.
 
-    Scores are tracked in the unit of Q̂·K, Q̂ = Q·2^e with e = ⌊log₂ scale⌋; the softmax multiplies
-    by ρ = scale/2^e ∈ [1, 2). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
+    Scores are tracked in the unit of Q̂·K, Q̂ = Q·2^e; the softmax multiplies by ρ = scale/2^e
+    (:func:`row_shift_constants`). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
     centring's share, ψ_j a per-row shift and S'_j what the matrix unit rounds to FP16. The row
     state m (FP32) lives in block 1's frame C_1 + ψ_1; block j enters it through
     δ_j = (C_j − C_1) + (ψ_j − ψ_1).
@@ -326,11 +342,11 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
     def h(x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
         return ops.cast(x, "float16")
 
-    e = math.floor(math.log2(scale))
-    rho = ops.scalar(scale / 2.0**e, like=q)  # FP32
-    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal
-    # (|Q̂| < 2⁻¹⁴), where it rounds to a multiple of 2⁻²⁴.
-    qh = h(q * 2.0**e)
+    q_mul, rho, reshift_at, relevance = row_shift_constants(scale)
+    rho = ops.scalar(rho, like=q)  # FP32
+    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal (|Q̂| < 2⁻¹⁴),
+    # where it rounds to a multiple of 2⁻²⁴.
+    qh = h(q * q_mul)
     # One GEMM with FP32 out for all blocks: C_j = Q̂·u_j, and lv_j = Q̂·K̄_j − C_j, block j's mean
     # score over its centred keys.
     c = ops.matmul(qh, ops.mT(u))
@@ -376,7 +392,6 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
     _, m_pre, _, _, _ = block(1, psi0)
     e_run = excess(m_pre, psi0, 1)
     excesses = []
-    relevance = RESHIFT_RELEVANCE * 2.0**e / scale  # in units of Q̂·K
 
     shape = (*lv.shape[:-1], 1)
     m = ops.full(shape, NEG_INF, "float32", like=q)
@@ -397,14 +412,15 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
         if j == 1:
             c_1, psi_1 = c[..., 0:1], psi
         # The reshift: the keys that carry the weight sit near the row max, and S' is rounded with
-        # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
+        # an error ≈ ulp16(|S'|). A row whose block max lands further than reshift_at from 0, in
         # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
         # or above it), computes the block's S' again with ψ moved by its max (one more product
         # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
-        # to the same value (beyond |ψ| ≈ 8192 the step of ψ exceeds 2·RESHIFT_AT).
+        # to the same value (the step of ψ, 2⁻¹⁰ of |ψ|'s power of two, exceeds 2·reshift_at beyond
+        # |ψ| ≈ 2¹²·reshift_at: 8192 for a scale below 2).
         mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
         moved = shift(r(psi + m_blk))
-        far = (abs(m_blk) > RESHIFT_AT) & (moved != psi) & ~redo & (mb > r(m - relevance))
+        far = (abs(m_blk) > reshift_at) & (moved != psi) & ~redo & (mb > r(m - relevance))
         if bool(far.any()):
             psi = ops.where(far, moved, psi)
             s, m_blk, redo_again, c0, c1 = block(j, psi)

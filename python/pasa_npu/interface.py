@@ -95,7 +95,7 @@ def fused_attention(
             are not attended to.
         num_heads: N, the number of query heads (>= 1). Must equal the query's N dim (BSND,
             BNSD, TND) or divide H (BSH).
-        scale: the factor of Q Kᵀ, a positive finite number (typically 1/sqrt(D)).
+        scale: the factor of Q Kᵀ, a positive number up to 2**64 (typically 1/sqrt(D)).
         pre_tokens: with next_tokens, the band of sparse_mode 0 (with a mask) and 4: query i
             attends to key j only if -pre_tokens <= j - i - o <= next_tokens, where o = 0 for
             mode 0 (origin at the top-left corner) and o = S2 - S1 for mode 4 (origin at the
@@ -151,8 +151,8 @@ def fused_attention(
             non-finite, whose lse is NaN, or whose state overflowed (lse +inf): PASA removes the
             scores' bias but not their amplitude, and FP16 running state can overflow on long
             contexts. It costs one host-device synchronisation, except for allocations that
-            cannot overflow on finite inputs (``Allocation.overflow_free``), where it does
-            nothing. False returns the allocation's own result (for studies of the emulated
+            cannot overflow on finite FP16 inputs at any accepted scale (``Allocation.overflow_free``),
+            where it does nothing. False returns the allocation's own result (for studies of the emulated
             hardware).
 
     Returns:
@@ -393,6 +393,10 @@ def _fused_attention(query, key, value, options: dict, out=None, workspace=None)
     problem = make_problem(query, key, value, **fia)
     if not isinstance(safety_net, bool):
         raise TypeError(f"safety_net must be a bool, got {type(safety_net).__name__}")
+    if problem.device.type == "meta":
+        raise ValueError("query, key and value are meta tensors (shapes without data): fused_attention computes on "
+                         "CPU, CUDA or NPU tensors; torch.ops.pasa_npu.fused_attention gives its results' shapes on "
+                         "meta tensors")
     runner = backends.select(problem, backend)
     if out is not None:
         _check_out(out, *_out_spec(problem))
@@ -603,8 +607,7 @@ _PLACEHOLDERS: dict[torch.device, torch.Tensor] = {}
 
 def _placeholder(device: torch.device) -> torch.Tensor:
     """FIA's lse placeholder on ``device``: one zero tensor per device, shared by every call (a fresh one
-    is an allocation and a fill kernel: ~15 µs of host time per call on the H100 machine). Made outside inference
-    mode, so that it is an ordinary tensor wherever it is returned; under CUDA graph capture, where its
+    would cost every call an allocation and a fill kernel). Made outside inference mode, so that it is an ordinary tensor wherever it is returned; under CUDA graph capture, where its
     fill would only be recorded, a call gets its own."""
     zero = _PLACEHOLDERS.get(device)
     if zero is None:

@@ -41,6 +41,8 @@ INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
 DEFAULT_BLOCK = 128
 #: FIA's int32 "no limit" for pre_tokens / next_tokens.
 NO_BAND = 2147483647
+#: The largest pre_tokens / next_tokens (FIA's attributes are int64; both signs, so that −pre is one too).
+INT64_MAX = 2**63 - 1
 CHECK_INPUTS_ENV = "PASA_NPU_CHECK_INPUTS"
 
 FP16_MAX = 65504.0
@@ -274,14 +276,20 @@ class Problem(NamedTuple):
 def band_rule(sparse_mode: int, pre_tokens: int, next_tokens: int, s1, s2) -> Band:
     """The band (lo, hi) of sparse_mode 0 (with a mask: top-left origin), 2, 3 or 4 for a batch of s1 valid
     queries and s2 valid keys (ints, or integer tensors of per-batch lengths): key j is kept for query i
-    only where lo <= j − i <= hi (lo None = open)."""
-    if sparse_mode == 0:
-        return -pre_tokens, next_tokens
+    only where lo <= j − i <= hi (lo None = open). pre_tokens and next_tokens beyond FIA's int32 "no
+    limit" keep the same keys as it (sequences are shorter), so they are saturated there first, and with
+    int lengths lo and hi at ±(s1 + s2) (j − i lies in [1 − s1, s2 − 1]): no consumer's integer
+    arithmetic overflows."""
     if sparse_mode == 2:
         return None, 0
     if sparse_mode == 3:
         return None, s2 - s1
-    return -pre_tokens + (s2 - s1), next_tokens + (s2 - s1)  # 4: band, bottom-right origin
+    pre, nxt = (max(-NO_BAND, min(x, NO_BAND)) for x in (pre_tokens, next_tokens))
+    lo, hi = (-pre, nxt) if sparse_mode == 0 else (-pre + (s2 - s1), nxt + (s2 - s1))  # 4: bottom-right origin
+    if isinstance(s1, int) and isinstance(s2, int):
+        edge = s1 + s2
+        lo, hi = max(-edge, min(lo, edge)), max(-edge, min(hi, edge))
+    return lo, hi
 
 
 def band_mask(band: Band, s1: int, s2: int, device) -> torch.Tensor:
@@ -315,8 +323,8 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
     num_heads = _int("num_heads", num_heads, lo=1)
     num_key_value_heads = _int("num_key_value_heads", num_key_value_heads, lo=0)
-    pre_tokens = _int("pre_tokens", pre_tokens)
-    next_tokens = _int("next_tokens", next_tokens)
+    pre_tokens = _int("pre_tokens", pre_tokens, lo=-INT64_MAX, hi=INT64_MAX)
+    next_tokens = _int("next_tokens", next_tokens, lo=-INT64_MAX, hi=INT64_MAX)
     sparse_mode = _int("sparse_mode", sparse_mode, choices=SPARSE_MODES)
     inner_precise = _int("inner_precise", inner_precise, choices=INNER_PRECISE)
     if not isinstance(softmax_lse_flag, bool):
@@ -419,7 +427,9 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         if paged and actual_seq_lengths_kv is None:
             raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
                              "of each batch's keys in its pages")
-        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2)
+        kv_dim = (f"the keys a block_table row of {block_table.shape[1]} pages of block_size {block_size} addresses"
+                  if paged else None)
+        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2, kv_dim)
         if q_lens is not None and all(x == s1 for x in q_lens):
             q_lens = None
         if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
@@ -497,26 +507,35 @@ def _check_tensor(name: str, x) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
-    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo):
+def _int(name: str, x, *, lo: int | None = None, hi: int | None = None,
+         choices: tuple[int, ...] | None = None) -> int:
+    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo) and (hi is None or x <= hi):
         return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = int(x)
     if choices is not None and x not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {x}")
+    if hi is not None and not lo <= x <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {x}")
     if lo is not None and x < lo:
         raise ValueError(f"{name} must be >= {lo}, got {x}")
     return x
 
 
+#: The largest scale accepted: FP16 inputs give |Q·Kᵀ| <= D·65504² < 2^52 for any D up to 2^20, so the
+#: scaled scores, their log-sum-exp and every allocation's FP32 state stay below 2^116, within FP32's range.
+MAX_SCALE = 2.0**64
+
+
 def check_scale(scale) -> float:
-    """``scale`` as a float: a positive finite real number."""
+    """``scale`` as a float: a positive real number, at most :data:`MAX_SCALE`."""
     if type(scale) is not float and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0.0:
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    if not 0.0 < scale <= MAX_SCALE:  # also rejects NaN and ±inf
+        raise ValueError(f"scale must be a positive finite number at most 2**64 (beyond, the scaled scores may "
+                         f"overflow FP32), got {scale}")
     return scale
 
 
@@ -741,8 +760,9 @@ def int_list(name: str, x) -> list[int]:
     return out
 
 
-def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
-    """FIA's rule: one value for every batch, or at least B values of which the first B are used."""
+def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
+    """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
     if x is None:
         return None
     vals = int_list(name, x)
@@ -753,7 +773,7 @@ def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
-            dim = "query's S1" if name == "actual_seq_lengths" else "key/value's S2"
+            dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
 

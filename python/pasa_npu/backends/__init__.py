@@ -116,6 +116,8 @@ def select(problem: Problem, name: str | None = None) -> Backend:
                 raise ValueError(f"backend {candidate!r} on {problem.device} tensors: {why} (the reference "
                                  "emulator, correct but far too slow for serving, is not run in its place; pass "
                                  "backend='reference' to run it, or CPU tensors)")
+    if backend.name == "reference":
+        _warn_if_long(problem)
     if backend.name == "reference" and order[0] != "reference":
         # The device's kernel cannot take this call: say once why it runs on the emulator instead.
         first = get(order[0])
@@ -129,6 +131,20 @@ def select(problem: Problem, name: str | None = None) -> Backend:
 
 
 _WARNED: set = set()
+
+#: B·N·S1·S2·D (the multiply-adds of Q·Kᵀ) from which a CPU call on the 'reference' backend is announced as
+#: long (1×2×2048²×128): the emulation rounds after every operation, at a small fraction of a GEMM's speed.
+LONG_EMULATION = 2**30
+
+
+def _warn_if_long(problem: Problem) -> None:
+    """Say before it starts that a CPU call of the emulator will take long (it shows no progress)."""
+    work = problem.batch * problem.num_heads * problem.s1 * problem.s2 * problem.head_dim
+    if problem.device.type == "cpu" and work >= LONG_EMULATION:
+        warnings.warn(f"pasa_npu: this call runs on the 'reference' backend, which emulates every rounding of "
+                      f"precision {problem.alloc.name!r} in PyTorch ops: with B·N·S1·S2·D = {work:,} on the CPU it "
+                      "takes tens of seconds or more (a CUDA or NPU device runs a kernel)", RuntimeWarning,
+                      stacklevel=3)
 
 
 def run_jobs(problem: Problem, attend) -> tuple[torch.Tensor, torch.Tensor]:

@@ -58,8 +58,11 @@ class KernelCall:
 def kernel_call(problem: Problem) -> KernelCall:
     """The op's arguments for ``problem`` (which :meth:`NpuBackend.supports`)."""
     layout = "BNSD" if problem.input_layout == "BNSD_BSND" else problem.input_layout
-    attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=problem.pre_tokens,
-                 next_tokens=problem.next_tokens, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
+    # pre/next tokens saturated at ±(S1 + S2), where they keep the same keys: the tiling adds them in int64.
+    edge = problem.s1 + problem.s2
+    pre, nxt = (max(-edge, min(x, edge)) for x in (problem.pre_tokens, problem.next_tokens))
+    attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=pre,
+                 next_tokens=nxt, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
                  sparse_mode=problem.sparse_mode, beta=-1.0 if problem.beta is None else problem.beta,
                  precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
@@ -97,6 +100,8 @@ class NpuBackend:
         if problem.block_kv != KV_BLOCK:
             return (f"the AscendC kernel's KV block is {KV_BLOCK} (its shift matrix and default beta are built "
                     f"for it), got block_kv={problem.block_kv}")
+        if problem.head_dim % 16 or not 16 <= problem.head_dim <= 256:
+            return f"the AscendC kernel takes head dims that are multiples of 16 in [16, 256], got {problem.head_dim}"
         return None
 
     def run(self, problem: Problem):

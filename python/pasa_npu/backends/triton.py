@@ -34,7 +34,7 @@ from itertools import repeat
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
+from ..blockwise import row_shift_constants
 from ..precision import Allocation, get_allocation
 from ..problem import LSE_NO_KEY, LSE_PADDED_ROW, Job, Problem, band_rule
 from . import run_jobs
@@ -158,7 +158,7 @@ def _launcher(compiled) -> tuple:
     """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
     Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
     for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly, which costs ~2 µs less host time per launch (docs/benchmarks/call/notes.md)."""
+    directly, which costs less host time per launch (docs/benchmarks/call/notes.md)."""
     run = compiled.run
     launch = getattr(run, "launch", None)
     no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
@@ -269,11 +269,9 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program, with at least two KV blocks per split.
-    Measured on the decode shape (128 KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16,
-    64 splits give 11.2, 11.0, 10.5, 10.0, 8.0 TFLOP/s in fp32. One-block splits cost more in partials
-    and their merge (a loop over the splits) than they gain: on 8 KV heads and 32 blocks (H100, CUDA
-    graph), 16 splits take 33 µs for pasa_rs and 19 µs for fp32, 32 splits 42 and 29 µs."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split:
+    more splits, and one-block splits, cost more in partials and their merge (a loop over the splits)
+    than they gain (docs/benchmarks/gpu_notes.md, "v4: decode splits")."""
     if tiles > 1:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
@@ -440,10 +438,9 @@ class AttentionPlan:
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
             self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
-        # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
-        # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
-        q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
-        rho = scale / q_mul
+        # pasa_rs: Q̂ = Q·2^e in the kernel (exact) and ρ = scale/2^e in the softmax; the reshift's thresholds in
+        # units of Q̂·K (blockwise.row_shift_constants).
+        q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
 
         self._has_mask = mask is not None
         if self._has_mask:
@@ -490,8 +487,8 @@ class AttentionPlan:
         self._attend = _Launch(
             _k.attention_kernel, (tiles, b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT,
-             RESHIFT_RELEVANCE / rho, lo, hi, per_split, -math.inf if splits > 1 else float(lse_none)),
+             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, reshift_at,
+             relevance, lo, hi, per_split, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,

@@ -174,7 +174,8 @@ def _centre_block(k, row_ok, n):
     block's n keys (``row_ok`` false) repeat its last key (:func:`_last_key_rows`): they change
     neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
     # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
-    # registers). Only the sum is masked: selects on max, min and K' too cost 2-7% of a decode step (H100).
+    # registers). Only the sum is masked: max, min and K' need no select (see above), which would cost
+    # every decode step.
     kbar = (tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
     kmax = tl.max(k, axis=0).to(tl.float32)
