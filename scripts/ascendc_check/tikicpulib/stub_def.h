@@ -25,15 +25,9 @@
 #define __cc__
 #define __fbuf__
 #define __ssbuf__
-#define __biasbuf__
 #define __host__
-#define __callee__
 #define __simd_callee__
-#define __simd_vf__
-#define __simt_callee__
-#define __no_simd_vf_fusion__
 #define __sync_alias__
-#define __sync_noalias__
 #define __check_sync_alias__
 #define __BLOCK_LOCAL__
 #define __disable_kernel_type_autoinfer__
@@ -59,10 +53,8 @@ enum addr_cal_mode_t { inc, dec };
 enum class pad_t { PAD_NONE };
 enum mem_t {};
 enum mem_dsb_t {};
-enum bm_t {};
 enum atomic_type_t {};
 enum atomic_op_t {};
-enum vpart_t {};
 enum class Order_t { VALUE_INDEX, INDEX_VALUE, ONLY_VALUE, ONLY_INDEX };
 enum ub_addr8_t { VA0, VA1, VA2, VA3, VA4, VA5, VA6, VA7 };
 enum vld_pos_t { L128, H128 };
