@@ -44,6 +44,7 @@ asc_kernel_includes() {
 asc_toolkit_root() {
     local dir
     for dir in "$1/asc" "$1/$(uname -m)-linux/asc"; do
-        [[ -f "$dir/include/kernel_operator.h" ]] && { echo "$dir"; return; }
+        [[ -f "$dir/include/kernel_operator.h" ]] && { echo "$dir"; return 0; }
     done
+    return 0
 }
