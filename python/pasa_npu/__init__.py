@@ -4,6 +4,9 @@ interface of ``torch_npu.npu_fused_infer_attention_score``.
 * :func:`fused_attention`: the entry point (CPU, CUDA and NPU tensors), also the PyTorch operator
   ``torch.ops.pasa_npu.fused_attention``.
 * :func:`merge_partials`: merges partial results over disjoint key sets through their lse.
+* :func:`patch_torch_npu`: runs existing callers of ``torch_npu.npu_fused_infer_attention_score`` (v1, v2,
+  their ``.out`` forms) on pasa-npu for the calls it takes (:mod:`pasa_npu.integrations.torch_npu`);
+  :func:`torch_npu_routes` counts where calls went.
 * :mod:`pasa_npu.golden`: the NumPy golden model of every precision allocation (NumPy only).
 * :mod:`pasa_npu.beta`: the optimal-accuracy condition for β.
 * :mod:`pasa_npu.metrics`: the paper's relative RMSE and overflow statistics.
@@ -12,7 +15,8 @@ interface of ``torch_npu.npu_fused_infer_attention_score``.
 from .precision import ALLOCATIONS, DEFAULT_PRECISION, PRECISIONS
 
 __version__ = "0.1.0"
-__all__ = ["fused_attention", "merge_partials", "PRECISIONS", "ALLOCATIONS", "DEFAULT_PRECISION", "__version__"]
+__all__ = ["fused_attention", "merge_partials", "patch_torch_npu", "unpatch_torch_npu", "torch_npu_routes",
+           "PRECISIONS", "ALLOCATIONS", "DEFAULT_PRECISION", "__version__"]
 
 
 def __getattr__(name):
@@ -23,6 +27,11 @@ def __getattr__(name):
         from .interface import fused_attention as value
     elif name == "merge_partials":
         from .merge import merge_partials as value
+    elif name in ("patch_torch_npu", "unpatch_torch_npu"):
+        from .integrations import torch_npu
+        value = getattr(torch_npu, name)
+    elif name == "torch_npu_routes":
+        from .integrations.torch_npu import routes as value
     else:
         raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")
     globals()[name] = value

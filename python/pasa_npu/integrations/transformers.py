@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 from transformers import AttentionInterface
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..precision import DEFAULT_PRECISION
@@ -73,6 +74,12 @@ def make_attention_function(settings: PasaSettings):
                 raise ValueError(f"{where}: '{name}' modifies the attention scores additively, which "
                                  "pasa-npu (FIA's interface) does not support; use attn_implementation='eager'")
         is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
+        cache = kwargs.pop("cache", None)
+        if isinstance(cache, PagedAttentionCache):
+            # transformers < 5.24 hands continuous batching's cache to the attention function, which updates it
+            # (later releases update it in the attention module): the keys and values become the requests' whole
+            # keys and values, or the kwargs get the paged decode form's block table and caches.
+            key, value = cache.update(key, value, module.layer_idx, kwargs)
         if scaling is None:
             scaling = query.shape[-1] ** -0.5
         if attention_mask is None and kwargs.get("cu_seq_lens_k") is not None:
@@ -142,12 +149,9 @@ def register(name: str = "pasa", *, precision: str = DEFAULT_PRECISION, beta: fl
     the function up at each forward). ``precision``, ``beta``, ``block_kv``, ``backend`` and
     ``safety_net`` mean what they mean for :func:`pasa_npu.fused_attention`.
     """
-    if not isinstance(name, str) or not name or "|" in name or "/" in name:
-        raise ValueError(f"name must be a non-empty str without '|' or '/' (transformers gives those a meaning), "
-                         f"got {name!r}")
-    settings = PasaSettings(precision=precision, beta=beta, block_kv=block_kv, backend=backend,
-                            safety_net=safety_net)
-    AttentionInterface.register(name, make_attention_function(settings))
+    _check_name(name)
+    AttentionInterface.register(name, make_attention_function(PasaSettings(
+        precision=precision, beta=beta, block_kv=block_kv, backend=backend, safety_net=safety_net)))
     AttentionMaskInterface.register(name, pasa_mask)
     return name
 
@@ -155,22 +159,33 @@ def register(name: str = "pasa", *, precision: str = DEFAULT_PRECISION, beta: fl
 def use_in_continuous_batching(model, name: str = "pasa_flash", *, precision: str = DEFAULT_PRECISION,
                                beta: float | None = None, block_kv: int | None = None, backend: str | None = None,
                                safety_net: bool = True) -> str:
-    """Register ``name`` (as :func:`register` does) and make it ``model``'s attention implementation, so that
-    ``model.generate_batch`` and ``model.init_continuous_batching`` run pasa-npu; returns ``name``.
+    """Make ``name`` ``model``'s attention implementation for continuous batching (``model.generate_batch``,
+    ``model.init_continuous_batching``), running :func:`pasa_npu.fused_attention` with the given settings (as
+    for :func:`register`); returns ``name``.
 
     transformers' continuous batching takes only names that contain "flash" (besides its own "sdpa" and
     "paged|eager") and, for them, passes FlashAttention's packed and paged arguments, which the attention
     function takes. ``model.set_attn_implementation`` would load a FlashAttention package for such a name
     (pasa-npu's function needs none, and it fails where none is installed), so the name is set on the
     model's config directly. A name that mentions FlashAttention version 2 or 3 is refused: transformers
-    would look for that version's ``flash_attn_with_kvcache`` and fail where it is not installed.
+    would look for that version's ``flash_attn_with_kvcache``. The name gets no mask function: transformers
+    then builds no mask for it (requests are told apart by ``cu_seq_lens_q/k``), so it is for continuous
+    batching only; a model's ordinary forward takes the name of :func:`register`.
     """
     from transformers.utils.generic import is_flash_attention_requested
 
-    if not isinstance(name, str) or not is_flash_attention_requested(requested_attention_implementation=name) \
+    _check_name(name)
+    if not is_flash_attention_requested(requested_attention_implementation=name) \
             or is_flash_attention_requested(requested_attention_implementation=name, version=[2, 3]):
         raise ValueError(f"name must contain 'flash' (transformers' continuous batching takes no other custom "
                          f"attention name) and name no FlashAttention version after it, got {name!r}")
-    register(name, precision=precision, beta=beta, block_kv=block_kv, backend=backend, safety_net=safety_net)
+    AttentionInterface.register(name, make_attention_function(PasaSettings(
+        precision=precision, beta=beta, block_kv=block_kv, backend=backend, safety_net=safety_net)))
     model.config._attn_implementation = name
     return name
+
+
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not name or "|" in name or "/" in name:
+        raise ValueError(f"name must be a non-empty str without '|' or '/' (transformers gives those a meaning), "
+                         f"got {name!r}")
