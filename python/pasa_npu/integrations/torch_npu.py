@@ -132,6 +132,8 @@ def declines(form: _Form, kind: str, args: tuple, kwargs: dict, settings: PasaSe
     given.update(kwargs)
     if not all(name in given for name in _QKV):
         return "arguments", "query, key and value are not all given"
+    if kind == "out" and "out" not in given and not ("attention_out" in given and "softmax_lse" in given):
+        return "arguments", "no output tensors (out=(attention_out, softmax_lse))"
     own = _OUT_ARGS if kind == "out" else ()
     fia = {name: x for name, x in given.items() if name not in _QKV and name not in own}
     unknown = [name for name in fia if name not in form.taken and name not in form.never]
