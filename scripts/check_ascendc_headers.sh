@@ -83,7 +83,8 @@ mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 HOST_INCLUDES=()
 if [[ -n "$ASC" ]]; then
-    [[ -f "$ASC/include/kernel_operator.h" ]] || die $E_HEADERS "$ASC is not an asc-devkit checkout (no include/kernel_operator.h)"
+    [[ -f "$ASC/include/kernel_operator.h" ]] ||
+        die $E_HEADERS "$ASC is not an asc-devkit checkout (no include/kernel_operator.h)"
     ASC_ROOT=$(cd "$ASC" && pwd)
     TIKICPULIB="$CHECK_DIR/tikicpulib"
     # kernel_tiling/kernel_tiling.h, which the toolkit ships generated: made by asc-devkit's own generator
@@ -94,13 +95,15 @@ if [[ -n "$ASC" ]]; then
     CANN_INCLUDES=("$BUILD_DIR/generated")
     echo "check_ascendc_headers: asc-devkit $ASC_ROOT (commit $(commit_of "$ASC_ROOT")), tikicpulib stand-in"
     if [[ -n "$METADEF" ]]; then
-        for f in "$METADEF/inc/external/asc/register/op_def_registry.h" "$GE/inc/graph_metadef/external/graph/operator_reg.h"; do
+        for f in "$METADEF/inc/external/asc/register/op_def_registry.h" \
+                 "$GE/inc/graph_metadef/external/graph/operator_reg.h"; do
             [[ -f "$f" ]] || die $E_HEADERS "no $f (is --metadef a metadef checkout, --ge a ge checkout?)"
         done
         METADEF=$(cd "$METADEF" && pwd) GE=$(cd "$GE" && pwd)
         HOST_INCLUDES=("$CHECK_DIR/host" "$METADEF/inc/external/asc" "$METADEF/inc/external" "$METADEF/inc"
                        "$GE/inc/graph_metadef/external" "$ASC_ROOT/include/utils")
-        echo "check_ascendc_headers: metadef $METADEF (commit $(commit_of "$METADEF")), ge $GE (commit $(commit_of "$GE"))"
+        echo "check_ascendc_headers: metadef $METADEF (commit $(commit_of "$METADEF")," \
+             "ge $GE (commit $(commit_of "$GE"))"
     else
         echo "check_ascendc_headers: no --metadef/--ge: op_host/ is not checked"
     fi
@@ -136,7 +139,8 @@ done
 [[ ${#ENTRIES[@]} -gt 0 ]] || die $E_USAGE "no kernel entry (a .cpp with __global__) in $SRC_ROOT/op_kernel"
 for src in "${ENTRIES[@]}"; do
     rel=${src#"$SRC_ROOT"/}
-    mapfile -t keys < <(grep -o 'TILING_KEY_IS([^()]*)' "$src" | sed 's/^TILING_KEY_IS(\s*//; s/\s*)$//' | awk '!seen[$0]++')
+    mapfile -t keys < <(grep -o 'TILING_KEY_IS([^()]*)' "$src" | sed 's/^TILING_KEY_IS(\s*//; s/\s*)$//' |
+                        awk '!seen[$0]++')
     [[ ${#keys[@]} -gt 0 ]] || keys=(0)
     cores=(AIC AIV)
     case "$(grep -o 'KERNEL_TASK_TYPE_DEFAULT([A-Z0-9_]*)' "$src" | head -n 1)" in

@@ -72,7 +72,8 @@ mapfile -t kernel_flags < <(printf '%s\n' "${ASC_KERNEL_FLAGS[@]}"
                             asc_kernel_includes "$(asc_toolkit_root "$CANN")" "$LIB/lib/include" "$CANN/include")
 KERNEL_FLAGS=$(IFS=';'; echo "${kernel_flags[*]}")
 cmake -S "$ROOT/scripts/cpu_debug" -B "$BUILD_DIR" -DSOC_VERSION="$SOC_VERSION" \
-    -DCMAKE_PREFIX_PATH="$LIB/lib/cmake;$LIB" "-DPASA_KERNEL_FLAGS=$KERNEL_FLAGS" || die $E_BUILD "cmake configure failed"
+    -DCMAKE_PREFIX_PATH="$LIB/lib/cmake;$LIB" "-DPASA_KERNEL_FLAGS=$KERNEL_FLAGS" ||
+    die $E_BUILD "cmake configure failed"
 cmake --build "$BUILD_DIR" --parallel 1 || die $E_BUILD "the kernel did not compile in CPU-debug mode"
 
 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$ROOT/scripts/cpu_debug/compare.py" \

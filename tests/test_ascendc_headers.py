@@ -104,7 +104,8 @@ def test_an_error_is_reported_at_the_line_of_ours_that_causes_it(fake):
         f"{fake['asc']}/impl/y.h:191:13:   required from 'void AscendC::Cast(...)'\n"
         f"{ours}:361:17:   required from 'void pasa_kernel::VectorSoftmax<Policy>::Softmax(...)'\n"
         f"{ROOT}/op_kernel/pasa_fused_attention.cpp:73:36:   required from here\n"
-        f"{fake['asc']}/impl/x.h:1016:31: error: no matching function for call to 'CastIntrinsicsImpl(half*&, half*&)'\n")
+        f"{fake['asc']}/impl/x.h:1016:31: error: no matching function for call to "
+        "'CastIntrinsicsImpl(half*&, half*&)'\n")
     res = run("--build-dir", str(fake["tmp"] / "b"), str(fake["asc"]),
               env={**fake["env"], "FAKE_FAIL": "__DAV_C220_VEC__"})
     assert res.returncode == E_FAILED

@@ -61,8 +61,9 @@ A2_CAST = {
 ROUNDING = {"CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC"}
 A2_CAST_MODES = {
     **{pair: ROUNDING for pair in A2_CAST},
-    **{pair: {"CAST_NONE"} for pair in (("half", "int8_t"), ("half", "uint8_t"), ("float", "half"), ("float", "int16_t"),
-                                        ("int16_t", "int32_t"), ("int32_t", "int64_t"), ("int64_t", "int32_t"))},
+    **{pair: {"CAST_NONE"} for pair in (("half", "int8_t"), ("half", "uint8_t"), ("float", "half"),
+                                        ("float", "int16_t"), ("int16_t", "int32_t"), ("int32_t", "int64_t"),
+                                        ("int64_t", "int32_t"))},
     **{pair: ROUNDING | {"CAST_NONE"} for pair in (("half", "int16_t"), ("float", "int32_t"), ("int8_t", "half"),
                                                    ("uint8_t", "half"))},
     ("half", "float"): ROUNDING | {"CAST_NONE", "CAST_ODD"},
@@ -271,8 +272,8 @@ def header_cast_modes(asc: Path) -> dict[tuple[str, str], set[str]]:
 
 def header_cast_count_form(asc: Path) -> set[tuple[str, str]]:
     text = (asc / "impl" / "basic_api" / "dav_c220" / "kernel_operator_vec_vconv_impl.h").read_text()
-    listed = re.search(r"CheckCastDatatype\(\)\s*\{\s*ASCENDC_DEBUG_ASSERT\(\s*\(SupportType<\s*Tuple<T, U>,(.*?)>\(\)\)",
-                       text, re.S).group(1)
+    listed = re.search(r"CheckCastDatatype\(\)\s*\{\s*ASCENDC_DEBUG_ASSERT\(\s*\(SupportType<\s*Tuple<T, U>,"
+                       r"(.*?)>\(\)\)", text, re.S).group(1)
     return {p for p in re.findall(r"Tuple<(\w+), (\w+)>", listed) if set(p) <= set(TYPES)}
 
 

@@ -30,15 +30,15 @@ inline constexpr bool kOneOf = (std::is_same<T, Allowed>::value || ...);
     static_assert(::ascendc_model::a2::kOneOf<T, __VA_ARGS__>,                   \
                   API ": Atlas A2 takes " #__VA_ARGS__ " only (asc-devkit dav_c220)")
 
-#define ASCENDC_A2_ARITHMETIC half, float, int16_t, int32_t                       // Add Sub Mul Max Min, Adds Muls Maxs Mins
-#define ASCENDC_A2_FLOATING half, float                                           // Div Exp Ln Abs Sqrt Reciprocal, WholeReduce*
-#define ASCENDC_A2_RELU half, float, int32_t                                      // Relu
-#define ASCENDC_A2_FILL half, int16_t, uint16_t, int32_t, uint32_t, float         // Duplicate, Brcb (and bfloat16_t)
-#define ASCENDC_A2_COMPARE half, float, int32_t                                   // Compare, CompareScalar (int32_t: EQ only)
-#define ASCENDC_A2_COMPARE_MASK int8_t, uint8_t                                   // Compare's dst
-#define ASCENDC_A2_COMPARE_SCALAR_MASK uint8_t                                    // CompareScalar's dst
-#define ASCENDC_A2_SELECT half, float                                             // Select
-#define ASCENDC_A2_SELECT_MASK uint8_t, uint16_t, uint32_t, uint64_t              // Select's selMask
+#define ASCENDC_A2_ARITHMETIC half, float, int16_t, int32_t                // Add Sub Mul Max Min, Adds Muls Maxs Mins
+#define ASCENDC_A2_FLOATING half, float                                    // Div Exp Ln Abs Sqrt Reciprocal WholeReduce
+#define ASCENDC_A2_RELU half, float, int32_t                               // Relu
+#define ASCENDC_A2_FILL half, int16_t, uint16_t, int32_t, uint32_t, float  // Duplicate, Brcb (and bfloat16_t)
+#define ASCENDC_A2_COMPARE half, float, int32_t                            // Compare, CompareScalar (int32_t: EQ only)
+#define ASCENDC_A2_COMPARE_MASK int8_t, uint8_t                            // Compare's dst
+#define ASCENDC_A2_COMPARE_SCALAR_MASK uint8_t                             // CompareScalar's dst
+#define ASCENDC_A2_SELECT half, float                                      // Select
+#define ASCENDC_A2_SELECT_MASK uint8_t, uint16_t, uint32_t, uint64_t       // Select's selMask
 
 // Compare and CompareScalar take int32_t for CMPMODE::EQ only (CheckVcmpvDtype, CheckVcmpvsDtype).
 template <typename T>

@@ -56,7 +56,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
 }  // namespace ascendc_model
 
 // Defines the count form and both mask forms of an elementwise API from one lambda body.
-#define ASCENDC_MODEL_BINARY(NAME, TYPES, EXPR)                                                                           \
+#define ASCENDC_MODEL_BINARY(NAME, TYPES, EXPR)                                                                    \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,                   \
               const int32_t& count,                                                                                \
@@ -84,7 +84,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
                                 [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });                         \
     }
 
-#define ASCENDC_MODEL_UNARY(NAME, TYPES, EXPR)                                                                            \
+#define ASCENDC_MODEL_UNARY(NAME, TYPES, EXPR)                                                                     \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count,                          \
     ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
@@ -113,7 +113,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }
 
-#define ASCENDC_MODEL_SCALAR(NAME, TYPES, EXPR)                                                                           \
+#define ASCENDC_MODEL_SCALAR(NAME, TYPES, EXPR)                                                                    \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,    \
     ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
