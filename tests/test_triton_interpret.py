@@ -148,6 +148,9 @@ def test_pasa_is_finite_and_accurate_where_fp16_scores_overflow():
 #: start of the lag-2 excess) is the first block they visit, not the sequence's first block.
 RS_CASES = {
     "gqa_tails": (1, 4, 2, 20, 72, 32, 3.0, None),
+    # 19 blocks, tiles starting at blocks 4 to 17: the pre-pass's frame terms of 8 blocks per product,
+    # counted from each tile's first block.
+    "many_blocks": (1, 2, 1, 40, 300, 32, 5.0, (60, 250)),
     "window": (1, 1, 1, 40, 80, 32, 10.0, (10, 30)),
     "decode_window": (2, 8, 2, 1, 90, 32, 10.0, (20, 80)),
 }
@@ -308,20 +311,14 @@ def test_bad_arguments_are_refused(kw, exc, match):
 
 
 @interpreted
-def test_pasa_rs_long_sequences_take_the_fused_form_instead_of_a_quadratic_frame_table(monkeypatch):
-    """The pre-pass's frame table grows as S1·S2: past its limit the kernel computes the frame terms
-    block by block (the fused form), with the same results up to rounding."""
-    q = (torch.randn(1, 2, 40, 32) + 3).half()
-    k = (torch.randn(1, 2, 100, 32) + 3).half()
-    v = torch.randn(1, 2, 100, 32).half()
-    kw = dict(precision="pasa_rs", beta=None, block_q=16, block_kv=16, scale=32 ** -0.5, mask=None)
+def test_pasa_rs_prepass_scratch_does_not_grow_with_the_queries():
+    """pasa_rs's frame terms stay in registers: the pre-pass's scratch (K', u and K̄) is the same for 40 and
+    40 000 query rows, and long sequences keep the pre-pass (a table of every tile's frame terms grew as
+    S1·S2, and past its limit sent them to the slower fused form)."""
     from pasa_npu.backends import triton as tb
 
-    pre, _ = tb.attention(q, k, v, shift="prepass", **kw)
-    monkeypatch.setattr(tb, "_FRAME_LIMIT", 8)
-    with pytest.raises(ValueError, match="frame table"):
-        tb.attention(q, k, v, shift="prepass", **kw)
-    auto, _ = tb.attention(q, k, v, **kw)
-    fused, _ = tb.attention(q, k, v, shift="fused", **kw)
-    assert torch.equal(auto, fused)
-    assert (auto.float() - pre.float()).abs().max() < 2e-3
+    k = v = torch.empty(2, 2, 100_000, 32, dtype=torch.float16)
+    plans = [tb.AttentionPlan(torch.empty(2, 4, s1, 32, dtype=torch.float16), k, v, precision="pasa_rs", beta=None,
+                              block_kv=16, scale=32 ** -0.5, mask=None) for s1 in (40, 40_000)]
+    assert all(p._prepass is not None for p in plans)
+    assert plans[0]._scratch == plans[1]._scratch == 2 * 2 * 100_000 * 32 + 2 * 2 * 6250 * 2 * 32

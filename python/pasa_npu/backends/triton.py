@@ -34,7 +34,7 @@ from itertools import repeat
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
+from ..blockwise import RESHIFT_RELEVANCE
 from ..precision import Allocation, get_allocation
 from ..problem import LSE_PADDED_ROW, Job, Problem
 from . import run_jobs
@@ -42,8 +42,8 @@ from . import run_jobs
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
-#: The most FP32 values pasa_rs's pre-pass frame table may hold (1 GiB; int32 offsets stay valid).
-_FRAME_LIMIT = 1 << 28
+#: Blocks whose pasa_rs frame terms one 16-column product computes, from the pre-pass's (u, K̄) rows.
+_FRAME_BLOCKS = 8
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
@@ -384,31 +384,21 @@ class AttentionPlan:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
         tiles = _cdiv(g * s1, block_m)
-        # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
-        # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
-        # form, which computes them block by block, runs instead.
-        frame_elems = b * nkv * tiles * 2 * n_blocks * block_m if alloc.row_shifted else 0
         if shift is None:
-            shift = "fused" if tiles == 1 or frame_elems > _FRAME_LIMIT else "prepass"
-        elif shift == "prepass" and frame_elems > _FRAME_LIMIT:
-            raise ValueError(f"shift='prepass' for precision={precision!r} needs a frame table of {frame_elems} FP32 "
-                             f"values here, more than {_FRAME_LIMIT}: use shift='fused' (or None)")
+            shift = "fused" if tiles == 1 else "prepass"
 
         if alloc.shifted:
             inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
         else:
             inva = shift_a = shift_b = 0.0
         prepass = shift == "prepass" and (alloc.shifted or alloc.row_shifted)
-        # Pre-pass results, one FP16 scratch allocation per call: K' (B, Nkv, blocks·BLOCK_N, D); pasa_rs's
-        # u and K̄ per block (B, Nkv, blocks, 2, D) and each tile's FP32 frame terms for every block,
-        # written and read back by its own program (B·Nkv, tiles, 2·blocks, BLOCK_M), each at a 16-byte
-        # aligned offset.
+        # Pre-pass results, one FP16 scratch allocation per call, linear in the keys: K' (B, Nkv,
+        # blocks·BLOCK_N, D) and pasa_rs's u and K̄ per block (B, Nkv, blocks, 2, D) at a 16-byte aligned
+        # offset.
         kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
         uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
-        frame_shape = (b * nkv, tiles, 2 * n_blocks, block_m) if prepass and alloc.row_shifted else None
         uk_off = _align(math.prod(kp_shape)) if prepass else 0
-        fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
-        self._scratch = (fr_off + 2 * math.prod(frame_shape) if frame_shape else uk_off) if prepass else 0
+        self._scratch = (uk_off + math.prod(uk_shape) if uk_shape else uk_off) if prepass else 0
         page_arg = page if paged else 1
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
@@ -419,7 +409,7 @@ class AttentionPlan:
         # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
         # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
         q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
-        rho = scale / q_mul
+        rho = scale / q_mul  # the softmax's factor on the scores the kernel holds (Q̂·K' for pasa_rs)
 
         self._has_mask = mask is not None
         if self._has_mask:
@@ -451,11 +441,12 @@ class AttentionPlan:
             self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse)
         self._attend = _Launch(
             _k.attention_kernel, (tiles, b * nkv, splits),
-            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT,
-             RESHIFT_RELEVANCE / rho, lo, hi, per_split),
+            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, *msk, lse_off, nkv, s1, s2, g,
+             float(rho), float(inva), float(shift_a), float(shift_b), q_mul, RESHIFT_RELEVANCE / rho, lo, hi,
+             per_split),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
-            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
+            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", FRAME_BLOCKS=_FRAME_BLOCKS,
+            HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd, num_warps=warps, num_stages=stages)
 
@@ -474,11 +465,11 @@ class AttentionPlan:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         if self._combine is None:
-            self._attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info),
+            self._attend((q, k, v, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info),
                          same_dtypes=True)
         else:
             parts = q.new_empty(self._partials, dtype=torch.float32)
-            self._attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info), same_dtypes=True)
+            self._attend((q, k, v, scratch, scratch, mask, parts, parts, table, kv_info), same_dtypes=True)
             self._combine((parts, parts, out, q if lse is None else lse), same_dtypes=True)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
 
