@@ -27,6 +27,9 @@ j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale lse = 
 Differences from the golden loop (same mathematics, other roundings; the tests bound them):
 * P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
   rather than to the block's own maximum followed by a rescale of P·V (Algorithm 1, lines 12-20);
+  with FP32 state it is exp2 of one FMA, S·(c·log2 e) − (m_new − Δ)·(c·log2 e), where c is the
+  softmax's factor on the scores held (1 for PASA's S', the scale for ``fp32``'s unscaled Q·Kᵀ, ρ
+  for pasa_rs's S');
 * Q·Kᵀ and P·V accumulate in the tensor cores' order (the golden model accumulates exactly), row
   sums in FP32 in the order of the hardware's reduction tree, and K' = M·K is a·K + b·colsum(K) in
   FP32 (M = a·I + b·J), rounded once to FP16;
@@ -55,9 +58,8 @@ And for ``pasa_rs``:
   their true-scale lse; the golden model does not split). All rows of a tile visit the same blocks,
   so each row's ψ, excess and frame come from one sequence of blocks; a row with no key in the first
   visited block starts with no excess (ψ = lv), as in the golden model;
-* the reshift subtracts the move of ψ from the FP32 S − ψ still in registers, then rounds to FP16
-  (the golden model computes the product again: one FP32 rounding apart), and ψ is subtracted from
-  the FP32 product rather than put in the accumulator before it.
+* ψ (the reshifted ψ where a row reshifts) is subtracted from the FP32 product rather than put in
+  the accumulator before it (the golden model's product is exact, then rounded once).
 """
 
 from __future__ import annotations
@@ -274,11 +276,12 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, scale, D: tl.constexpr, D_PAD: tl.constexpr,
+def _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
                BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
-    """FlashAttention-2's scores of block ``blk``: Q·Kᵀ·scale in FP32."""
+    """FlashAttention-2's scores of block ``blk``: Q·Kᵀ in FP32, unscaled (the softmax's exp applies the
+    scale)."""
     k = _rows(K, k_head, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, skb, sks, D, D_PAD, PAGED, PAGE)
-    return tl.dot(q, tl.trans(k)) * scale
+    return tl.dot(q, tl.trans(k))
 
 
 @triton.jit
@@ -355,35 +358,36 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
     of rows whose block max lands far from ψ, and δ = (C − C_1) + (ψ − ψ_1), which moves the block into
     the row state's frame (block 1's). ``first``: this is block 1, the first block the program visits;
     its row max relative to ψ at its mean starts the running excess, and its C and ψ are C_1 and ψ_1.
-    Returns (S', its row max, δ, and the updated excess e_run, lags e_lag1, e_lag2, C_1, ψ_1)."""
+    Returns (S', its row max, δ, and the updated excess e_run, lags e_lag1, e_lag2, C_1, ψ_1).
+
+    Every row max is taken once, of the product: FP32 rounding is monotonic, so the max of Q̂·K'ᵀ − ψ is
+    the product's max minus ψ, rounded, for any ψ; ψ is subtracted from the scores once, when it is
+    final."""
+    m_acc = tl.max(acc, axis=1)
     if first:
         psi0 = _row_shift(lv)
-        m_pre, _ = _fp16_max(tl.max(acc, axis=1) - psi0)
+        m_pre, _ = _fp16_max(m_acc - psi0)
         e_run = (m_pre + psi0) - lv
     # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag the
     # cube/vector pipeline of the NPU needs, kept so that both round alike. A row with no unmasked key
     # yet has no excess and uses ψ_j = lv_j.
     e_run = tl.maximum(e_run, e_lag2)
     psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
-    # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an extra
-    # column puts ψ in the accumulator); the one rounding that follows is to FP16.
-    s = acc - psi[:, None]
-    m32 = tl.max(s, axis=1)
-    m_blk, redo = _fp16_max(m32)
+    m_blk, redo = _fp16_max(m_acc - psi)
     if first:
         c1 = c
         psi1 = psi
     # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the weight sit
     # near the row max. A row whose block max lands further than RESHIFT_AT from 0, in a block that can
     # matter (its max at most ``relevance`` below the running maximum, or above it), moves ψ by that
-    # max. Its S − ψ is still in FP32 registers: the new one is a subtraction there (the cube computes
-    # the product again), and the row max moves with it exactly, since FP32 rounding is monotonic.
+    # max, and its S' is the product minus the new ψ (on the cube, the product computed again).
     far = (tl.abs(m_blk) > RESHIFT_AT) & (redo == 0) & (m_blk + ((c - c1) + (psi - psi1)) > m - relevance)
-    psi_far = tl.where(far, _row_shift(psi + m_blk), psi)
-    s = s - (psi_far - psi)[:, None]
-    m_blk, redo = _fp16_max(m32 - (psi_far - psi))
-    psi = psi_far
-    # S' in FP16 but for the safety net's rows.
+    psi = tl.where(far, _row_shift(psi + m_blk), psi)
+    m_blk, redo = _fp16_max(m_acc - psi)
+    # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an extra
+    # column puts ψ in the accumulator); the one rounding that follows is to FP16, but for the safety
+    # net's rows.
+    s = acc - psi[:, None]
     s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
     return s, m_blk, (c - c1) + (psi - psi1), e_run, (m_blk + psi) - lv, e_lag1, c1, psi1
 
@@ -391,7 +395,7 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
 @triton.jit
 def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
     """Merge a block into the row state: the running max m moved by ``d_prev`` and the block's max
-    by ``d_cur`` into one frame; P = exp(``exp_scale``·(S + d_cur − m_new)) relative to the merged maximum
+    by ``d_cur`` into one frame; P = 2^(``exp_scale``·(S + d_cur − m_new)) relative to the merged maximum
     (FlashAttention-2's form, one P·V accumulated into O), l and O rescaled by α = exp(m + d_prev − m_new).
     Returns (m_new, l, O)."""
     m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
@@ -400,7 +404,11 @@ def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr
     # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
     alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), exp_scale, STATE16,
                                 FP16_EXP), 0.0)
-    p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), exp_scale, STATE16, FP16_EXP)
+    if STATE16:
+        p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), exp_scale, STATE16, FP16_EXP)
+    else:
+        # One FMA and an exp2 per score: the scale folded into the shift.
+        p = tl.exp2(s * exp_scale - ((m_safe - d_cur) * exp_scale)[:, None])
     l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
     if STATE16:
         pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
@@ -428,9 +436,9 @@ def attention_kernel(
     its (u, K̄) per block (:func:`_key_tables`), at element ``uk_off`` of its pointer; Lse starts at
     element ``lse_off``: one call's scratch (K' and UK; or the partial outputs and lse) is one allocation.
 
-    ``sm_scale`` is the factor between the scores the loop holds and the softmax's: the scale for
-    ``fp32``, ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries the rest);
-    PASA's M carries its scale. ``relevance`` is pasa_rs's reshift relevance in units of Q̂·K.
+    ``sm_scale`` is the softmax's factor on the scores the loop holds: the scale for ``fp32`` (whose
+    Q·Kᵀ stays unscaled), ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries
+    the rest); unused by PASA, whose M carries its scale. ``relevance`` is pasa_rs's reshift relevance in units of Q̂·K.
 
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
@@ -515,6 +523,8 @@ def attention_kernel(
         psi1 = c1
     elif SHIFTED:
         f = tl.zeros([BLOCK_M], tl.float32)
+    else:
+        exp_scale = sm_scale * LOG2E
 
     for blk in range(blk_lo, blk_hi):
         if ROW_SHIFT:
@@ -524,7 +534,7 @@ def attention_kernel(
             s, mean = _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
                                    D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
         else:
-            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, sm_scale, D, D_PAD, BLOCK_N, PAGED, PAGE)
+            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_N, PAGED, PAGE)
         s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb, smh, sms, smk,
                     BLOCK_N, HAS_MASK, HAS_BAND)
         if ROW_SHIFT:
@@ -551,10 +561,10 @@ def attention_kernel(
     if ROW_SHIFT:
         # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
         lse = sm_scale * ((m + c1) + psi1) + lse
+    elif SHIFTED:
+        lse = (m + lse) + inva * f
     else:
-        lse = m + lse
-        if SHIFTED:
-            lse = lse + inva * f
+        lse = sm_scale * m + lse
     lse = tl.where(empty, float("-inf"), lse)
     o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
