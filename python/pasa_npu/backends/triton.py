@@ -42,8 +42,9 @@ from . import run_jobs
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
-#: Blocks whose pasa_rs frame terms one 16-column product computes, from the pre-pass's (u, K̄) rows.
-_FRAME_BLOCKS = 8
+#: The most FP32 values pasa_rs's frame table holds for one launch (512 MiB): past it, the kernel is launched
+#: over ranges of query tiles in turn, each with the table to itself.
+_FRAME_LIMIT = 1 << 27
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
@@ -241,10 +242,12 @@ def is_available(device: torch.device | None = None) -> bool:
     return (device is None and torch.cuda.is_available()) or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
-def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False) -> tuple[int, int, int, int]:
+def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False,
+            row_shifted: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
     rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
-    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V."""
+    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V;
+    ``row_shifted``: the allocation is pasa_rs."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
@@ -256,7 +259,8 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
     elif d_pad <= 128:
         block_m, warps, stages = 128, 8, 3
     else:
-        block_m, warps, stages = (128, 8, 2) if block_n <= 64 else (64, 8, 2)
+        # pasa_rs at D = 256 (one stage of 128-key tiles): 128 rows 242 TFLOP/s, 64 rows 183.
+        block_m, warps, stages = (128, 8, 2) if block_n <= 64 or row_shifted else (64, 8, 2)
     # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
     # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
     # must fit in shared memory.
@@ -379,7 +383,7 @@ class AttentionPlan:
         self.kv_info = kv_info
         g = n // nkv
         d_pad = max(16, _pow2(d))
-        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
+        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None, alloc.row_shifted)
         if config is not None:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
@@ -392,13 +396,19 @@ class AttentionPlan:
         else:
             inva = shift_a = shift_b = 0.0
         prepass = shift == "prepass" and (alloc.shifted or alloc.row_shifted)
-        # Pre-pass results, one FP16 scratch allocation per call, linear in the keys: K' (B, Nkv,
-        # blocks·BLOCK_N, D) and pasa_rs's u and K̄ per block (B, Nkv, blocks, 2, D) at a 16-byte aligned
-        # offset.
+        # Pre-pass results, one FP16 scratch allocation per call: K' (B, Nkv, blocks·BLOCK_N, D); pasa_rs's
+        # u and K̄ per block (B, Nkv, blocks, 2, D) and each tile's FP32 frame terms for every block,
+        # written and read back by its own program (B·Nkv, tiles, 2·blocks, BLOCK_M), each at a 16-byte
+        # aligned offset. The frame table grows as S1·S2: where it would pass _FRAME_LIMIT, the kernel runs
+        # over ranges of ``chunk`` query tiles (a multiple of 16, so that the ranges' first tiles are alike
+        # to Triton's specialisation) one launch after the other, reusing it.
         kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
         uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
+        frame_tile = b * nkv * 2 * n_blocks * block_m if uk_shape else 0  # frame terms per query tile
+        chunk = tiles if frame_tile * tiles <= _FRAME_LIMIT else max(16, _FRAME_LIMIT // frame_tile // 16 * 16)
         uk_off = _align(math.prod(kp_shape)) if prepass else 0
-        self._scratch = (uk_off + math.prod(uk_shape) if uk_shape else uk_off) if prepass else 0
+        fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
+        self._scratch = (fr_off + 2 * frame_tile * chunk if uk_shape else uk_off) if prepass else 0
         page_arg = page if paged else 1
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
@@ -439,16 +449,17 @@ class AttentionPlan:
             self._partials = lse_off + splits * rows
             out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)  # (b, n, s1)
             self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse)
-        self._attend = _Launch(
-            _k.attention_kernel, (tiles, b * nkv, splits),
-            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, *msk, lse_off, nkv, s1, s2, g,
+        # The ranges of query tiles, the last (under a causal band, the longest rows) first.
+        self._attend = [_Launch(
+            _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
+            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
              float(rho), float(inva), float(shift_a), float(shift_b), q_mul, RESHIFT_RELEVANCE / rho, lo, hi,
-             per_split),
+             per_split, tile_lo),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
-            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", FRAME_BLOCKS=_FRAME_BLOCKS,
-            HAS_MASK=self._has_mask,
+            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd, num_warps=warps, num_stages=stages)
+            for tile_lo in reversed(range(0, tiles, chunk))]
 
     def __call__(self, q, k, v, mask, block_table) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Out (``out_shape``, or the (B, N, S1, D) view) FP16 and lse (B, N, S1) FP32 (None unless ``lse``)
@@ -465,11 +476,13 @@ class AttentionPlan:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         if self._combine is None:
-            self._attend((q, k, v, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info),
-                         same_dtypes=True)
+            for attend in self._attend:
+                attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info),
+                       same_dtypes=True)
         else:
             parts = q.new_empty(self._partials, dtype=torch.float32)
-            self._attend((q, k, v, scratch, scratch, mask, parts, parts, table, kv_info), same_dtypes=True)
+            for attend in self._attend:
+                attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info), same_dtypes=True)
             self._combine((parts, parts, out, q if lse is None else lse), same_dtypes=True)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
 

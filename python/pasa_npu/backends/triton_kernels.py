@@ -16,10 +16,10 @@ the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.block
 ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
 KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
 into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block the frame
-terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products kept in registers (with the pre-pass
-one per FRAME_BLOCKS blocks, of their (u, K̄) rows; fused, one per block); the shift ψ = 64·FP16(x/64)
-at lv plus the lag-2 running excess, block 1's product computed once and used twice (first with ψ at
-its mean); S' = FP16(Q̂·K'ᵀ − ψ) from the FP32 product; the per-row safety net (FP32
+terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products (with the pre-pass one per 8 blocks,
+into a per-tile table before the loop, so that the loop reads two FP32 row vectors per block besides
+K' and V; fused, one per block); the shift ψ = 64·FP16(x/64) at lv plus the lag-2 running excess,
+block 1 computed twice; S' = FP16(Q̂·K'ᵀ − ψ) from the FP32 product; the per-row safety net (FP32
 S − ψ for a row whose S' leaves FP16's range) and the reshift (ψ moved by the row max of a block
 that lands far from it) of the golden model; the row state m, l, O in FP32 in block 1's frame, block
 j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale lse = ρ·(m + C_1 + ψ_1) + ln l.
@@ -52,7 +52,7 @@ And for ``pasa_rs``:
   exact, then rounded once): where centring leaves Q̂·K' large (u = 0 in a block whose signs mix)
   that costs what it costs FP32 FlashAttention's Q·Kᵀ. K̄'s column sum is FP32 in the reduction's
   order, so K̄ may differ by an FP16 ulp: ψ and u move within the ranges that keep them exact;
-* "block 1" (its max taken twice, the frame of the row state, the start of the lag-2 excess) is the
+* "block 1" (computed twice, the frame of the row state, the start of the lag-2 excess) is the
   first block a program visits, as in the golden model: the first block of its tile's band (up to
   the tile difference above), and each split's first block in decode (split partials merge through
   their true-scale lse; the golden model does not split). All rows of a tile visit the same blocks,
@@ -168,6 +168,11 @@ def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, shift_a, shi
 
 
 @triton.jit
+def _sum_max_min(sum_a, max_a, min_a, sum_b, max_b, min_b):
+    return sum_a + sum_b, tl.maximum(max_a, max_b), tl.minimum(min_a, min_b)
+
+
+@triton.jit
 def _centre_block(k, row_ok, n):
     """The ``pasa_rs`` pre-pass on one KV block of n keys (rows where ``row_ok``): K̄, the column
     mean rounded to FP16 (0 if not finite); the centring offset u; and K' = K − u in FP16, with no
@@ -180,10 +185,12 @@ def _centre_block(k, row_ok, n):
     neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
     # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
     # registers). Only the sum is masked: selects on max, min and K' too cost 2-7% of a decode step (H100).
-    kbar = (tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
+    # One reduction of the three across the block's rows, whose threads exchange them together.
+    ksum, kmax, kmin = tl.reduce((tl.where(row_ok[:, None], k.to(tl.float32), 0.0), k, k), 0, _sum_max_min)
+    kbar = (ksum / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
-    kmax = tl.max(k, axis=0).to(tl.float32)
-    kmin = tl.min(k, axis=0).to(tl.float32)
+    kmax = kmax.to(tl.float32)
+    kmin = kmin.to(tl.float32)
     pos = kmin > 0.0
     neg = kmax < 0.0
     lo = tl.where(pos, kmax, -kmin) * 0.5
@@ -316,39 +323,56 @@ def _pasa_frame(s, mean, f, j, inva, STATE16: tl.constexpr):
 
 
 @triton.jit
-def _rs_scores(q, cl, blk, blk_lo, blk_hi, K, k_head, KP, kp_base, UK, uk_base, b, Table, stt, skb, sks, S2,
-               D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, FRAME_BLOCKS: tl.constexpr,
-               FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+def _rs_frame_table(fr, q, UK, uk_base, blk_lo, blk_hi, D: tl.constexpr, D_PAD: tl.constexpr,
+                    BLOCK_M: tl.constexpr):
+    """``pasa_rs``'s frame terms of every block a program visits, ahead of its loop, from the pre-pass's
+    (u, K̄) rows: one 16-column product per 8 blocks into the program's table ``fr`` (2·blocks rows of
+    BLOCK_M FP32: C = Q̂·u and Q̂·K̄ of each row), read back one block at a time by :func:`_rs_scores`."""
+    d = tl.arange(0, D_PAD)
+    r16 = tl.arange(0, 16)
+    for g in range(blk_lo, blk_hi, 8):
+        rk = 2 * g + r16
+        uk = tl.load(UK + uk_base + rk[:, None] * D + d[None, :], mask=(rk < 2 * blk_hi)[:, None] & (d[None, :] < D),
+                     other=0.0)
+        tl.store(fr[:, None] + rk[None, :] * BLOCK_M, tl.dot(q, tl.trans(uk)), mask=(rk < 2 * blk_hi)[None, :])
+    tl.debug_barrier()
+
+
+@triton.jit
+def _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr,
+               PAGE: tl.constexpr):
     """``pasa_rs``'s scores of block ``blk``: Q̂·K'ᵀ in FP32 (the shift is subtracted by the frame stage)
     with K' = K − u the block's centred keys, and each row's frame terms, FP32: C = Q̂·u, the centring's
-    share of the scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys.
-
-    The frame terms come out of a product of Q̂ with a 16-row operand, ``cl`` (returned, and kept in
-    registers from block to block): FUSED_SHIFT, (u, K̄, zeros) of this block, centred here from K;
-    otherwise the pre-pass's (u, K̄) rows of FRAME_BLOCKS blocks, every FRAME_BLOCKS-th block from the
-    program's first. Returns (Q̂·K'ᵀ, cl, C, lv)."""
+    share of the scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys. From the
+    pre-pass (K') and the program's frame table ``fr``; or FUSED_SHIFT, centred here from K, with the frame
+    terms from one product with a 16-row operand (u, K̄, zeros). Returns (Q̂·K'ᵀ, C, lv)."""
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D_PAD)
     d_ok = d[None, :] < D
-    r16 = tl.arange(0, 16)
     if FUSED_SHIFT:
         k_rows, read = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
         k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=read[:, None] & d_ok, other=0.0)
         kc, u, kbar = _centre_block(k, cols < S2, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
-        r = r16[:, None]
+        r = tl.arange(0, 16)[:, None]
         cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
-        slot = 0
+        r = tl.arange(0, 16)[None, :]
+        c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
+        cbar = tl.sum(tl.where(r == 1, cl, 0.0), axis=1)
     else:
         kc = tl.load(KP + kp_base + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
-        slot = (blk - blk_lo) % FRAME_BLOCKS
-        if slot == 0:
-            rk = 2 * blk + r16
-            uk = tl.load(UK + uk_base + rk[:, None] * D + d[None, :],
-                         mask=((rk < 2 * blk_hi) & (rk < 2 * (blk + FRAME_BLOCKS)))[:, None] & d_ok, other=0.0)
-            cl = tl.dot(q, tl.trans(uk))
-    c = tl.sum(tl.where(r16[None, :] == 2 * slot, cl, 0.0), axis=1)
-    lv = tl.sum(tl.where(r16[None, :] == 2 * slot + 1, cl, 0.0), axis=1) - c
-    return tl.dot(q, tl.trans(kc)), cl, c, lv
+        c = tl.load(fr + (2 * blk) * BLOCK_M)
+        cbar = tl.load(fr + (2 * blk + 1) * BLOCK_M)
+    return tl.dot(q, tl.trans(kc)), c, cbar - c
+
+
+@triton.jit
+def _rs_excess(acc, lv):
+    """Block 1's row max above its mean: its masked Q̂·K'ᵀ ``acc`` with ψ at its mean lv, which starts the
+    running excess of :func:`_rs_frame`."""
+    psi0 = _row_shift(lv)
+    m_pre, _ = _fp16_max(tl.max(acc, axis=1) - psi0)
+    return (m_pre + psi0) - lv
 
 
 @triton.jit
@@ -356,27 +380,22 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
     """``pasa_rs``'s frame of a block from its masked FP32 Q̂·K'ᵀ ``acc`` and frame terms C, lv: the shift ψ
     at lv plus the lag-2 running excess, S' = FP16(Q̂·K'ᵀ − ψ) (FP32 for the safety net's rows), the reshift
     of rows whose block max lands far from ψ, and δ = (C − C_1) + (ψ − ψ_1), which moves the block into
-    the row state's frame (block 1's). ``first``: this is block 1, the first block the program visits;
-    its row max relative to ψ at its mean starts the running excess, and its C and ψ are C_1 and ψ_1.
-    Returns (S', its row max, δ, and the updated excess e_run, lags e_lag1, e_lag2, C_1, ψ_1).
+    the row state's frame (block 1's). ``first``: this is block 1, the first block the program visits,
+    whose C and ψ are C_1 and ψ_1. Returns (S', its row max, δ, and the updated excess e_run, lags
+    e_lag1, e_lag2, C_1, ψ_1).
 
     Every row max is taken once, of the product: FP32 rounding is monotonic, so the max of Q̂·K'ᵀ − ψ is
     the product's max minus ψ, rounded, for any ψ; ψ is subtracted from the scores once, when it is
     final."""
     m_acc = tl.max(acc, axis=1)
-    if first:
-        psi0 = _row_shift(lv)
-        m_pre, _ = _fp16_max(m_acc - psi0)
-        e_run = (m_pre + psi0) - lv
     # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag the
     # cube/vector pipeline of the NPU needs, kept so that both round alike. A row with no unmasked key
     # yet has no excess and uses ψ_j = lv_j.
     e_run = tl.maximum(e_run, e_lag2)
     psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
     m_blk, redo = _fp16_max(m_acc - psi)
-    if first:
-        c1 = c
-        psi1 = psi
+    c1 = tl.where(first, c, c1)
+    psi1 = tl.where(first, psi, psi1)
     # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the weight sit
     # near the row max. A row whose block max lands further than RESHIFT_AT from 0, in a block that can
     # matter (its max at most ``relevance`` below the running maximum, or above it), moves ψ by that
@@ -420,25 +439,30 @@ def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, Mask, Out, Lse, Table, KVInfo, stt,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, smb, smh, sms, smk, lse_off,
-    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, relevance, band_lo, band_hi, blocks_per_split,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, stt,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
+    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, relevance, band_lo, band_hi, blocks_per_split, tile_lo,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
-    FRAME_BLOCKS: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
     FP16_EXP: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr,
     OUT_BSND: tl.constexpr,
 ):
-    """Grid (query tiles, B·NKV, splits). Out/Lse: the final FP16 output, contiguous (B, S1, N, D) with
-    OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not written unless
-    STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and lse (splits,
+    """Grid (query tiles from tile_lo on, B·NKV, splits). Out/Lse: the final FP16 output, contiguous
+    (B, S1, N, D) with OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not
+    written unless STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and lse (splits,
     B, N, S1) of split ``program_id(2)``. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
-    its (u, K̄) per block (:func:`_key_tables`), at element ``uk_off`` of its pointer; Lse starts at
-    element ``lse_off``: one call's scratch (K' and UK; or the partial outputs and lse) is one allocation.
+    its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, the launch's query tiles, 2·blocks,
+    BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's
+    own program; ROW_SHIFT without FUSED_SHIFT), linear in the queries of one launch: a call whose table
+    would be large launches the kernel over a few ranges of query tiles in turn. UK, FR and Lse start at
+    element ``uk_off``, ``fr_off`` and ``lse_off`` of their pointers, FR's reinterpreted as FP32: one
+    call's scratch (K', UK and FR; or the partial outputs and lse) is one allocation.
 
     ``sm_scale`` is the softmax's factor on the scores the loop holds: the scale for ``fp32`` (whose
     Q·Kᵀ stays unscaled), ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries
-    the rest); unused by PASA, whose M carries its scale. ``relevance`` is pasa_rs's reshift relevance in units of Q̂·K.
+    the rest); unused by PASA, whose M carries its scale. ``relevance`` is pasa_rs's reshift relevance
+    in units of Q̂·K.
 
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
@@ -450,13 +474,15 @@ def attention_kernel(
     The user mask is indexed by query and key position, as for a dense call. The splits divide each
     batch's own KV blocks, as they would for a dense call on that batch alone."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_m = tile_lo + tile
     b = tl.program_id(1) // NKV
     hkv = tl.program_id(1) % NKV
     split = tl.program_id(2)
     n_rows = G * S1
     # The tables' and results' strides, from the call's S1 and S2 (a paged batch replaces them below).
-    spb, sph, sub, suh = _key_tables(tl.cdiv(S2, BLOCK_N), NKV, D, BLOCK_N)
+    n_blocks = tl.cdiv(S2, BLOCK_N)
+    spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
     n_heads = NKV * G
     slb, slh, slp = n_heads * S1, S1, (tl.num_programs(1) // NKV) * n_heads * S1
     sob, soh, sos = n_heads * S1 * D, S1 * D, D
@@ -513,12 +539,22 @@ def attention_kernel(
     if ROW_SHIFT:
         # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
         q = (q.to(tl.float32) * q_mul).to(tl.float16)
-        uk_base = uk_off + b * sub + hkv * suh
         exp_scale = sm_scale * LOG2E
-        cl = tl.zeros([BLOCK_M, 16], tl.float32)
-        e_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        e_lag1 = e_run
-        e_lag2 = e_run
+        fr = (FR + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
+        fr = fr + tl.program_id(1).to(tl.int64) * (tl.num_programs(0) * 2 * n_blocks * BLOCK_M) \
+            + tile * (2 * n_blocks * BLOCK_M) + tl.arange(0, BLOCK_M)
+        if not FUSED_SHIFT:
+            _rs_frame_table(fr, q, UK, uk_off + b * sub + hkv * suh, blk_lo, blk_hi, D, D_PAD, BLOCK_M)
+        # Block 1, the first block this program visits, a first time with ψ at its mean: how far its
+        # maximum lies above the mean starts the running excess. (A program that visits no block reads a
+        # valid one and uses nothing of it.)
+        first = tl.maximum(tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1), 0)
+        acc, _, lv = _rs_scores(q, first, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
+                                BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
+        e_run = _rs_excess(_masked(acc, first, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb,
+                                   smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND), lv)
+        e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        e_lag2 = e_lag1
         c1 = tl.zeros([BLOCK_M], tl.float32)
         psi1 = c1
     elif SHIFTED:
@@ -528,8 +564,8 @@ def attention_kernel(
 
     for blk in range(blk_lo, blk_hi):
         if ROW_SHIFT:
-            s, cl, c, lv = _rs_scores(q, cl, blk, blk_lo, blk_hi, K, k_head, KP, kp_base, UK, uk_base, b, Table,
-                                      stt, skb, sks, S2, D, D_PAD, BLOCK_N, FRAME_BLOCKS, FUSED_SHIFT, PAGED, PAGE)
+            s, c, lv = _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
+                                  BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
         elif SHIFTED:
             s, mean = _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
                                    D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
