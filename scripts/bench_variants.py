@@ -10,8 +10,8 @@ timed side by side (each with ``--methods``, or the methods its spec names), wit
 cuDNN backends as references. A cell is the median of
 ROUNDS ``triton.testing.do_bench`` medians taken round-robin over the versions and methods (decode:
 CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A's and B's outputs and
-lse on every timed shape and method, bit for bit. ``--sweep`` times the first version's ``pasa_rs``
-over the tile configurations of SWEEP. Writes variants.json and prints a table of TFLOP/s (decode:
+lse on every timed shape and method, bit for bit. ``--sweep`` times the last version's methods over
+the tile configurations of SWEEP. Writes variants.json and prints a table of TFLOP/s (decode:
 GB/s of K and V).
 """
 
@@ -42,13 +42,13 @@ SHAPES = {
     "d256_causal": (4, 8, 8, 4096, 4096, 256, True),
     "qwen2_7b_causal": (1, 28, 4, 5676, 5676, 128, True),
     "video_dit": (50, 5, 5, 9216, 9216, 64, False),
+    "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
     "decode": (16, 32, 8, 1, 8192, 128, False),
 }
-#: shape -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
+#: shape -> method -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
 SWEEP = {
-    "d256": ((64, 8, 1, None), (64, 4, 1, None), (128, 8, 1, None)),
-    "decode": ((16, 4, 2, None), (16, 4, 2, 2), (16, 4, 2, 4), (16, 4, 2, 8), (16, 4, 2, 16), (16, 2, 2, None),
-               (16, 8, 2, None), (16, 4, 1, None), (16, 4, 3, None)),
+    "d64": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 4, 2, None), (64, 4, 4, None)) for m in ("pasa_rs", "fp32")},
+    "d128": {"pasa_rs": ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None))},
 }
 
 
@@ -131,20 +131,22 @@ def main():
         del sets
         torch.cuda.empty_cache()
     if args.sweep:
-        tb = next(iter(versions.values()))
-        for shape_name, configs in SWEEP.items():
+        tb = list(versions.values())[-1]
+        for shape_name, per_method in SWEEP.items():
             shape = SHAPES[shape_name]
             b, h, hkv, s1, s2, d, causal = shape
             sets = inputs(b, h, hkv, s1, s2, d, 2)
             for causal in (False, True) if s1 > 1 else (False,):
-                for cfg in configs:
-                    try:
-                        ms = time_ms(lambda q, k, v, c, cfg=cfg: run(tb, q, k, v, c, "pasa_rs", cfg)[0], sets, causal)
-                        r = rate((*shape[:6], causal), ms)
-                    except Exception as e:  # a configuration that does not compile or fit shared memory
-                        r = f"error: {str(e).splitlines()[0][:80]}"
-                    res["sweep"].append({"shape": shape_name, "causal": causal, "config": cfg, "rate": r})
-                    print("sweep", shape_name, causal, cfg, r, flush=True)
+                for m, configs in per_method.items():
+                    for cfg in configs:
+                        try:
+                            ms = time_ms(lambda q, k, v, c, cfg=cfg, m=m: run(tb, q, k, v, c, m, cfg)[0], sets, causal)
+                            r = rate((*shape[:6], causal), ms)
+                        except Exception as e:  # a configuration that does not compile or fit shared memory
+                            r = f"error: {str(e).splitlines()[0][:80]}"
+                        res["sweep"].append({"shape": shape_name, "causal": causal, "method": m, "config": cfg,
+                                             "rate": r})
+                        print("sweep", shape_name, causal, m, cfg, r, flush=True)
             del sets
     (args.out / "variants.json").write_text(json.dumps(res, indent=1))
     names = [k for k in res["rows"][0] if ":" in k] if res["rows"] else []
