@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
     ap.add_argument("--methods", nargs="*", default=["pasa_rs", "fp32"])
-    ap.add_argument("--sdpa", nargs="*", default=list(SDPA)[:2], help="SDPA backends timed beside them")
+    ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
     ap.add_argument("--sweep", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,8 @@ def main():
         sets = inputs(b, h, hkv, s1, s2, d, max(1, min(8, -(-2 * L2_BYTES // set_bytes))))
         cells = {(vn, m): (lambda q, k, v, c, tb=tb, m=m: run(tb, q, k, v, c, m)[0])
                  for vn, tb in versions.items() for m in methods[vn]}
-        cells.update({("sdpa", m): (lambda q, k, v, c, m=m: sdpa(q, k, v, c, SDPA[m])) for m in args.sdpa})
+        cells.update({("sdpa", m): (lambda q, k, v, c, m=m: sdpa(q, k, v, c, SDPA[m]))
+                      for m in args.sdpa.split(",") if m})
         for a, bname in args.same:
             for m in set(methods[a]) & set(methods[bname]):
                 q, k, v = sets[0]

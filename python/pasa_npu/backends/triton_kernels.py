@@ -376,13 +376,14 @@ def _rs_excess(acc, lv):
 
 
 @triton.jit
-def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
+def _rs_frame(acc, c, lv, first, m, e_run, e_lag, c1, psi1, relevance):
     """``pasa_rs``'s frame of a block from its masked FP32 Q̂·K'ᵀ ``acc`` and frame terms C, lv: the shift ψ
     at lv plus the lag-2 running excess, S' = FP16(Q̂·K'ᵀ − ψ) (FP32 for the safety net's rows), the reshift
     of rows whose block max lands far from ψ, and δ = (C − C_1) + (ψ − ψ_1), which moves the block into
     the row state's frame (block 1's). ``first``: this is block 1, the first block the program visits,
-    whose C and ψ are C_1 and ψ_1. Returns (S', its row max, δ, and the updated excess e_run, lags
-    e_lag1, e_lag2, C_1, ψ_1).
+    whose C and ψ are C_1 and ψ_1. ``e_run`` is the running excess this block's ψ takes, ``e_lag`` the
+    previous block's excess, which enters it for the block after this one. Returns (S', its row max, δ,
+    and the next e_run, e_lag, C_1, ψ_1).
 
     Every row max is taken once, of the product: FP32 rounding is monotonic, so the max of Q̂·K'ᵀ − ψ is
     the product's max minus ψ, rounded, for any ψ; ψ is subtracted from the scores once, when it is
@@ -390,8 +391,8 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
     m_acc = tl.max(acc, axis=1)
     # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag the
     # cube/vector pipeline of the NPU needs, kept so that both round alike. A row with no unmasked key
-    # yet has no excess and uses ψ_j = lv_j.
-    e_run = tl.maximum(e_run, e_lag2)
+    # yet has no excess and uses ψ_j = lv_j. (The lag is carried as e_run and one block's excess: a
+    # second lag variable copied from the first stops Triton 3.6 from pipelining the loop's loads.)
     psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
     m_blk, redo = _fp16_max(m_acc - psi)
     c1 = tl.where(first, c, c1)
@@ -408,7 +409,7 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag1, e_lag2, c1, psi1, relevance):
     # net's rows.
     s = acc - psi[:, None]
     s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
-    return s, m_blk, (c - c1) + (psi - psi1), e_run, (m_blk + psi) - lv, e_lag1, c1, psi1
+    return s, m_blk, (c - c1) + (psi - psi1), tl.maximum(e_run, e_lag), (m_blk + psi) - lv, c1, psi1
 
 
 @triton.jit
@@ -553,8 +554,7 @@ def attention_kernel(
                                 BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
         e_run = _rs_excess(_masked(acc, first, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb,
                                    smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND), lv)
-        e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        e_lag2 = e_lag1
+        e_lag = tl.full([BLOCK_M], float("-inf"), tl.float32)
         c1 = tl.zeros([BLOCK_M], tl.float32)
         psi1 = c1
     elif SHIFTED:
@@ -574,8 +574,8 @@ def attention_kernel(
         s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb, smh, sms, smk,
                     BLOCK_N, HAS_MASK, HAS_BAND)
         if ROW_SHIFT:
-            s, m_blk, d_cur, e_run, e_lag1, e_lag2, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag1,
-                                                                         e_lag2, c1, psi1, relevance)
+            s, m_blk, d_cur, e_run, e_lag, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag, c1, psi1,
+                                                                relevance)
             d_prev = 0.0
         elif SHIFTED:
             m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
