@@ -2,7 +2,7 @@
 them give bit-identical outputs: the A/B benchmark behind each kernel change (docs/benchmarks/gpu_notes.md).
 
     PYTHONPATH=python python3 scripts/bench_variants.py --out DIR NAME=PKG[:METHOD,...] [NAME=PKG ...] \\
-        [--same NAME NAME] [--shapes NAME ...] [--methods pasa_rs fp32 ...] [--sweep]
+        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep]
 
 Each PKG is a directory holding a ``pasa_npu`` package (e.g. ``git archive COMMIT python | tar -x -C DIR``
 gives ``DIR/python``); it is imported under its own name, so the versions' kernels are compiled and
@@ -74,16 +74,20 @@ def rate(shape, ms):
     return flops(b, h, s1, s2, d, causal) / ms / 1e9
 
 
-def main():
+def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("versions", nargs="+", metavar="NAME=PKG[:METHOD,...]")
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
-    ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
-    ap.add_argument("--methods", nargs="*", default=["pasa_rs", "fp32"])
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names of SHAPES")
+    ap.add_argument("--methods", default="pasa_rs,fp32", help="comma-separated precisions of every version")
     ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
     ap.add_argument("--sweep", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main():
+    args = parse()
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp())
     sys.path.insert(0, str(tmp))
@@ -92,10 +96,10 @@ def main():
         name, _, pkg = spec.partition("=")
         pkg, _, only = pkg.partition(":")
         versions[name] = load(name, Path(pkg), tmp)
-        methods[name] = only.split(",") if only else args.methods
+        methods[name] = (only or args.methods).split(",")
     res = {"env": env_info(), "versions": args.versions, "rows": [], "same": [], "sweep": []}
     print(json.dumps(res["env"]), flush=True)
-    for shape_name in args.shapes:
+    for shape_name in args.shapes.split(","):
         shape = SHAPES[shape_name]
         b, h, hkv, s1, s2, d, causal = shape
         set_bytes = 2 * (b * h * s1 * d * 2 + 2 * b * hkv * s2 * d)
