@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import os
-from itertools import repeat
 
 import torch
 
@@ -54,166 +52,7 @@ try:
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
-try:
-    from triton import knobs as _knobs
-except ImportError:  # no triton, or one before 3.4 (its launch hooks lived elsewhere): Triton's launch only
-    _knobs = None
-
-
-# ============================================================================================
-# launching
-# ============================================================================================
-
-#: (kernel, device, constexprs, warps, stages, the tensors' and scalars' specialisation, or the scalars'
-#: values) -> (compiled kernel, its constexpr arguments in signature order). Bounded: emptied when full
-#: (entries are references).
-_COMPILED: dict[tuple, tuple] = {}
-_COMPILED_LIMIT = 4096
-#: Per (kernel, the scalars' types): the getter of the int scalars, or None where there are none.
-_INT_GETTERS: dict[tuple, operator.itemgetter | None] = {}
-_INT32 = 1 << 31
-_DTYPE = operator.attrgetter("dtype")
-try:  # what Triton's own launch reads, without torch.cuda's Python wrappers
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
-    from torch._C import _cuda_getDevice as _current_device
-except ImportError:  # pragma: no cover - older or CPU-only builds
-    def _raw_stream(device: int) -> int:
-        return torch.cuda.current_stream(device).cuda_stream
-
-    def _current_device() -> int:
-        return torch.cuda.current_device()
-
-
-class _Launch:
-    """``kernel[grid](*tensors, *scalars, **constexprs)`` with the grid, scalars, constexprs, warps and
-    stages fixed when it is made, called with the tensors (every kernel here takes its pointers first, then
-    its scalars, then its constexprs), at a fraction of the host time of Triton's launch when it repeats.
-
-    Triton's ``kernel[grid](...)`` binds and specialises every argument in Python on each call (which
-    ints are 1 or multiples of 16, which pointers are 16-byte aligned, every dtype), builds its cache
-    key from that, and its launcher asks the driver for each tensor's device pointer: tens of µs per
-    launch, longer than a decode kernel runs. Here the first launch of each specialisation goes through
-    Triton (which compiles the kernel or finds it in its cache, and launches it), and the compiled kernel
-    is kept under a key that determines everything Triton specialises on: the tensors' dtypes and
-    addresses modulo 16, each int scalar modulo 16 and whether it is 1 (or, outside int32, its value),
-    the scalars' types (floats are never specialised), the constexprs, warps, stages and the current
-    device. It is also kept under the scalars' exact values, which a repeated call finds without
-    classifying its ints, and bound to this launch with the device, dtypes and address residues it was
-    found for: a call that matches them passes the tensors' addresses straight to the compiled kernel's
-    launcher, on the current stream as Triton does. Launch hooks (a profiler's) and the interpreter
-    take Triton's own path."""
-
-    __slots__ = ("kernel", "grid", "scalars", "constexprs", "num_warps", "num_stages", "_bound")
-
-    def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, *, num_warps: int,
-                 num_stages: int | None = None, **constexprs):
-        self.kernel, self.grid, self.scalars, self.constexprs = kernel, grid, scalars, constexprs
-        self.num_warps, self.num_stages = num_warps, num_stages
-        self._bound = None  # (device, dtypes, address residues, launcher, its leading arguments, the trailing ones)
-
-    def __call__(self, tensors: tuple, *, same_dtypes: bool = False) -> None:
-        """Launch over ``tensors``. ``same_dtypes``: the caller guarantees that they have the dtypes of the
-        tensors this launch was first called with (a plan's own contract), which then go unchecked."""
-        if _INTERPRET or _hooked():
-            _jit_launch(self.kernel, self.grid, tensors, self.scalars, self.num_warps, self.num_stages,
-                        self.constexprs)
-            return
-        device = _current_device()
-        ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
-        residues = tuple(map(operator.mod, ptrs, repeat(16)))
-        bound = self._bound
-        if bound is None or bound[0] != device or bound[2] != residues \
-                or (not same_dtypes and bound[1] != tuple(map(_DTYPE, tensors))):
-            dtypes = tuple(map(_DTYPE, tensors))
-            hit = self._compiled(device, tensors, dtypes, residues)
-            if hit is None:
-                return  # launched by Triton
-            compiled, tail = hit
-            bound = self._bound = (device, dtypes, residues, *_launcher(compiled), (*self.scalars, *tail))
-        bound[3](*self.grid, _raw_stream(device), *bound[4], *ptrs, *bound[5])
-
-    def _compiled(self, device, tensors, dtypes, residues) -> tuple | None:
-        """The compiled kernel and its constexpr values for this specialisation, from the cache; or None
-        after launching through Triton (which compiles it), then caching it."""
-        kernel, scalars, constexprs = self.kernel, self.scalars, self.constexprs
-        types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
-        common = (id(kernel), device, tuple(constexprs.items()), self.num_warps, self.num_stages, types, dtypes,
-                  residues)
-        exact = (common, scalars)
-        hit = _COMPILED.get(exact)
-        if hit is None:
-            specialised = (common, _int_spec(kernel, types, scalars))
-            hit = _COMPILED.get(specialised)
-            if hit is None:
-                compiled = _jit_launch(kernel, self.grid, tensors, scalars, self.num_warps, self.num_stages,
-                                       constexprs)
-                names = kernel.arg_names[len(tensors) + len(scalars):]
-                if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
-                    _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
-                return None
-            _remember(exact, hit)
-        return hit
-
-
-def _launcher(compiled) -> tuple:
-    """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
-    Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
-    for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly, which costs ~2 µs less host time per launch (docs/benchmarks/call/notes.md)."""
-    run = compiled.run
-    launch = getattr(run, "launch", None)
-    no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
-    if launch is not None and no_scratch:
-        return launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                        compiled.packed_metadata, None, None, None)
-    return run, (compiled.function, compiled.packed_metadata, None, None, None)
-
-
-def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
-            num_stages: int | None = None, **constexprs) -> None:
-    """One launch of ``kernel[grid](*tensors, *scalars, **constexprs)`` (see :class:`_Launch`)."""
-    _Launch(kernel, grid, scalars, num_warps=num_warps, num_stages=num_stages, **constexprs)(tensors)
-
-
-def _remember(key: tuple, entry: tuple) -> None:
-    if len(_COMPILED) >= _COMPILED_LIMIT:
-        _COMPILED.clear()
-    _COMPILED[key] = entry
-
-
-def _int_spec(kernel, types: tuple, scalars: tuple) -> tuple:
-    """What Triton specialises on in a kernel's int scalars (bools are not ints to Triton): each one's
-    residue modulo 16 and whether it is 1, or the values where one is outside int32."""
-    key = (id(kernel), types)
-    if key not in _INT_GETTERS:
-        if not set(types) <= {int, float, bool}:
-            raise TypeError(f"a kernel's scalars must be int, float or bool (pointers come first), got {types}")
-        positions = [i for i, t in enumerate(types) if t is int]
-        _INT_GETTERS[key] = operator.itemgetter(*positions) if positions else None
-    ints = _INT_GETTERS[key]
-    if ints is None:
-        return ()
-    vals = ints(scalars)
-    vals = vals if type(vals) is tuple else (vals,)
-    if -_INT32 <= min(vals) and max(vals) < _INT32:
-        return tuple(map(operator.mod, vals, repeat(16))), tuple(map(operator.eq, vals, repeat(1)))
-    return vals
-
-
-def _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs):
-    """Triton's own launch; returns its compiled kernel (None under the interpreter)."""
-    options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
-    return kernel[grid](*tensors, *scalars, **constexprs, **options)
-
-
-def _hooked() -> bool:
-    """Whether a launch hook (a profiler's) is installed: Triton's launch then calls it with each launch's
-    metadata, so the launch takes Triton's path (as does a Triton without ``knobs``). Triton keeps the
-    hooks as a chain of calls (3.5 and later) or as one optional callable."""
-    if _knobs is None:
-        return True
-    hook = _knobs.runtime.launch_enter_hook
-    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
+from .triton_launch import Launch
 
 
 # Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
@@ -414,7 +253,7 @@ class AttentionPlan:
         if prepass:
             kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
-            self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
+            self._prepass = Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
         # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
         # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
@@ -450,7 +289,7 @@ class AttentionPlan:
             out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)  # (b, n, s1)
             self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse)
         # The ranges of query tiles, the last (under a causal band, the longest rows) first.
-        self._attend = [_Launch(
+        self._attend = [Launch(
             _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
              float(rho), float(inva), float(shift_a), float(shift_b), q_mul, RESHIFT_RELEVANCE / rho, lo, hi,
@@ -528,13 +367,13 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
 
 
 def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1, s1: int = 1,
-                    out_str: tuple[int, int, int] | None = None, lse: bool = True) -> _Launch:
+                    out_str: tuple[int, int, int] | None = None, lse: bool = True) -> Launch:
     """The combine kernel's launch over ``rows`` = B·N·S1 rows of ``splits`` contiguous FP32 partials of head
     dim ``d`` (their lse at element ``lse_off``), the output's (b, n, s1) strides ``out_str`` (None: rows
     of ``d`` contiguous values), the lse written where ``lse``. Two rows per program: with
     64, one program looped over every split of a decode step's 32 rows (docs/benchmarks/call/notes.md)."""
     sob, soh, sos = (d, 0, 0) if out_str is None else out_str
-    return _Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1), (rows, splits, lse_off, n, s1, sob, soh, sos),
+    return Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1), (rows, splits, lse_off, n, s1, sob, soh, sos),
                    num_warps=4, D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse)
 
 
