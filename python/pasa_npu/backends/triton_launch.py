@@ -28,7 +28,7 @@ except ImportError:  # no triton, or one before 3.4 (its launch hooks lived else
     _knobs = None
 
 #: Triton releases (major.minor) whose compiled-kernel launcher Launch calls directly.
-FAST_LAUNCH_TRITON: tuple[str, ...] = ("3.5", "3.6")
+FAST_LAUNCH_TRITON: tuple[str, ...] = ("3.6",)
 _FAST = triton is not None and _knobs is not None and ".".join(triton.__version__.split(".")[:2]) in FAST_LAUNCH_TRITON
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
