@@ -22,7 +22,10 @@ constexpr uint32_t kKvStack = 4;
 constexpr uint32_t kPreLaunch = 2;
 // pasa_rs: the FP32 row vectors its AIVs keep beside the others (op_kernel/pasa_vector_softmax.h, kRowShiftVectors)
 constexpr uint64_t kRowShiftVectors = 13;
-// blockwise.RESHIFT_RELEVANCE: a block whose maximum lies this far below the running one is not reshifted
+// blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (in units of Q^ K times
+// 2^floor(log2 rho)) is reshifted ...
+constexpr double kReshiftAt = 2.0;
+// ... and blockwise.RESHIFT_RELEVANCE: unless its maximum lies this far below the running one
 constexpr double kReshiftRelevance = 4.0;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -279,10 +282,13 @@ TilingResult ComputeTiling(const TilingInput& in) {
         }
     }
     t.scale = (float)in.scale;
-    if (rowShifted) {  // blockwise._query_block_rs: e = floor(log2 scale), rho = scale / 2^e
-        const double pow2 = std::ldexp(1.0, (int)std::floor(std::log2(in.scale)));
+    if (rowShifted) {  // blockwise.row_shift_constants: e = min(floor(log2 scale), 0), rho = scale / 2^e
+        const int eScale = (int)std::floor(std::log2(in.scale));
+        const int e = std::min(eScale, 0);
+        const double pow2 = std::ldexp(1.0, e);
         t.rsScalePow2 = (float)pow2;
         t.rsRho = (float)(in.scale / pow2);
+        t.rsReshiftAt = (float)std::ldexp(kReshiftAt, e - eScale);
         t.rsRelevance = (float)(kReshiftRelevance * pow2 / in.scale);
     }
     if (shifted) {  // FlashAttention and pasa_rs have no M: beta, I and M's entries stay 0, any scale is accepted

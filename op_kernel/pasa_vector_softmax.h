@@ -45,8 +45,6 @@ enum class RowOp { SUB, MUL, DIV };
 // pasa_rs: the FP32 row vectors beside the others (C_j, lv_j, psi_j for two blocks, C_1, psi_1, E, the redo
 // and reshift flags, the block max in block 1's frame, the moved psi); op_host/pasa_tiling.cpp counts them.
 constexpr uint32_t kRowShiftVectors = 13;
-// blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K) is reshifted
-constexpr float RESHIFT_AT = 2.0f;
 
 template <class Policy>
 class VectorSoftmax {
@@ -795,9 +793,10 @@ private:
         PipeBarrier<PIPE_V>();
     }
 
-    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
-    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 8192 a step of psi
-    // exceeds 2 RESHIFT_AT), in a block that can matter (its max above the running max less the relevance).
+    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than rsReshiftAt
+    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 2^12 rsReshiftAt a
+    // step of psi exceeds 2 rsReshiftAt), in a block that can matter (its max above the running max less the
+    // relevance).
     // Those rows take the moved psi; returns whether a valid row did.
     __aicore__ inline bool Reshift(uint32_t j) {
         const int32_t rv = (int32_t)ROW_VEC;
@@ -811,7 +810,7 @@ private:
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Abs(tmp2_, mBlk_, rv);
         PipeBarrier<PIPE_V>();
-        CompareScalar(bits_, tmp2_, RESHIFT_AT, CMPMODE::GT, ROW_VEC);
+        CompareScalar(bits_, tmp2_, t_->rsReshiftAt, CMPMODE::GT, ROW_VEC);
         PipeBarrier<PIPE_V>();
         Select(far_, bits_, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
