@@ -36,9 +36,9 @@ CONFIGS = {
     "fp32_d128": (128, 128, 8, 3, "fp32", False),
     "fp32_decode": (128, 16, 4, 2, "fp32", True),
 }
-POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32"}
+POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32", "Sink": "*fp32"}
 #: The float arguments, this kernel's and earlier versions' (so that older commits compile too).
-FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at"}
+FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at", "lse_none"}
 
 
 def compile_config(d, block_m, warps, stages, precision, decode):
@@ -46,7 +46,7 @@ def compile_config(d, block_m, warps, stages, precision, decode):
     consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=128 if precision != "fp32" or d <= 128 else 64,
                   SHIFTED=False, ROW_SHIFT=precision == "pasa_rs", STATE16=False, FUSED_SHIFT=decode,
                   HAS_MASK=False, HAS_BAND=False, SPLIT=decode, FP16_EXP=True, PAGED=False, PAGE=1,
-                  STORE_LSE=True, OUT_BSND=False)
+                  STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False)
     names = kernel.arg_names
     consts = {n: v for n, v in consts.items() if n in names}
     pointers = names[:names.index("stt")]  # the kernel takes its pointers first
