@@ -701,7 +701,7 @@ def test_meta_tensors_are_refused_by_the_call_and_shaped_by_the_operator():
     with pytest.raises(ValueError, match="query, key and value are meta tensors"):
         bnsd_call(meta, meta, meta)
     op = torch.ops.pasa_npu.fused_attention
-    out, lse = op(meta, meta, meta, None, None, actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=4,
+    out, lse = op(meta, meta, meta, None, None, None, actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=4,
                   scale=0.25, pre_tokens=INT_MAX, next_tokens=INT_MAX, input_layout="BNSD", num_key_value_heads=0,
                   sparse_mode=0, inner_precise=0, block_size=0, softmax_lse_flag=True, precision=None, beta=None,
                   block_q=None, block_kv=None, backend=None, check_inputs=None, safety_net=True)

@@ -8,6 +8,9 @@ interface of ``torch_npu.npu_fused_infer_attention_score``.
   the caller's tensors, and :func:`fused_attention_workspace` / :func:`fused_attention_v2_workspace`,
   which size their scratch.
 * :func:`merge_partials`: merges partial results over disjoint key sets through their lse.
+* :func:`patch_torch_npu`: runs existing callers of ``torch_npu.npu_fused_infer_attention_score`` (v1, v2,
+  their ``.out`` forms) on pasa-npu for the calls it takes (:mod:`pasa_npu.integrations.torch_npu`);
+  :func:`torch_npu_routes` counts where calls went.
 * :mod:`pasa_npu.golden`: the NumPy golden model of every precision allocation (NumPy only).
 * :mod:`pasa_npu.beta`: the optimal-accuracy condition for β.
 * :mod:`pasa_npu.metrics`: the paper's relative RMSE and overflow statistics.
@@ -19,7 +22,8 @@ __version__ = "0.1.0"
 #: The entry points, all in pasa_npu.interface (imported on first use: they need torch).
 _ENTRY_POINTS = ("fused_attention", "fused_attention_v2", "fused_attention_out", "fused_attention_v2_out",
                  "fused_attention_workspace", "fused_attention_v2_workspace")
-__all__ = [*_ENTRY_POINTS, "merge_partials", "PRECISIONS", "ALLOCATIONS", "DEFAULT_PRECISION", "__version__"]
+__all__ = [*_ENTRY_POINTS, "merge_partials", "patch_torch_npu", "unpatch_torch_npu", "torch_npu_routes",
+           "PRECISIONS", "ALLOCATIONS", "DEFAULT_PRECISION", "__version__"]
 
 
 def __getattr__(name):
@@ -32,6 +36,11 @@ def __getattr__(name):
         value = getattr(interface, name)
     elif name == "merge_partials":
         from .merge import merge_partials as value
+    elif name in ("patch_torch_npu", "unpatch_torch_npu"):
+        from .integrations import torch_npu
+        value = getattr(torch_npu, name)
+    elif name == "torch_npu_routes":
+        from .integrations.torch_npu import routes as value
     else:
         raise AttributeError(f"module 'pasa_npu' has no attribute {name!r}")
     globals()[name] = value

@@ -316,7 +316,7 @@ V2_NAMES = {"actual_seq_qlen": "actual_seq_lengths", "actual_seq_kvlen": "actual
 #: FIA v2's arguments that pasa-npu does not implement, each accepted only at its default (None or 0).
 FIA_V2_ONLY = ("query_rope", "key_rope", "pse_shift", "dequant_scale_query", "dequant_scale_key", "dequant_offset_key",
                "dequant_scale_value", "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out",
-               "quant_offset_out", "query_quant_mode", "key_quant_mode", "value_quant_mode", "query_dtype", "key_dtype",
+               "quant_offset_out", "quant_scale_p", "query_quant_mode", "key_quant_mode", "value_quant_mode", "query_dtype", "key_dtype",
                "value_dtype", "query_rope_dtype", "key_rope_dtype", "key_shared_prefix_dtype",
                "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
                "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype")
