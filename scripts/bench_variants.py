@@ -2,7 +2,7 @@
 them give bit-identical outputs: the A/B benchmark behind each kernel change (docs/benchmarks/gpu_notes.md).
 
     PYTHONPATH=python python3 scripts/bench_variants.py --out DIR NAME=PKG[:METHOD,...] [NAME=PKG ...] \\
-        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep]
+        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep [SHAPE,...]]
 
 Each PKG is a directory holding a ``pasa_npu`` package (e.g. ``git archive COMMIT python | tar -x -C DIR``
 gives ``DIR/python``); it is imported under its own name, so the versions' kernels are compiled and
@@ -10,9 +10,9 @@ timed side by side (each with ``--methods``, or the methods its spec names), wit
 cuDNN backends as references. A cell is the median of
 ROUNDS ``triton.testing.do_bench`` medians taken round-robin over the versions and methods (decode:
 CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A's and B's outputs and
-lse on every timed shape and method, bit for bit. ``--sweep`` times the last version's methods over
-the tile configurations of SWEEP. Writes variants.json and prints a table of TFLOP/s (decode:
-GB/s of K and V).
+lse on every timed shape and method, bit for bit. ``--sweep [SHAPE,...]`` times the last version over
+the tile configurations of SWEEP (of the shapes named, or all). Writes variants.json (after every shape) and
+prints a table of TFLOP/s (decode: GB/s of K and V).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ SHAPES = {
 SWEEP = {
     "d64": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 4, 2, None), (64, 4, 4, None)) for m in ("pasa_rs", "fp32")},
     "d128": {"pasa_rs": ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None))},
+    "d256": {"fp32_frame": ((64, 8, 1, None), (128, 8, 1, None), (64, 4, 1, None))},
 }
 
 
@@ -61,8 +62,10 @@ def load(name: str, pkg: Path, tmp: Path):
     return importlib.import_module(f"pasa_{name}.backends.triton")
 
 
-def run(tb, q, k, v, causal, precision, config=None):
-    return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=128,
+def run(tb, q, k, v, causal, method, config=None):
+    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than 128 keys."""
+    precision, _, block_kv = method.partition("@")
+    return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=int(block_kv or 128),
                         scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
 
 
@@ -80,9 +83,11 @@ def parse(argv=None):
     ap.add_argument("versions", nargs="+", metavar="NAME=PKG[:METHOD,...]")
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names of SHAPES")
-    ap.add_argument("--methods", default="pasa_rs,fp32", help="comma-separated precisions of every version")
+    ap.add_argument("--methods", default="pasa_rs,fp32",
+                    help="comma-separated precisions of every version (PRECISION@BLOCK_KV: another KV block)")
     ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", nargs="?", const=",".join(SWEEP), default="", metavar="SHAPE,...",
+                    help="sweep SWEEP's configurations of these shapes (all of SWEEP's without a value)")
     return ap.parse_args(argv)
 
 
@@ -133,11 +138,13 @@ def main():
         res["rows"].append(row)
         print(shape_name, " ".join(f"{k}={v['rate']:.1f}" for k, v in row.items() if isinstance(v, dict)),
               flush=True)
+        (args.out / "variants.json").write_text(json.dumps(res, indent=1))  # after every row: a cut run keeps them
         del sets
         torch.cuda.empty_cache()
     if args.sweep:
         tb = list(versions.values())[-1]
-        for shape_name, per_method in SWEEP.items():
+        for shape_name in args.sweep.split(","):
+            per_method = SWEEP[shape_name]
             shape = SHAPES[shape_name]
             b, h, hkv, s1, s2, d, causal = shape
             sets = inputs(b, h, hkv, s1, s2, d, 2)

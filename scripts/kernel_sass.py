@@ -35,16 +35,22 @@ CONFIGS = {
     "fp32_d64": (64, 64, 4, 3, "fp32", False),
     "fp32_d128": (128, 128, 8, 3, "fp32", False),
     "fp32_decode": (128, 16, 4, 2, "fp32", True),
+    "fp32_frame_d64": (64, 64, 4, 3, "fp32_frame", False),
+    "fp32_frame_d128": (128, 128, 8, 2, "fp32_frame", False),
+    "fp32_frame_d256": (256, 64, 8, 1, "fp32_frame", False),
+    "fp32_frame_decode": (128, 16, 4, 2, "fp32_frame", True),
 }
 POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32", "Sink": "*fp32"}
 #: The float arguments, this kernel's and earlier versions' (so that older commits compile too).
-FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at", "lse_none"}
+FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at", "frame_drop",
+          "lse_none"}
 
 
 def compile_config(d, block_m, warps, stages, precision, decode):
     kernel = k.attention_kernel
     consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=128 if precision != "fp32" or d <= 128 else 64,
-                  SHIFTED=False, ROW_SHIFT=precision == "pasa_rs", STATE16=False, FUSED_SHIFT=decode,
+                  SHIFTED=False, ROW_SHIFT=precision == "pasa_rs", FRAMED=precision == "fp32_frame", STATE16=False,
+                  FUSED_SHIFT=decode,
                   HAS_MASK=False, HAS_BAND=False, SPLIT=decode, FP16_EXP=True, PAGED=False, PAGE=1,
                   STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False)
     names = kernel.arg_names

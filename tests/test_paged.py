@@ -139,11 +139,12 @@ def test_bad_page_tables_are_named(change, match):
 
 # --- the Triton kernel reading the caches through the table (tests/conftest.py: the interpreter on CPU) ---
 
-TRITON_PRECISIONS = ["fp32", "pasa_fp32", "pasa", "pasa_rs"]
+TRITON_PRECISIONS = ["fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame"]
 #: Output error (RMS relative to float64) and lse error each allocation is held to against float64 on these
 #: inputs (keys with mean 2: the case PASA is for). PASA's Algorithm 1 recovers lse through I·F (off by ~1e-2
 #: here), so its lse is held to equality with the dense kernel only.
-TRITON_BOUNDS = {"fp32": (1e-3, 2e-3), "pasa_fp32": (1.5e-2, None), "pasa": (1.5e-2, None), "pasa_rs": (1e-3, 2e-3)}
+TRITON_BOUNDS = {"fp32": (1e-3, 2e-3), "pasa_fp32": (1.5e-2, None), "pasa": (1.5e-2, None), "pasa_rs": (1e-3, 2e-3),
+                 "fp32_frame": (1e-3, 2e-3)}
 
 
 def _triton_pair(q, kc, vc, table, k, v, lens, page, precision, nkv, **extra):

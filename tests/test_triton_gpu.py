@@ -9,6 +9,7 @@ The criteria are test_triton_interpret.check_against_golden's (module docstring 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ from test_triton_interpret import check_against_golden, draw, ref64, rel_rmse, s
 
 from pasa_npu import interface  # noqa: E402
 
-PRECISIONS = ("fp32", "pasa_fp32", "pasa", "pasa_rs")
+PRECISIONS = ("fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame")
 #: (b, n, nkv, s1, s2, d, bias, mask, band, block_kv)
 CASES = {
     "tails_d64": (1, 4, 4, 300, 520, 64, 0.0, None, None, 128),
@@ -101,6 +102,44 @@ def test_pasa_rs_large_scale(scale, shift):
     for s1 in (256, 1):
         q, k, v = draw(2, 8, 2, s1, 1000, 128, seed=11, device="cuda")
         check_against_golden(q, k, v, precision="pasa_rs", shift=shift, scale=scale)
+
+
+def _hard_input(name: str, seed: int):
+    """(q, k, v, scale) on the GPU, D = 128: Q, K ~ N(30, 1) (FP16 Q·Kᵀ overflows); pasa_npu.accuracy's
+    resonance (scores ≈ ±75 000) and drift (the key level rises ~150 scaled units a block: every block moves
+    fp32_frame's frames); a sink 12.5 above a sea of 131 072 near-equal keys (test_fp32_frame's: the frame
+    moves down to the sea); N(0, 1) at scale 2·10⁴, prefill and decode."""
+    from test_fp32_frame import sink_and_sea
+
+    from pasa_npu import accuracy
+    from pasa_npu.accuracy import Case
+
+    rng = np.random.default_rng(seed)
+    if name == "biased30":
+        return (*draw(1, 4, 1, 256, 1024, 128, bias=30.0, seed=seed, device="cuda"), 128 ** -0.5)
+    if name in ("resonance", "drift"):
+        case = Case("resonance", 180, 34) if name == "resonance" else Case("drift", 10, 1)
+        q, k, v, _, scale = accuracy.draw_hard(case, rng)
+        return (*(torch.from_numpy(x).half().cuda() for x in (q, k, v)), float(scale))
+    if name == "sink_sea":
+        q, k, v, scale = sink_and_sea(12.47, keys=131072, seed=seed)
+        return (*(torch.from_numpy(x).cuda() for x in (q, k, v)), float(scale))
+    s1 = 1 if name == "scale2e4_decode" else 256
+    return (*draw(2, 8, 2, s1, 1000, 128, seed=seed, device="cuda"), 2e4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", ["biased30", "resonance", "drift", "sink_sea", "scale2e4", "scale2e4_decode"])
+def test_fp32_frame_hard_inputs_within_fp32_error(name, seed):
+    """fp32_frame on the hard inputs: finite, within the golden model's and float64's bounds
+    (check_against_golden), and within 1.5× the error of the kernel's fp32 FlashAttention on the same input."""
+    from pasa_npu.backends import triton as tb
+
+    q, k, v, scale = _hard_input(name, seed)
+    err_k, _ = check_against_golden(q, k, v, precision="fp32_frame", scale=scale)
+    f_out, _ = tb.attention(q, k, v, precision="fp32", beta=None, block_q=128, block_kv=128, scale=scale, mask=None)
+    err_f = rel_rmse(f_out, ref64(q, k, v, scale, None)[0])
+    assert err_k <= 1.5 * err_f + 1e-6, (err_k, err_f)
 
 
 def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):

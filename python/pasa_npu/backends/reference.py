@@ -105,14 +105,16 @@ class TorchOps:
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
               scale: float, mask: torch.Tensor | None, band: tuple[int | None, int] | None = None,
-              sink: torch.Tensor | None = None):
+              sink: torch.Tensor | None = None, group_tile: bool = False):
     """Blockwise attention emulating ``precision`` on PyTorch tensors.
 
     q: (B, N, S1, D) float16; k, v: (B, Nkv, S2, D) float16, N % Nkv == 0 (GQA without copying
     K/V); mask None or bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked
     out; band None or (lo, hi) (see :func:`pasa_npu.golden.attention`); sink None or (N,) sink logits
-    (:mod:`pasa_npu.blockwise`). Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true
-    scale; rows with every key masked give out 0 and lse −∞ (with a sink: out 0, lse the sink).
+    (:mod:`pasa_npu.blockwise`); ``group_tile``: a tile holds the block_q rows of every query head of a KV
+    group (``fp32_frame``'s tile, :func:`pasa_npu.blockwise.grouped_attention`). Returns out (B, N, S1, D)
+    float16 and lse (B, N, S1) float32 in the true scale; rows with every key masked give out 0 and lse −∞
+    (with a sink: out 0, lse the sink).
     Arguments are assumed valid (the caller, :func:`pasa_npu.fused_attention`, checks them).
     """
     alloc = get_allocation(precision)
@@ -124,7 +126,7 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
             sink32 = None if sink is None else sink.to(device=q.device, dtype=torch.float32)
             out, lse = blockwise.grouped_attention(TorchOps, q32, k32, v32, alloc=alloc, scale=float(scale),
                                                    beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
-                                                   band=band, sink=sink32)
+                                                   band=band, sink=sink32, group_tile=group_tile)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
     return out.to(torch.float16), lse

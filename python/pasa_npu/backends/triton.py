@@ -32,7 +32,7 @@ import os
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..blockwise import row_shift_constants
+from ..blockwise import FRAME_DROP_LIMIT, row_shift_constants
 from ..precision import Allocation, get_allocation
 from ..problem import LSE_NO_KEY, LSE_PADDED_ROW, Job, Problem, band_rule
 from . import run_jobs
@@ -66,10 +66,16 @@ def _pow2(n: int) -> int:
 
 
 def computes(alloc: Allocation) -> bool:
-    """The kernel computes FP32 scores (FlashAttention-2) or PASA's shifted FP16 scores; the unshifted
-    FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference backend runs, and
-    ``fp32_frame`` is not ported to Triton yet."""
-    return (alloc.score == "float32" and not alloc.framed) or alloc.shifted or alloc.row_shifted
+    """The kernel computes FP32 scores (FlashAttention-2 and framed FlashAttention) or PASA's shifted FP16
+    scores; the unshifted FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference
+    backend runs."""
+    return alloc.score == "float32" or alloc.shifted or alloc.row_shifted
+
+
+def _blocked(alloc: Allocation) -> bool:
+    """The KV block is part of the allocation's definition: PASA's M, pasa_rs's centring, fp32_frame's
+    decisions per block."""
+    return alloc.shifted or alloc.row_shifted or alloc.framed
 
 
 def is_available(device: torch.device | None = None) -> bool:
@@ -83,11 +89,11 @@ def is_available(device: torch.device | None = None) -> bool:
 
 
 def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False,
-            row_shifted: bool = False) -> tuple[int, int, int, int]:
+            row_shifted: bool = False, framed: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
-    rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
-    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V;
-    ``row_shifted``: the allocation is pasa_rs."""
+    rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M, pasa_rs's centring and
+    fp32_frame's moves depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with
+    K and V; ``row_shifted``: the allocation is pasa_rs; ``framed``: fp32_frame."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
@@ -103,9 +109,11 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
         block_m, warps, stages = (128, 8, 2) if block_n <= 64 or row_shifted else (64, 8, 2)
     # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
     # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
-    # must fit in shared memory.
+    # must fit in shared memory, and fp32_frame's BLOCK_N × 16 FP16 ones (P·1's operand) with them (at D = 128
+    # they take the third stage: 233 504 bytes on the H100).
     stage_bytes = 4 * block_n * d_pad + (block_m * block_n if has_mask else 0)
-    while stages > 1 and stages * stage_bytes + 2 * block_m * d_pad > _SMEM_BYTES:
+    fixed_bytes = 2 * block_m * d_pad + (32 * block_n if framed else 0)
+    while stages > 1 and stages * stage_bytes + fixed_bytes > _SMEM_BYTES:
         stages -= 1
     return block_m, block_n, warps, stages
 
@@ -224,9 +232,9 @@ class AttentionPlan:
             b, n, s1, d = q.shape
         if paged:
             _check_paged(q, b, k, v, block_table, page, kv_info, varlen)
-        if alloc.row_shifted and not scale > 0:
-            raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
-        blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
+        if (alloc.row_shifted or alloc.framed) and not scale > 0:
+            raise ValueError(f"scale must be positive for precision={precision!r}, got {scale!r}")
+        blocked = _blocked(alloc)
         if blocked and block_kv not in BLOCK_KV:
             raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                              f"backend='triton', got {block_kv}")
@@ -244,7 +252,8 @@ class AttentionPlan:
         self.kv_info = kv_info
         g = n // nkv
         d_pad = max(16, _pow2(d))
-        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None, alloc.row_shifted)
+        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None, alloc.row_shifted,
+                                                  alloc.framed)
         if config is not None:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
@@ -283,6 +292,8 @@ class AttentionPlan:
         # units of Q̂·K (blockwise.row_shift_constants). ρ is the softmax's factor on the scores the kernel
         # holds: the scale itself for fp32.
         q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
+        # fp32_frame's largest move down, in units of Q·K (FP32, as the golden model takes it).
+        frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
 
         self._has_mask = mask is not None
         if self._has_mask:
@@ -330,11 +341,12 @@ class AttentionPlan:
         self._attend = [Launch(
             _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, lo, hi,
+             float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, frame_drop, lo, hi,
              per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
-            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
-            HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
+            FRAMED=alloc.framed, STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused",
+            HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
+            PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
             num_warps=warps, num_stages=stages)
             for tile_lo in reversed(range(0, tiles, chunk))]
@@ -535,8 +547,7 @@ class TritonBackend:
     def supports(self, problem: Problem) -> str | None:
         if not computes(problem.alloc):
             return f"precision {problem.alloc.name!r} is not one it computes ({', '.join(_computed())})"
-        blocked = problem.alloc.shifted or problem.alloc.row_shifted
-        if blocked and problem.block_kv not in BLOCK_KV:
+        if _blocked(problem.alloc) and problem.block_kv not in BLOCK_KV:
             return f"block_kv must be one of {BLOCK_KV} for precision {problem.alloc.name!r}, got {problem.block_kv}"
         return None
 

@@ -1,6 +1,6 @@
-"""Triton kernels of the ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2
-from one loop over KV blocks, each allocation a pair of stages called in it (its scores, its frame),
-with the masks and the merge into the row state shared.
+"""Triton kernels of the ``triton`` backend: PASA, row-shifted PASA, FP32-state FlashAttention-2 and framed
+FlashAttention from one loop over KV blocks, each allocation a pair of stages called in it (its scores, its
+frame), with the masks, the V tile and P·V shared.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
@@ -59,6 +59,29 @@ And for ``pasa_rs``:
   visited block starts with no excess (ψ = lv), as in the golden model;
 * ψ (the reshifted ψ where a row reshifts) is subtracted from the FP32 product rather than put in
   the accumulator before it (the golden model's product is exact, then rounded once).
+
+FRAMED (``fp32_frame``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_frame`): FlashAttention-2's
+FP32 scores, then a frame stage instead of the merge: every row keeps a frame G (units of Q·K) set by its first
+block with a key, P = FP16(exp(scale·(S − G))) against it, and l and O are summed from that FP16 P across blocks
+with no running maximum and no rescale; a row's frame moves up when a block's scaled maximum exceeds it by
+FRAME_UP, down after FRAME_DOWN_BLOCKS blocks FRAME_DOWN below it (by at most FRAME_DROP_LIMIT), and a row
+that moves rescales its l and O into its moved frame (the golden model closes the whole tile, the rows that did
+not move with a = 1, exactly: the same values). The decisions (block maxima, the counts of low blocks, which
+rows move and to where) are the golden model's, bit for bit given the same S: the scaled block maximum is taken as
+FP32(scale·FP32(max S − G)), which is the golden model's max of FP32(scale·FP32(S − G)) (rounding is
+monotonic, scale > 0). A program's tile is the golden model's tile (block_q = BLOCK_M rows of one head; a
+decode tile holds its KV head's whole group, ``group_tile``), up to the tile difference above. Differences:
+
+* the golden model keeps the running sums of the current segment apart from the accumulated ones and merges
+  them at each close (acc ← a·acc + seg); the kernel has one accumulator (the tensor cores' O), which a move
+  rescales in place: the same sums, associated otherwise (FP32 roundings);
+* l is P·1 and O is P·V, both from the FP16 P on the tensor cores, accumulated in their order (the golden
+  model's products are exact, then rounded once to FP32);
+* P = 2^((S − G)·(scale·log₂e)): the scale folded into the exp's one multiply (the golden model rounds
+  scale·(S − G) to FP32, then takes its exp correctly rounded to FP32), FP32 roundings of P before its FP16
+  rounding;
+* decode splits the KV blocks over several programs, each with its own frames (each split's first block with
+  a key sets them), merged through their true-scale lse.
 """
 
 from __future__ import annotations
@@ -66,7 +89,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .. import blockwise
+
 LOG2E = tl.constexpr(1.4426950408889634)
+#: ``fp32_frame``'s frame rules (scaled units; the golden model's constants, docs/golden.md).
+FRAME_UP = tl.constexpr(blockwise.FRAME_UP)
+FRAME_DOWN = tl.constexpr(blockwise.FRAME_DOWN)
+FRAME_DOWN_BLOCKS = tl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
 #: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
 #: batch's first query row in a TND query (VARLEN).
 KV_INFO = tl.constexpr(5)
@@ -412,6 +441,33 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag, c1, psi1, reshift_at, relevanc
 
 
 @triton.jit
+def _frame(s, frame, low, known, l, o, row_ok, sm_scale, exp_scale, frame_drop):
+    """``fp32_frame``'s frame stage of a block from its masked FP32 scores S = Q·Kᵀ (unscaled): which rows move
+    their frame G and to where, the close of the running sums of the rows that move, and P against the frames.
+    ``low`` counts each row's consecutive blocks with a key whose scaled maximum lies more than FRAME_DOWN below G,
+    ``known`` marks the rows that have a frame (a key seen), ``frame_drop`` is FRAME_DROP_LIMIT in units of Q·K;
+    l is the (BLOCK_M, 16) accumulator of P·1 whose columns all hold the row sum. Padding rows (not ``row_ok``)
+    never move. Returns (P in FP16, G, low, known, l, O)."""
+    m_blk = tl.max(s, axis=1)
+    has = m_blk != float("-inf")
+    top = (m_blk - frame) * sm_scale  # the block's max of scale·(S − G), as rounded there
+    low = tl.where(has & known & (top < -FRAME_DOWN), low + 1, tl.where(has, 0, low))
+    move = row_ok & has & (~known | (top > FRAME_UP) | (low >= FRAME_DOWN_BLOCKS))
+    # The close, row by row: a moving row's running sums move into its new frame, a = exp(scale·(G − G_new)) (0 for
+    # a row that had none, whose sums are empty); the other rows take a = 1, which leaves their sums exact, so this
+    # is the golden model's tile-wide close without a reduction over the tile's rows (a barrier every block).
+    moved = tl.where(move, tl.where(known, tl.maximum(m_blk, frame - frame_drop), m_blk), frame)
+    a = tl.where(move, tl.where(known, tl.exp((frame - moved) * sm_scale), 0.0), 1.0)
+    l = l * a[:, None]
+    o = o * a[:, None]
+    frame = moved
+    low = tl.where(move, 0, low)
+    known = known | move
+    p = tl.exp2((s - frame[:, None]) * exp_scale)
+    return p.to(tl.float16), frame, low, known, l, o
+
+
+@triton.jit
 def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
     """Merge a block into the row state: the running max m moved by ``d_prev`` and the block's max
     by ``d_cur`` into one frame; P = 2^(``exp_scale``·(S + d_cur − m_new)) relative to the merged maximum
@@ -451,11 +507,12 @@ def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
 def attention_kernel(
     Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, Sink, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
-    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, band_lo, band_hi,
+    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, frame_drop, band_lo, band_hi,
     blocks_per_split, tile_lo, lse_none,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
-    HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
+    SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, FRAMED: tl.constexpr, STATE16: tl.constexpr,
+    FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
+    FP16_EXP: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
     HAS_SINK: tl.constexpr, VARLEN: tl.constexpr,
 ):
@@ -473,7 +530,8 @@ def attention_kernel(
     ``sm_scale`` is the softmax's factor on the scores the loop holds: the scale for ``fp32`` (whose
     Q·Kᵀ stays unscaled), ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries
     the rest); unused by PASA, whose M carries its scale. ``reshift_at`` and ``relevance`` are pasa_rs's
-    reshift thresholds in units of Q̂·K (:func:`pasa_npu.blockwise.row_shift_constants`).
+    reshift thresholds in units of Q̂·K (:func:`pasa_npu.blockwise.row_shift_constants`), ``frame_drop``
+    fp32_frame's FRAME_DROP_LIMIT in units of Q·K.
 
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
@@ -591,6 +649,14 @@ def attention_kernel(
         f = tl.zeros([BLOCK_M], tl.float32)
     else:
         exp_scale = sm_scale * LOG2E
+        if FRAMED:
+            frame = tl.zeros([BLOCK_M], tl.float32)
+            low = tl.zeros([BLOCK_M], tl.int32)
+            known = frame != 0.0
+            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum (the
+            # smallest product the tensor cores take is 16 columns wide; each holds Σ P).
+            l_acc = tl.zeros([BLOCK_M, 16], tl.float32)
+            ones = tl.full([BLOCK_N, 16], 1.0, tl.float16)
 
     for blk in range(blk_lo, blk_hi):
         if ROW_SHIFT:
@@ -609,20 +675,32 @@ def attention_kernel(
             d_prev = 0.0
         elif SHIFTED:
             m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
+        elif FRAMED:
+            p, frame, low, known, l_acc, o = _frame(s, frame, low, known, l_acc, o, row_ok, sm_scale, exp_scale,
+                                                    frame_drop)
         else:
             m_blk = tl.max(s, axis=1)
             d_prev = 0.0
             d_cur = 0.0
         v = _rows(V, hkv * svh, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, svb, svs, D, D_PAD,
                   PAGED, PAGE)
-        m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16, FP16_EXP)
+        if FRAMED:
+            # l and O from the same FP16 P, summed across blocks in the frames.
+            l_acc = tl.dot(p, ones, l_acc)
+            o = tl.dot(p, v, o)
+        else:
+            m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16, FP16_EXP)
 
+    if FRAMED:
+        l = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, l_acc, 0.0), axis=1)
     if HAS_SINK and not SPLIT:
         # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
         if ROW_SHIFT:
             top = sm_scale * ((m + c1) + psi1)
         elif SHIFTED:
             top = m + inva * f
+        elif FRAMED:
+            top = tl.where(l == 0.0, float("-inf"), sm_scale * frame)
         else:
             top = sm_scale * m
         sink = tl.load(Sink + head, mask=row_ok, other=0.0).to(tl.float32)
@@ -641,6 +719,8 @@ def attention_kernel(
         lse = sm_scale * ((m + c1) + psi1) + lse
     elif SHIFTED:
         lse = (m + lse) + inva * f
+    elif FRAMED:
+        lse = sm_scale * frame + lse
     else:
         lse = sm_scale * m + lse
     lse = tl.where(empty, lse_none, lse)
