@@ -195,11 +195,6 @@ def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, shift_a, shi
 
 
 @triton.jit
-def _sum_max_min(sum_a, max_a, min_a, sum_b, max_b, min_b):
-    return sum_a + sum_b, tl.maximum(max_a, max_b), tl.minimum(min_a, min_b)
-
-
-@triton.jit
 def _centre_block(k, row_ok, n):
     """The ``pasa_rs`` pre-pass on one KV block of n keys (rows where ``row_ok``): K̄, the column
     mean rounded to FP16 (0 if not finite); the centring offset u; and K' = K − u in FP16, with no
@@ -212,9 +207,11 @@ def _centre_block(k, row_ok, n):
     neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
     # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
     # registers). Only the sum is masked: max, min and K' need no select (see above), which would cost
-    # every decode step. One reduction of the three across the block's rows, whose threads exchange them
-    # together.
-    ksum, kmax, kmin = tl.reduce((tl.where(row_ok[:, None], k.to(tl.float32), 0.0), k, k), 0, _sum_max_min)
+    # every decode step. Three built-in reductions, not one tl.reduce over a tuple: Triton's interpreter
+    # runs a user-defined combine element by element in Python.
+    ksum = tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), 0)
+    kmax = tl.max(k, 0)
+    kmin = tl.min(k, 0)
     kbar = (ksum / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
     kmax = kmax.to(tl.float32)
