@@ -166,3 +166,26 @@ def test_reference_backend_bit_identical_to_golden(kind):
                               mask=None if mask is None else torch.from_numpy(mask), band=band)
     np.testing.assert_array_equal(got[0].numpy(), want[0])
     np.testing.assert_array_equal(got[1].numpy(), want[1])
+
+
+def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():
+    """One key 200 (scaled) above a sea of others: the frame may move down to the sea only by
+    FRAME_DROP_LIMIT below the row's maximum, once; moving again from the moved frame would scale the
+    closed sums by e^60 per move and overflow FP32 (NaN output) after the second."""
+    rng = np.random.default_rng(0)
+    d, keys, block = 64, 24 * 16, 16
+    scale = d ** -0.5
+    q = np.zeros((1, 1, 1, d))
+    q[..., 0] = 1.0
+    k = rng.normal(0, 0.01, (1, 1, keys, d))
+    k[..., 0] = -200 / scale
+    k[..., 0, 0] = 0.0
+    v = rng.normal(0, 1, (1, 1, keys, d))
+    q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    ref, ref_lse = golden.reference(q, k, v, scale=scale)
+    stats = {}
+    out, lse = golden.attention(q, k, v, precision="fp32_frame", scale=scale, block_kv=block, stats=stats)
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    np.testing.assert_array_equal(out, golden.attention(q, k, v, precision="fp32", scale=scale, block_kv=block)[0])
+    assert np.abs(lse - ref_lse).max() < 1e-6
+    assert stats["moved_row_blocks"] == 2  # the first block, then one move down to the limit
