@@ -292,3 +292,14 @@ def test_plot_has_a_hard_panel_and_json_is_strict(tmp_path):
     assert any(r["lse_err"] == "inf" for r in data["results"]) and any(r["rmse"] is None for r in data["results"])
     assert data["summary"]["fp16_fp32"]["hard"]["draws"] == 6
     assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hard_only_plot_with_an_exact_fp32(tmp_path):
+    """The hard sweep alone (no paper panels), with a draw where fp32's error is 0 (a large scale)."""
+    c = Case("scale_ties", 20000, 1)
+    rows = [_row(c, "fp32", 0, 0.0), _row(c, "fp32_frame", 0, 1e-4)]
+    rows += [_row(h, p, 0, 1e-3) for h in accuracy.HARD_CASES[:2] for p in ("fp32", "fp32_frame")]
+    accuracy.write_outputs(rows, tmp_path, full=False, shape=(1, 1, 16, 128), seed=0, precisions=("fp32", "fp32_frame"))
+    assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert summary["fp32_frame"]["scale_ties"]["worst_ratio"] == "inf"

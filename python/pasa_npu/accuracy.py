@@ -258,12 +258,12 @@ def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
                                    round(case.am * 1000) % 2**32, rep])
 
 
-def _draw_case(case: Case, rep: int, base_seed: int, shape):
+def _draw_case(case: Case, rep: int, base_seed: int, shape, s1=None, s2=None):
     """(q, k, v, call) of one draw (:func:`draw_hard`): the paper's distributions at ``shape``, or a hard
-    case."""
+    case (``s1``, ``s2`` as in :func:`draw_hard`)."""
     rng = np.random.default_rng(case_seed(base_seed, case, rep))
     if case.dist in HARD_DISTRIBUTIONS:
-        return draw_hard(case, rng)
+        return draw_hard(case, rng, s1=s1, s2=s2)
     q, k = (draw(case, shape, rng) for _ in range(2))
     v = draw(Case(case.dist, 0.0, case.am) if case.dist == "biased" else case, shape, rng)
     return q, k, v, _call(1.0 / np.sqrt(shape[-1]))
@@ -274,15 +274,17 @@ def _draw_case(case: Case, rep: int, base_seed: int, shape):
 COUNTERS = ("recomputed", "reshifted", "moved")
 
 
-def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[dict]:
-    """Every allocation on one draw of (Q, K, V): a row per allocation.
+def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int | None = None,
+             s2: int | None = None) -> list[dict]:
+    """Every allocation on one draw of (Q, K, V): a row per allocation. ``s1``, ``s2``: a hard case's query
+    rows and keys in place of its own (:func:`draw_hard`).
 
     Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
     is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
     lse64| over rows with a finite float64 lse (NaN if one of those is not finite); zero_rows, the
     rows that came out all zero where float64 attention is not; the allocation's counters
     (:data:`COUNTERS`) as fractions of its (row, KV block) passes, None where it keeps none."""
-    q, k, v, call = _draw_case(case, rep, base_seed, shape)
+    q, k, v, call = _draw_case(case, rep, base_seed, shape, s1, s2)
     ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), **call)
     live = np.isfinite(ref_lse)
     nonzero = (ref != 0).any(-1)
@@ -392,6 +394,12 @@ def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
     return result
 
 
+def _ratio(err: float, err32: float) -> float:
+    """An RMSE as a ratio to fp32's on the same draw: 1 where both are 0 (every row's weight on one key,
+    whose value both return exactly), Inf where only fp32's is."""
+    return err / err32 if err32 > 0 else 1.0 if err == 0 else math.inf
+
+
 def _failed(r: dict) -> bool:
     """A failure: NaN or Inf in the output, or a row of zeros where float64 attention has none."""
     return bool(r["overflow"] or r["zero_rows"])
@@ -420,8 +428,7 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
             if not pairs:
                 continue
             ok = [(r, f) for r, f in pairs if not _failed(r) and not _failed(f)]
-            ratios = np.array([r["rmse"] / f["rmse"] if f["rmse"] > 0 else 1.0 if r["rmse"] == 0 else math.inf
-                               for r, f in ok])
+            ratios = np.array([_ratio(r["rmse"], f["rmse"]) for r, f in ok])
             lse_ratio = np.array([r["lse_err"] / max(10 * f["lse_err"], 1e-3) for r, f in ok])
             entry = {"draws": len(pairs), "failures": sum(_failed(r) for r, _ in pairs),
                      "median_ratio": float(np.median(ratios)) if ratios.size else float("nan"),
@@ -563,11 +570,12 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
                 if r["precision"] != p or (r["dist"], r["x0"], r["seed"]) not in fp32:
                     continue
                 x = names.index(f"{r['dist']} {r['x0']:g}") + (i - len(precisions) / 2) * 0.1
-                if _failed(r):
+                ratio = _ratio(r["rmse"], fp32[r["dist"], r["x0"], r["seed"]])
+                if _failed(r) or not math.isfinite(ratio):
                     bad.append(x)
                 else:
                     xs.append(x)
-                    ys.append(r["rmse"] / fp32[r["dist"], r["x0"], r["seed"]])
+                    ys.append(ratio)
             ax.plot(xs, ys, marker="o", ls="none", ms=4, color=colors[p], label=p)
             if bad:
                 ax.plot(bad, [3e3 * 2.0**i] * len(bad), marker="x", ls="none", ms=7, color=colors[p])
@@ -575,7 +583,8 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
         ax.axhline(10, color="k", lw=0.8, ls=":")
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
         ax.set(yscale="log", ylabel="RMSE / fp32's RMSE, same draw",
-               title="hard cases, every draw (x: NaN, Inf or zero rows; lines at 2 and 10)")
+               title="hard cases, every draw (x: NaN, Inf or zero rows, or an error where fp32's is 0; lines at 2 "
+               "and 10)")
         ax.grid(True, which="both", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     if title:
