@@ -533,8 +533,9 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
     panels = sweeps(full) if any(r["dist"] in DISTRIBUTIONS for r in rows) else {}
     hard = [r for r in rows if r["dist"] in HARD_DISTRIBUTIONS]
     n_panels = len(panels) + bool(hard)
-    rows_ = (n_panels + 1) // 2
-    fig, axes = plt.subplots(rows_, 2, figsize=(13, 4.6 * rows_))
+    cols = 2 if n_panels > 1 else 1
+    rows_ = (n_panels + cols - 1) // cols
+    fig, axes = plt.subplots(rows_, cols, figsize=(6.5 * cols + 3 * (cols == 1), 4.6 * rows_), squeeze=False)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     colors = {p: f"C{i}" for i, p in enumerate(precisions)}
@@ -640,7 +641,9 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
               "summary": summary(rows, precisions)}
     (out_dir / "results.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
     if plots:
+        paper = any(r["dist"] in DISTRIBUTIONS for r in rows)
         title = (f"pasa-npu accuracy ({meta['grid']} grid): sweeps at shape (B, N, S, D) = {tuple(shape)}, "
-                 f"base seed {seed}; hard cases {hard_seeds} draws each")
+                 if paper else "pasa-npu accuracy, the hard sweep: ") + \
+            f"base seed {seed}; hard cases {hard_seeds} draws each"
         plot(rows, full, out_dir / "accuracy.png", precisions, title=title)
     return result
