@@ -49,7 +49,8 @@ def main() -> None:
         differ = {p: [] for p in PRECISIONS}
         for rep in range(args.seeds):
             rng = np.random.default_rng(case_seed(0, case, rep))
-            q, k, v, _, scale = draw_hard(case, rng, s1=s, s2=s)
+            q, k, v, call = draw_hard(case, rng, s1=s, s2=s)
+            scale = call["scale"]
             rel = np.arange(s)[None, :] - np.arange(s)[:, None]
             hidden = (rel > band[1]) | (False if band[0] is None else rel < band[0])
             ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16),

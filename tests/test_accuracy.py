@@ -199,9 +199,13 @@ def test_hard_draws_build_the_stated_inputs():
     rng = np.random.default_rng(0)
     shapes = {}
     for case in accuracy.HARD_CASES:
-        q, k, v, band, scale = accuracy.draw_hard(case, rng)
+        q, k, v, call = accuracy.draw_hard(case, rng)
+        band, scale = call["band"], call["scale"]
         shapes[case.dist] = (q.shape, k.shape, band)
-        assert v.shape == k.shape and scale == pytest.approx(q.shape[-1] ** -0.5)
+        large = case.dist.startswith("scale")
+        assert v.shape == k.shape and scale == pytest.approx(case.x0 if large else q.shape[-1] ** -0.5)
+        assert (call["mask"] is None) == (case.dist != "padding")
+        assert (call["sink"] is None) == (case.dist != "learnable_sink")
         assert np.isfinite(np.stack([q.astype(np.float16).max(), k.astype(np.float16).max()])).all()
         s = np.einsum("bhid,bhjd->bhij", q[:, : k.shape[1]], k) * scale  # the scaled scores
         if case.dist == "resonance":  # Q·Kᵀ near ±75 000 by phase, in FP16 range scaled
@@ -211,9 +215,19 @@ def test_hard_draws_build_the_stated_inputs():
         if case.dist == "spike":  # block 1 at −60 000 with one key at +60 000, then +61 000
             assert abs(np.median(s[..., :128]) + 60000) < 500 and abs(s[..., 5].mean() - 60000) < 500
             assert abs(s[..., 128:].mean() - 61000) < 100
-        if case.dist == "spread":
+        if case.dist in ("spread", "long_spread"):
             assert 4.5e4 < np.abs(s).max() < 6.6e4
+        if case.dist == "long_fall":  # scaled scores fall from 0 to −x0 along the keys
+            start, end = s[..., :1000].mean(), s[..., -1000:].mean()
+            assert abs(start) < 0.5 and abs(end + case.x0) < 0.5
+        if case.dist == "learnable_sink":  # one logit per head near x0
+            assert call["sink"].shape == (q.shape[1],) and np.abs(call["sink"] - case.x0).max() <= 2
+        if case.dist == "padding":  # batch 0 padded at the end, batch 1 at the start
+            kept = ~call["mask"][:, 0, 0]
+            assert kept[0, :613].all() and not kept[0, 613:].any()
+            assert not kept[1, :387].any() and kept[1, 387:].all()
     assert shapes["long"][1][2] >= 128 * 1024 and shapes["long"][0][2] <= 4
+    assert shapes["long_fall"][:2] == shapes["long"][:2] and shapes["long_spread"][1][2] >= 8192
     assert shapes["decode"][0][2] == 1 and shapes["gqa"][0][1] == 4 * shapes["gqa"][1][1]
     assert shapes["tail"][1][2] % 128 and shapes["d80"][0][3] == 80 and shapes["d256"][0][3] == 256
     assert shapes["causal"][:2] == shapes["band"][:2] and shapes["causal"][0][2] == 256
@@ -234,7 +248,8 @@ def test_summary_ratios_failures_and_lse():
             rows.append(_row(c, "fp16_fp32", 100.0 if i == 0 else 0, float("nan") if i == 0 else 3e-4, seed,
                              zero_rows=1 if (i, seed) == (1, 1) else 0))
     summ = accuracy.summary(rows, ("fp32", "pasa_rs", "fp16_fp32"))
-    assert set(summ["pasa_rs"]) == {"all", "hard"}  # no paper or biased case among the rows
+    # no paper or biased case among the rows; a group per hard case
+    assert set(summ["pasa_rs"]) == {"all", "hard", "resonance", "drift", "spread"}
     rs = summ["pasa_rs"]["hard"]
     assert rs["draws"] == 6 and rs["failures"] == 0
     assert rs["median_ratio"] == pytest.approx(2.5) and rs["worst_ratio"] == pytest.approx(4.0)
@@ -246,6 +261,20 @@ def test_summary_ratios_failures_and_lse():
     assert summ["fp32"]["all"]["median_ratio"] == 1.0
     text = accuracy.format_summary(summ)
     assert "pasa_rs" in text and "spread x0=0 am=60000 seed=1" in text
+    assert {line.split()[1] for line in text.splitlines()[1:]} == {"all", "hard"}
+    sp = summ["pasa_rs"]["spread"]
+    assert sp["draws"] == 2 and sp["median_ratio"] == pytest.approx(3.5) and sp["worst_ratio"] == pytest.approx(4.0)
+    assert "| spread | 2 | 3.500 / 4.000, 0, 0/2 |" in accuracy.format_classes(summ)
+
+
+def test_summary_ratio_where_fp32_is_exact():
+    """At a large scale every row's weight may sit on one key, whose value fp32 returns exactly: a ratio
+    is then 1 where the allocation is exact too and Inf where it is not."""
+    c = Case("scale_ties", 20000, 1)
+    rows = [_row(c, "fp32", 0, 0.0), _row(c, "fp32_frame", 0, 0.0), _row(c, "pasa_rs", 0, 1e-4)]
+    summ = accuracy.summary(rows, ("fp32", "fp32_frame", "pasa_rs"))
+    assert summ["fp32_frame"]["scale_ties"]["worst_ratio"] == 1.0
+    assert summ["pasa_rs"]["scale_ties"]["worst_ratio"] == math.inf
 
 
 def test_plot_has_a_hard_panel_and_json_is_strict(tmp_path):
@@ -263,3 +292,14 @@ def test_plot_has_a_hard_panel_and_json_is_strict(tmp_path):
     assert any(r["lse_err"] == "inf" for r in data["results"]) and any(r["rmse"] is None for r in data["results"])
     assert data["summary"]["fp16_fp32"]["hard"]["draws"] == 6
     assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hard_only_plot_with_an_exact_fp32(tmp_path):
+    """The hard sweep alone (no paper panels), with a draw where fp32's error is 0 (a large scale)."""
+    c = Case("scale_ties", 20000, 1)
+    rows = [_row(c, "fp32", 0, 0.0), _row(c, "fp32_frame", 0, 1e-4)]
+    rows += [_row(h, p, 0, 1e-3) for h in accuracy.HARD_CASES[:2] for p in ("fp32", "fp32_frame")]
+    accuracy.write_outputs(rows, tmp_path, full=False, shape=(1, 1, 16, 128), seed=0, precisions=("fp32", "fp32_frame"))
+    assert (tmp_path / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert summary["fp32_frame"]["scale_ties"]["worst_ratio"] == "inf"

@@ -46,6 +46,35 @@ def test_hard_cases_within_the_targets_on_every_draw(hard_rows):
     assert np.median(ratios) <= 1.5, ratios
 
 
+#: One small shape per coverage class of the targets (the full sweep: `pasa-npu accuracy --hard-only`,
+#: docs/accuracy_default): (case, query rows, keys), None for the case's own.
+COVERAGE = [
+    (Case("tail", 10, 1), 16, 300), (Case("d80", 10, 1), 16, 300), (Case("d256", 10, 1), 16, 300),
+    (Case("gqa", 10, 1), 8, 300), (Case("causal", 10, 1), 64, 300), (Case("padding", 10, 1), 8, 300),
+    (Case("decode", 10, 1), None, 1000), (Case("learnable_sink", 3, 1), 16, 300),
+    (Case("scale_ties", 20000, 1), 32, 384), (Case("long_fall", 12, 1), 1, 8192),
+    (Case("long_spread", 0, 60000), 1, 4096),
+]
+#: The allocation under test (set it to "pasa" or "fp16_fp32" to see these tests fail).
+ALLOCATION = "fp32_frame"
+
+
+@pytest.mark.parametrize("case, s1, s2", COVERAGE, ids=[c.dist for c, _, _ in COVERAGE])
+def test_coverage_classes_within_the_targets(case, s1, s2):
+    """Every draw finite, no zero row, RMSE ≤ 3 × fp32's (1 × where fp32's is 0) and lse within
+    max(10 × fp32's, 1e-3); the median ratio ≤ 1.5."""
+    ratios = []
+    for rep in range(SEEDS):
+        fp32, alloc = accuracy.run_case(case, rep, 0, None, ("fp32", ALLOCATION), s1=s1, s2=s2)
+        assert not fp32["overflow"] and fp32["zero_rows"] == 0, rep  # the premise
+        assert not alloc["overflow"] and alloc["zero_rows"] == 0, rep
+        ratio = accuracy._ratio(alloc["rmse"], fp32["rmse"])
+        assert ratio <= 3, (rep, ratio)
+        assert alloc["lse_err"] <= max(10 * fp32["lse_err"], 1e-3), (rep, alloc["lse_err"], fp32["lse_err"])
+        ratios.append(ratio)
+    assert np.median(ratios) <= 1.5, ratios
+
+
 def rising(rise, d=64, blocks=4, rows=3, seed=0):
     """Scaled scores ≈ N(0, 0.1) except block 3, whose scores lie ``rise`` higher (scale 1/8)."""
     rng = np.random.default_rng(seed)
@@ -164,5 +193,44 @@ def test_reference_backend_bit_identical_to_golden(kind):
     got = reference.attention(*(torch.from_numpy(x) for x in (q, k, v)), beta=None, block_q=32, block_kv=64,
                               precision="fp32_frame", scale=0.3,
                               mask=None if mask is None else torch.from_numpy(mask), band=band)
+    np.testing.assert_array_equal(got[0].numpy(), want[0])
+    np.testing.assert_array_equal(got[1].numpy(), want[1])
+
+
+def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():
+    """One key 200 (scaled) above a sea of others: the frame may move down to the sea only by
+    FRAME_DROP_LIMIT below the row's maximum, once; moving again from the moved frame would scale the
+    closed sums by e^60 per move and overflow FP32 (NaN output) after the second."""
+    rng = np.random.default_rng(0)
+    d, keys, block = 64, 24 * 16, 16
+    scale = d ** -0.5
+    q = np.zeros((1, 1, 1, d))
+    q[..., 0] = 1.0
+    k = rng.normal(0, 0.01, (1, 1, keys, d))
+    k[..., 0] = -200 / scale
+    k[..., 0, 0] = 0.0
+    v = rng.normal(0, 1, (1, 1, keys, d))
+    q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    ref, ref_lse = golden.reference(q, k, v, scale=scale)
+    stats = {}
+    out, lse = golden.attention(q, k, v, precision="fp32_frame", scale=scale, block_kv=block, stats=stats)
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    np.testing.assert_array_equal(out, golden.attention(q, k, v, precision="fp32", scale=scale, block_kv=block)[0])
+    assert np.abs(lse - ref_lse).max() < 1e-6
+    assert stats["moved_row_blocks"] == 2  # the first block, then one move down to the limit
+
+
+def test_reference_backend_bit_identical_to_golden_through_moves_down_and_a_sink():
+    """A falling key level moves frames down (the limit from the row's maximum included) and up; a sink
+    joins at the end: the reference backend follows golden bit for bit."""
+    q, k, v, call = accuracy.draw_hard(Case("long_fall", 150, 1), np.random.default_rng(5), s1=3, s2=1024)
+    q = np.concatenate([q, -q], axis=1)  # head 1's scores rise
+    sink = np.array([1.5, -3.0], np.float32)
+    kw = dict(precision="fp32_frame", scale=call["scale"], block_q=2, block_kv=16)
+    stats = {}
+    want = golden.attention(q, k, v, sink=sink, stats=stats, **kw)
+    assert stats["moved_row_blocks"] > 2 * q.shape[2] * 2  # moves beyond each row's first block
+    got = reference.attention(*(torch.from_numpy(x.astype(np.float16)) for x in (q, k, v)), beta=None, mask=None,
+                              sink=torch.from_numpy(sink), **kw)
     np.testing.assert_array_equal(got[0].numpy(), want[0])
     np.testing.assert_array_equal(got[1].numpy(), want[1])

@@ -95,18 +95,25 @@ HARD_CASES = (
     Case("sink", 3, 1), Case("shift_overflow", -39000, 40000), Case("spike", -60000, 60000), Case("spread", 0, 60000),
     Case("long", 0, 1), Case("tail", 10, 1), Case("d64", 10, 1), Case("d80", 10, 1), Case("d96", 10, 1),
     Case("d256", 10, 1), Case("gqa", 10, 1), Case("causal", 10, 1), Case("band", 10, 1), Case("decode", 10, 1),
+    Case("padding", 10, 1), Case("learnable_sink", 3, 1), Case("learnable_sink", 10, 1),
+    Case("scale", 20000, 1), Case("scale_ties", 20000, 1), Case("scale_ties", 1e6, 1),
+    Case("long_fall", 12, 1), Case("long_spread", 0, 60000),
 )
 HARD_DISTRIBUTIONS = tuple(dict.fromkeys(c.dist for c in HARD_CASES))
-#: Keys of the "long" case: more than 128k, so that FP16 sums of similar weights overflow.
+#: Keys of the "long" cases: more than 128k, so that FP16 sums of similar weights overflow.
 LONG_KEYS = 131_072
+#: Keys of the "long_spread" case: enough blocks for a row's maxima to fall far below its first ones
+#: many times over (fp32_frame's moves down).
+SPREAD_KEYS = 8192
 
 
 def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2: int | None = None):
-    """One draw of a hard case: ``(q, k, v, band, scale)``, float32 arrays (B, N, S, D), band None or
-    FIA's band rule (lo, hi) of :func:`pasa_npu.golden.attention` (key j kept for query i only where
-    lo <= j − i <= hi), which decides the KV blocks a query tile visits as in the kernels. ``s1``,
-    ``s2``: query rows and keys in place of the case's own (scripts/causal_skip_accuracy.py draws
-    square causal calls).
+    """One draw of a hard case: ``(q, k, v, call)``, float32 arrays (B, N, S, D) and the keywords of the
+    call to :func:`pasa_npu.golden.attention` and :func:`pasa_npu.golden.reference`: ``scale``; ``band``,
+    None or FIA's band rule (lo, hi) (key j kept for query i only where lo <= j − i <= hi), which decides
+    the KV blocks a query tile visits as in the kernels; ``mask``, None or bool (B, 1, 1, S2), True =
+    masked out; ``sink``, None or (N,) learnable sink logits. ``s1``, ``s2``: query rows and keys in place
+    of the case's own (scripts/causal_skip_accuracy.py draws square causal calls).
 
     Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
     V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):
@@ -124,6 +131,16 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
     * spread: Q = ±1 at random, K ~ U(−1, 1)·√3·am/4.5: scaled scores ≈ N(0, (am/4.5)²), the
       extremes of each head near ±am;
     * long: 4 query rows against LONG_KEYS near-equal keys (Q, K ~ N(0, 0.05)), V ~ N(3, 1) biased;
+    * long_fall: 4 query rows against LONG_KEYS keys whose scaled scores fall linearly from 0 to −x0
+      along the sequence, plus N(0, am²) noise: the first blocks hold the maximum, the many later ones
+      a third of the weight (e^−x0·LONG_KEYS ≫ 1 at x0 = 12);
+    * long_spread: spread, 8 query rows against SPREAD_KEYS keys;
+    * padding: batch 2, Q, K ~ N(x0, am), keys padded (masked) at the end of batch 0 (613 kept) and
+      at the start of batch 1 (the first 387 masked: its rows' first blocks have no key);
+    * learnable_sink: Q, K ~ N(0, am), one sink logit per head x0 + U(−2, 2) (the row maxima of the
+      scaled scores are ≈ 3·am);
+    * scale, scale_ties: :func:`draw_large_scale`'s "normal" and "ties" inputs, (1, 2, 64, 64) queries
+      against 384 keys at the softmax scale x0;
     * tail, d64 … d256: Q, K ~ N(x0, am) with 1000 keys / head dims 64, 80, 96, 256;
     * gqa: 8 query heads sharing 2 KV heads; causal: 256 queries, the causal band aligned to the
       last key (FIA's sparse_mode 3); band: the same with a window of 256 keys (sparse_mode 4);
@@ -132,7 +149,7 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
     rows, keys = s1, s2
     b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
     dist, x0, am = case.dist, case.x0, case.am
-    band = None
+    band = mask = sink = None
     if dist.startswith("d") and dist[1:].isdigit():
         d = int(dist[1:])
     elif dist == "gqa":
@@ -141,8 +158,16 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
         n, s1 = 8, 1
     elif dist in ("causal", "band"):
         s1 = 256
-    elif dist == "long":
+    elif dist in ("long", "long_fall"):
         n, s1, s2 = 1, 4, LONG_KEYS
+    elif dist == "long_spread":
+        s1, s2 = 8, SPREAD_KEYS
+    elif dist == "padding":
+        b = 2
+    elif dist in ("scale", "scale_ties"):
+        q, k, v = draw_large_scale("ties" if dist == "scale_ties" else "normal", rng, **{
+            name: val for name, val in (("s1", rows), ("s2", keys)) if val})
+        return (*(x.astype(np.float32) for x in (q, k, v)), _call(x0))
     s1, s2 = rows or s1, keys or s2
     nkv = nkv or n
     qs, ks = (b, n, s1, d), (b, nkv, s2, d)
@@ -175,13 +200,21 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
         k[..., :128, :] += x0 / unit
         k[..., 5, :] += (am - x0) / unit
         k[..., 128:, :] += (am + 1000) / unit
-    elif dist == "spread":
+    elif dist in ("spread", "long_spread"):
         q = rng.choice([-1.0, 1.0], qs)
         k = rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5
     elif dist == "long":
         q, k = rng.normal(0, 0.05, qs), rng.normal(0, 0.05, ks)
         v = rng.normal(3.0, 1.0, ks)
-    elif dist in ("tail", "gqa", "causal", "band", "decode") or dist[1:].isdigit():
+    elif dist == "long_fall":
+        # Q is a unit vector along dimension 0, so a key's scaled score is its dimension 0 over √d.
+        q, k = np.zeros(qs), rng.normal(0, 0.01, ks)
+        q[..., 0] = 1.0
+        k[..., 0] = (np.linspace(0, -x0, s2) + rng.normal(0, am, ks[:-1])) * np.sqrt(d)
+    elif dist == "learnable_sink":
+        q, k = rng.normal(0, am, qs), rng.normal(0, am, ks)
+        sink = x0 + rng.uniform(-2, 2, n)
+    elif dist in ("tail", "gqa", "causal", "band", "decode", "padding") or dist[1:].isdigit():
         q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
     else:
         raise ValueError(f"hard case must be one of {HARD_DISTRIBUTIONS}, got {dist!r}")
@@ -189,7 +222,16 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
         band = (None, s2 - s1)
     elif dist == "band":
         band = (s2 - s1 - 255, s2 - s1)
-    return (*(x.astype(np.float32) for x in (q, k, v)), band, 1.0 / np.sqrt(d))
+    elif dist == "padding":
+        mask = np.zeros((b, 1, 1, s2), bool)
+        mask[0, ..., round(0.613 * s2):] = True
+        mask[1, ..., : round(0.387 * s2)] = True
+    return (*(x.astype(np.float32) for x in (q, k, v)), _call(1.0 / np.sqrt(d), band, mask, sink))
+
+
+def _call(scale: float, band=None, mask=None, sink=None) -> dict:
+    """The keywords of a golden call of :func:`draw_hard`."""
+    return {"scale": scale, "band": band, "mask": mask, "sink": sink}
 
 
 #: The inputs of :func:`draw_large_scale`.
@@ -216,14 +258,15 @@ def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
                                    round(case.am * 1000) % 2**32, rep])
 
 
-def _draw_case(case: Case, rep: int, base_seed: int, shape):
-    """(q, k, v, band, scale) of one draw: the paper's distributions at ``shape``, or a hard case."""
+def _draw_case(case: Case, rep: int, base_seed: int, shape, s1=None, s2=None):
+    """(q, k, v, call) of one draw (:func:`draw_hard`): the paper's distributions at ``shape``, or a hard
+    case (``s1``, ``s2`` as in :func:`draw_hard`)."""
     rng = np.random.default_rng(case_seed(base_seed, case, rep))
     if case.dist in HARD_DISTRIBUTIONS:
-        return draw_hard(case, rng)
+        return draw_hard(case, rng, s1=s1, s2=s2)
     q, k = (draw(case, shape, rng) for _ in range(2))
     v = draw(Case(case.dist, 0.0, case.am) if case.dist == "biased" else case, shape, rng)
-    return q, k, v, None, 1.0 / np.sqrt(shape[-1])
+    return q, k, v, _call(1.0 / np.sqrt(shape[-1]))
 
 
 #: The counters of golden.attention's ``stats`` that the study reports: pasa_rs's FP32 recomputes and
@@ -231,23 +274,24 @@ def _draw_case(case: Case, rep: int, base_seed: int, shape):
 COUNTERS = ("recomputed", "reshifted", "moved")
 
 
-def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[dict]:
-    """Every allocation on one draw of (Q, K, V): a row per allocation.
+def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int | None = None,
+             s2: int | None = None) -> list[dict]:
+    """Every allocation on one draw of (Q, K, V): a row per allocation. ``s1``, ``s2``: a hard case's query
+    rows and keys in place of its own (:func:`draw_hard`).
 
     Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
     is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
     lse64| over rows with a finite float64 lse (NaN if one of those is not finite); zero_rows, the
     rows that came out all zero where float64 attention is not; the allocation's counters
     (:data:`COUNTERS`) as fractions of its (row, KV block) passes, None where it keeps none."""
-    q, k, v, band, scale = _draw_case(case, rep, base_seed, shape)
-    ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), scale=scale,
-                                    band=band)
+    q, k, v, call = _draw_case(case, rep, base_seed, shape, s1, s2)
+    ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), **call)
     live = np.isfinite(ref_lse)
     nonzero = (ref != 0).any(-1)
     rows = []
     for p in precisions:
         stats = {}
-        out, lse = golden.attention(q, k, v, precision=p, scale=scale, band=band, stats=stats)
+        out, lse = golden.attention(q, k, v, precision=p, stats=stats, **call)
         lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
         rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if f"{key}_row_blocks" in stats else None
               for key in COUNTERS}
@@ -266,24 +310,25 @@ def _run_task(task):
 
 def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precisions=PRECISIONS,
               table4_seeds: int | None = None, hard_seeds: int | None = None, jobs: int | None = None,
-              progress: bool = True) -> list[dict]:
+              progress: bool = True, paper: bool = True) -> list[dict]:
     """Run the sweeps (one draw per case), Table 4's cases (``table4_seeds`` draws each, the first
     shared with the sweeps) and the hard cases (``hard_seeds`` draws each, 0 to skip them; their
-    shapes are their own, not ``shape``). Returns one row per (case, draw, allocation). ``jobs`` > 1
-    runs cases in that many spawned processes (the caller's main module must be import-safe)."""
+    shapes are their own, not ``shape``). ``paper=False`` skips the sweeps and Table 4 (the hard cases
+    alone). Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
+    processes (the caller's main module must be import-safe)."""
     table4_seeds = (10 if full else 3) if table4_seeds is None else table4_seeds
     hard_seeds = (5 if full else 3) if hard_seeds is None else hard_seeds
     for name, val in (("table4_seeds", table4_seeds), ("hard_seeds", hard_seeds)):
         if not isinstance(val, int) or val < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-    cases = list(dict.fromkeys(c for cs in sweeps(full).values() for c in cs))
+    cases = list(dict.fromkeys(c for cs in sweeps(full).values() for c in cs)) if paper else []
     # The hard cases first, the long one leading: with several workers the longest tasks should
     # not start last.
     tasks = [(c, r, seed, tuple(shape), tuple(precisions)) for r in range(hard_seeds)
              for c in sorted(HARD_CASES, key=lambda c: c.dist != "long")]
     tasks += [(c, 0, seed, tuple(shape), tuple(precisions)) for c in cases]
     t4_prec = tuple(p for p in ("fp16_fp32", "pasa") if p in precisions)
-    tasks += [(c, r, seed, tuple(shape), t4_prec) for c in TABLE4 for r in range(1, table4_seeds)]
+    tasks += [(c, r, seed, tuple(shape), t4_prec) for c in TABLE4 if paper for r in range(1, table4_seeds)]
     jobs = jobs or 1
     bar = None
     if progress:
@@ -349,14 +394,25 @@ def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
     return result
 
 
+def _ratio(err: float, err32: float) -> float:
+    """An RMSE as a ratio to fp32's on the same draw: 1 where both are 0 (every row's weight on one key,
+    whose value both return exactly), Inf where only fp32's is."""
+    return err / err32 if err32 > 0 else 1.0 if err == 0 else math.inf
+
+
 def _failed(r: dict) -> bool:
     """A failure: NaN or Inf in the output, or a row of zeros where float64 attention has none."""
     return bool(r["overflow"] or r["zero_rows"])
 
 
+#: The groups of :func:`summary` besides the hard sweep's distributions (one group each).
+GROUPS = ("all", "paper", "biased", "hard")
+
+
 def summary(rows: list[dict], precisions) -> dict[str, dict]:
-    """Per allocation and group ('all', 'paper', 'biased', 'hard'): the ratio of its relative RMSE
-    to the fp32 allocation's on the same draw (median and worst over the draws without failure),
+    """Per allocation and group (:data:`GROUPS`, and each hard distribution, e.g. 'resonance'): the ratio
+    of its relative RMSE to the fp32 allocation's on the same draw (median and worst over the draws
+    without failure; 1 where both are 0, Inf where only fp32's is),
     the failures (:func:`_failed`), and the lse check: lse_err ≤ max(10 × fp32's lse_err, 1e-3)
     on how many draws, and the worst lse_err / that bound; the range of each of the allocation's
     counters (:data:`COUNTERS`). Draws without an fp32 row (Table 4's repetitions) do not
@@ -365,14 +421,14 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
     group = lambda d: "hard" if d in HARD_DISTRIBUTIONS else "biased" if d == "biased" else "paper"
     out = {}
     for p in precisions:
-        for g in ("all", "paper", "biased", "hard"):
+        for g in GROUPS + HARD_DISTRIBUTIONS:
             pairs = [(r, fp32[key]) for r in rows if r["precision"] == p
                      for key in [(r["dist"], r["x0"], r["am"], r["seed"])]
-                     if key in fp32 and g in ("all", group(r["dist"]))]
+                     if key in fp32 and g in ("all", group(r["dist"]), r["dist"])]
             if not pairs:
                 continue
             ok = [(r, f) for r, f in pairs if not _failed(r) and not _failed(f)]
-            ratios = np.array([r["rmse"] / f["rmse"] if f["rmse"] > 0 else 1.0 for r, f in ok])
+            ratios = np.array([_ratio(r["rmse"], f["rmse"]) for r, f in ok])
             lse_ratio = np.array([r["lse_err"] / max(10 * f["lse_err"], 1e-3) for r, f in ok])
             entry = {"draws": len(pairs), "failures": sum(_failed(r) for r, _ in pairs),
                      "median_ratio": float(np.median(ratios)) if ratios.size else float("nan"),
@@ -391,16 +447,34 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
 
 
 def format_summary(summ: dict[str, dict]) -> str:
-    """The summary as a table: one line per allocation and group."""
+    """The summary as a table: one line per allocation and group of :data:`GROUPS`."""
     lines = [f"{'allocation':<10} {'group':<7} {'draws':>5} {'median':>8} {'worst':>8} {'failures':>8} "
              f"{'lse ok':>7} {'lse/bound':>9}  " + " ".join(f"{key:>13}" for key in COUNTERS) + "  worst case"]
     for p, groups in summ.items():
-        for g, e in groups.items():
+        for g, e in ((g, e) for g, e in groups.items() if g in GROUPS):
             rng_ = lambda key: (f"{e[key + '_min']:.3f}–{e[key + '_max']:.3f}" if key + "_min" in e else "")
             lines.append(f"{p:<10} {g:<7} {e['draws']:>5} {e['median_ratio']:>8.3g} {e['worst_ratio']:>8.3g} "
                          f"{e['failures']:>8} {e['lse_within']:>3}/{e['draws'] - e['failures']:<3} "
                          f"{e['worst_lse_over_bound']:>9.3g}  " + " ".join(f"{rng_(key):>13}" for key in COUNTERS) + "  "
                          f"{e['worst_case'] or ''}")
+    return "\n".join(lines)
+
+
+def format_classes(summ: dict[str, dict]) -> str:
+    """The hard sweep by distribution, a markdown table: per allocation (fp32 apart) the RMSE ratio to
+    fp32's, median / worst, the failures, and the draws whose lse is within its bound."""
+    precisions = [p for p in summ if p != "fp32"]
+    dists = [d for d in HARD_DISTRIBUTIONS if any(d in summ[p] for p in precisions)]
+    lines = ["| case | draws | " + " | ".join(f"`{p}` median / worst, failures, lse ok" for p in precisions) + " |",
+             "|---|---|" + "---|" * len(precisions)]
+    for d in dists:
+        cells = []
+        for p in precisions:
+            e = summ[p].get(d)
+            cells.append("" if e is None else f"{e['median_ratio']:.3f} / {e['worst_ratio']:.3f}, {e['failures']}, "
+                         f"{e['lse_within']}/{e['draws'] - e['failures']}")
+        draws = next(summ[p][d]["draws"] for p in precisions if d in summ[p])
+        lines.append(f"| {d} | {draws} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -456,11 +530,12 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
     import matplotlib.pyplot as plt
 
     first = [r for r in rows if r["seed"] == 0]
-    panels = sweeps(full)
+    panels = sweeps(full) if any(r["dist"] in DISTRIBUTIONS for r in rows) else {}
     hard = [r for r in rows if r["dist"] in HARD_DISTRIBUTIONS]
     n_panels = len(panels) + bool(hard)
-    rows_ = (n_panels + 1) // 2
-    fig, axes = plt.subplots(rows_, 2, figsize=(13, 4.6 * rows_))
+    cols = 2 if n_panels > 1 else 1
+    rows_ = (n_panels + cols - 1) // cols
+    fig, axes = plt.subplots(rows_, cols, figsize=(6.5 * cols + 3 * (cols == 1), 4.6 * rows_), squeeze=False)
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
     colors = {p: f"C{i}" for i, p in enumerate(precisions)}
@@ -496,11 +571,12 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
                 if r["precision"] != p or (r["dist"], r["x0"], r["seed"]) not in fp32:
                     continue
                 x = names.index(f"{r['dist']} {r['x0']:g}") + (i - len(precisions) / 2) * 0.1
-                if _failed(r):
+                ratio = _ratio(r["rmse"], fp32[r["dist"], r["x0"], r["seed"]])
+                if _failed(r) or not math.isfinite(ratio):
                     bad.append(x)
                 else:
                     xs.append(x)
-                    ys.append(r["rmse"] / fp32[r["dist"], r["x0"], r["seed"]])
+                    ys.append(ratio)
             ax.plot(xs, ys, marker="o", ls="none", ms=4, color=colors[p], label=p)
             if bad:
                 ax.plot(bad, [3e3 * 2.0**i] * len(bad), marker="x", ls="none", ms=7, color=colors[p])
@@ -508,7 +584,8 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
         ax.axhline(10, color="k", lw=0.8, ls=":")
         ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
         ax.set(yscale="log", ylabel="RMSE / fp32's RMSE, same draw",
-               title="hard cases, every draw (x: NaN, Inf or zero rows; lines at 2 and 10)")
+               title="hard cases, every draw (x: NaN, Inf or zero rows, or an error where fp32's is 0; lines at 2 "
+               "and 10)")
         ax.grid(True, which="both", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     if title:
@@ -564,7 +641,9 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
               "summary": summary(rows, precisions)}
     (out_dir / "results.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
     if plots:
+        paper = any(r["dist"] in DISTRIBUTIONS for r in rows)
         title = (f"pasa-npu accuracy ({meta['grid']} grid): sweeps at shape (B, N, S, D) = {tuple(shape)}, "
-                 f"base seed {seed}; hard cases {hard_seeds} draws each")
+                 if paper else "pasa-npu accuracy, the hard sweep: ") + \
+            f"base seed {seed}; hard cases {hard_seeds} draws each"
         plot(rows, full, out_dir / "accuracy.png", precisions, title=title)
     return result

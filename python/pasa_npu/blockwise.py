@@ -461,7 +461,8 @@ FRAME_UP = 10.0
 #: the frame (their weights would sink towards FP16's subnormals, where they lose precision) ...
 FRAME_DOWN = 8.0
 FRAME_DOWN_BLOCKS = 8
-#: ... but by at most this much (scaled units), so that the merge of the segments stays inside FP32.
+#: ... but never below the row's maximum so far by more than this (scaled units): the closed sums, taken to
+#: the moved frame, then grow by at most e^60 whatever the number of moves, inside FP32.
 FRAME_DROP_LIMIT = 60.0
 
 
@@ -489,6 +490,7 @@ def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, sink, stats, gro
     frame = ops.full(shape, 0.0, "float32", like=q)
     known = frame != 0
     low = frame  # consecutive blocks far below the frame
+    peak = ops.full(shape, NEG_INF, "float32", like=q)  # the row's maximum so far (units of Q·K)
     acc_frame, acc_l, seg_l = frame, frame, frame
     acc_o = ops.full((*shape[:-1], v.shape[-1]), 0.0, "float32", like=q)
     seg_o = acc_o
@@ -511,13 +513,14 @@ def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, sink, stats, gro
             s = ops.where(mask[..., c0:c1], NEG_INF, s)
         m = ops.rowmax(s)
         has = ~ops.isneginf(m)
+        peak = ops.maximum(peak, m)
         x = r(scale * r(s - frame))
         top = ops.rowmax(x)
         low = ops.where(has & known & (top < down), r(low + 1.0), ops.where(has, 0.0, low))
-        move = has & (~known | (top > up) | (low >= FRAME_DOWN_BLOCKS))
+        target = ops.where(known, ops.maximum(m, r(peak - drop_limit)), m)
+        move = has & (~known | (top > up) | ((low >= FRAME_DOWN_BLOCKS) & (target < frame)))
         if bool(move.any()):
             close(ops.any(move, tile_axes))
-            target = ops.where(known, ops.maximum(m, r(frame - drop_limit)), m)
             frame = ops.where(move, target, frame)
             low = ops.where(move, 0.0, low)
             known = known | move
