@@ -197,20 +197,26 @@ def test_reference_backend_bit_identical_to_golden(kind):
     np.testing.assert_array_equal(got[1].numpy(), want[1])
 
 
-def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():
-    """One key 200 (scaled) above a sea of others: the frame may move down to the sea only by
-    FRAME_DROP_LIMIT below the row's maximum, once; moving again from the moved frame would scale the
-    closed sums by e^60 per move and overflow FP32 (NaN output) after the second."""
+def far_peak(rows: int = 1):
+    """One key 200 (scaled) above a sea of 767 others, in 16-key blocks: (q, k, v, scale, block_kv)."""
     rng = np.random.default_rng(0)
-    d, keys, block = 64, 24 * 16, 16
+    d, keys = 64, 48 * 16
     scale = d ** -0.5
-    q = np.zeros((1, 1, 1, d))
+    q = np.zeros((1, 1, rows, d))
     q[..., 0] = 1.0
     k = rng.normal(0, 0.01, (1, 1, keys, d))
     k[..., 0] = -200 / scale
     k[..., 0, 0] = 0.0
     v = rng.normal(0, 1, (1, 1, keys, d))
     q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    return q, k, v, scale, 16
+
+
+def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():
+    """One key 200 (scaled) above a sea of others: the frame may move down to the sea only by
+    FRAME_DROP_LIMIT below the row's maximum, once; moving again from the moved frame would scale the
+    closed sums by e^60 per move and overflow FP32 (NaN output) after the second."""
+    q, k, v, scale, block = far_peak()
     ref, ref_lse = golden.reference(q, k, v, scale=scale)
     stats = {}
     out, lse = golden.attention(q, k, v, precision="fp32_frame", scale=scale, block_kv=block, stats=stats)

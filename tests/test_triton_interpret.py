@@ -305,6 +305,24 @@ def test_fp32_frame_is_the_golden_model_bit_for_bit_where_the_scores_are():
 
 
 @interpreted
+def test_fp32_frame_moves_down_only_to_its_limit_below_the_row_maximum():
+    """A key far above a sea of others: the kernel's frame moves down once, to FRAME_DROP_LIMIT below the
+    row's maximum, as the golden model's; a move measured from the moved frame instead scales the closed sums
+    by e^60 per move and overflows FP32 (NaN) after the second."""
+    from pasa_npu import golden
+    from pasa_npu.backends import triton as tb
+    from test_fp32_frame import far_peak
+
+    q, k, v, scale, block_kv = far_peak(rows=16)
+    kw = dict(precision="fp32_frame", scale=scale, block_q=16, block_kv=block_kv)
+    want, want_lse = golden.attention(q, k, v, **kw)
+    out, lse = tb.attention(*(torch.from_numpy(x) for x in (q, k, v)), beta=None, mask=None, **kw)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_allclose(lse.numpy(), want_lse, rtol=2.0 ** -23, atol=0)
+
+
+@interpreted
 def test_fused_attention_routes_layouts_varlen_and_causal_to_the_kernel():
     """fused_attention(backend="triton") against the reference backend through the same front end:
     BSH layout, GQA, FIA's bottom-right causal mode (passed to the kernel as a band) and varlen."""

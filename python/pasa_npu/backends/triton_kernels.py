@@ -438,22 +438,26 @@ def _rs_frame(acc, c, lv, first, m, e_run, e_lag, c1, psi1, reshift_at, relevanc
 
 
 @triton.jit
-def _frame(s, frame, low, known, l, o, row_ok, sm_scale, exp_scale, frame_drop):
+def _frame(s, frame, low, known, peak, l, o, row_ok, sm_scale, exp_scale, frame_drop):
     """``fp32_frame``'s frame stage of a block from its masked FP32 scores S = Q·Kᵀ (unscaled): which rows move
     their frame G and to where, the close of the running sums of the rows that move, and P against the frames.
     ``low`` counts each row's consecutive blocks with a key whose scaled maximum lies more than FRAME_DOWN below G,
-    ``known`` marks the rows that have a frame (a key seen), ``frame_drop`` is FRAME_DROP_LIMIT in units of Q·K;
+    ``known`` marks the rows that have a frame (a key seen), ``peak`` holds each row's maximum so far (units of
+    Q·K), ``frame_drop`` is FRAME_DROP_LIMIT in units of Q·K: a move down stops that far below the peak;
     l is the (BLOCK_M, 16) accumulator of P·1 whose columns all hold the row sum. Padding rows (not ``row_ok``)
-    never move. Returns (P in FP16, G, low, known, l, O)."""
+    never move. Returns (P in FP16, G, low, known, peak, l, O)."""
     m_blk = tl.max(s, axis=1)
     has = m_blk != float("-inf")
+    peak = tl.maximum(peak, m_blk)
     top = (m_blk - frame) * sm_scale  # the block's max of scale·(S − G), as rounded there
     low = tl.where(has & known & (top < -FRAME_DOWN), low + 1, tl.where(has, 0, low))
-    move = row_ok & has & (~known | (top > FRAME_UP) | (low >= FRAME_DOWN_BLOCKS))
+    # A row already at its floor below the peak stays, and keeps counting its low blocks.
+    target = tl.where(known, tl.maximum(m_blk, peak - frame_drop), m_blk)
+    move = row_ok & has & (~known | (top > FRAME_UP) | ((low >= FRAME_DOWN_BLOCKS) & (target < frame)))
     # The close, row by row: a moving row's running sums move into its new frame, a = exp(scale·(G − G_new)) (0 for
     # a row that had none, whose sums are empty); the other rows take a = 1, which leaves their sums exact, so this
     # is the golden model's tile-wide close without a reduction over the tile's rows (a barrier every block).
-    moved = tl.where(move, tl.where(known, tl.maximum(m_blk, frame - frame_drop), m_blk), frame)
+    moved = tl.where(move, target, frame)
     a = tl.where(move, tl.where(known, tl.exp((frame - moved) * sm_scale), 0.0), 1.0)
     l = l * a[:, None]
     o = o * a[:, None]
@@ -461,7 +465,7 @@ def _frame(s, frame, low, known, l, o, row_ok, sm_scale, exp_scale, frame_drop):
     low = tl.where(move, 0, low)
     known = known | move
     p = tl.exp2((s - frame[:, None]) * exp_scale)
-    return p.to(tl.float16), frame, low, known, l, o
+    return p.to(tl.float16), frame, low, known, peak, l, o
 
 
 @triton.jit
@@ -650,6 +654,7 @@ def attention_kernel(
             frame = tl.zeros([BLOCK_M], tl.float32)
             low = tl.zeros([BLOCK_M], tl.int32)
             known = frame != 0.0
+            peak = tl.full([BLOCK_M], float("-inf"), tl.float32)
             # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum (the
             # smallest product the tensor cores take is 16 columns wide; each holds Σ P).
             l_acc = tl.zeros([BLOCK_M, 16], tl.float32)
@@ -673,8 +678,8 @@ def attention_kernel(
         elif SHIFTED:
             m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
         elif FRAMED:
-            p, frame, low, known, l_acc, o = _frame(s, frame, low, known, l_acc, o, row_ok, sm_scale, exp_scale,
-                                                    frame_drop)
+            p, frame, low, known, peak, l_acc, o = _frame(s, frame, low, known, peak, l_acc, o, row_ok, sm_scale,
+                                                          exp_scale, frame_drop)
         else:
             m_blk = tl.max(s, axis=1)
             d_prev = 0.0
