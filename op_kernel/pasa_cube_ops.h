@@ -12,9 +12,6 @@
 
 namespace pasa_kernel {
 
-constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
-constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
-
 // How the right operand B (K x N) sits in L1.
 enum class BLayout {
     TRANSPOSED,  // L1 holds B^T (N rows of K), e.g. K' for S' = Q K'^T: fractals are already nZ
@@ -23,11 +20,12 @@ enum class BLayout {
 
 class CubeOps {
 public:
-    __aicore__ inline void Init(TPipe* pipe, uint32_t qL1Bytes, uint32_t kvL1Bytes, uint32_t pL1Bytes) {
-        pipe->InitBuffer(qL1_, 1, qL1Bytes);
-        pipe->InitBuffer(kL1_, 2, kvL1Bytes);
-        pipe->InitBuffer(vL1_, 2, kvL1Bytes);
-        pipe->InitBuffer(pL1_, 2, pL1Bytes);
+    // L1 as pasa_buffer_plan.h plans it; L0A, L0B and L0C as two ping-pong halves each.
+    __aicore__ inline void Init(TPipe* pipe, const AicL1Plan& l1) {
+        pipe->InitBuffer(qL1_, 1, l1.qBytes);
+        pipe->InitBuffer(kL1_, 2, l1.kBytes);
+        pipe->InitBuffer(vL1_, 2, l1.vBytes);
+        pipe->InitBuffer(pL1_, 2, l1.pBytes);
         pipe->InitBuffer(l0a_, 2, L0_HALF_BYTES);
         pipe->InitBuffer(l0b_, 2, L0_HALF_BYTES);
         pipe->InitBuffer(l0c_, 2, L0C_HALF_BYTES);

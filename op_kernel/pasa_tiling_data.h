@@ -25,12 +25,6 @@
 
 #include <cstdint>
 
-// tiling keys (the kernel dispatches on them with TILING_KEY_IS)
-#define PASA_TILING_KEY_FP16_STATE 0   // allocation "pasa": S', P, m, l, F, O all FP16
-#define PASA_TILING_KEY_FP32_STATE 1   // allocation "pasa_fp32": FP16 S' and P, FP32 m, l, F, O
-#define PASA_TILING_KEY_FLASH_FP16_SCORE 2  // allocation "fp16_fp32": FlashAttention, FP16 S and P, FP32 m, l, O
-#define PASA_TILING_KEY_ROW_SHIFTED 3  // allocation "pasa_rs": centred K, FP16 S' shifted per row, FP32 m, l, O
-
 // input_layout codes
 #define PASA_LAYOUT_BNSD 0
 #define PASA_LAYOUT_BSH 1
@@ -55,7 +49,7 @@ struct PasaTilingData {
     float invariance;          // I = beta / (1 - beta), in float; the kernel rounds it to the state type
     float shiftDiag;           // M's diagonal (1 - beta/n)*scale, already rounded to FP16 (exact in float)
     float shiftOff;            // M's off-diagonal -beta/n*scale, already rounded to FP16
-    uint32_t precision;        // PASA_TILING_KEY_* (also the tiling key)
+    uint32_t precision;        // the allocation's tiling key (pasa_allocation.h PASA_KERNEL_ALLOCATIONS)
     // ---- row-shifted PASA constants ("pasa_rs"; 0 for the other allocations) ----
     float rsScalePow2;         // 2^e, e = floor(log2 scale): Q^ = FP16(Q 2^e)
     float rsRho;               // rho = scale / 2^e in [1, 2), rounded to FP32 from the double scale

@@ -108,16 +108,19 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
     const PasaTilingData& t = r.data;
     const pasa::PlatformInfo& pl = in.platform;
-    const bool fp32 = in.precision != "pasa";          // FP32 row state, O and PV
-    const bool rowShifted = in.precision == "pasa_rs";  // pasa_rs: the key pre-pass, K' one strip wider
-    const bool shifted = in.precision == "pasa" || in.precision == "pasa_fp32";  // PASA: K' = M K and M
+    // The allocation's policy (op_kernel/pasa_allocation.h; tests/test_npu_backend.py holds it equal to
+    // python/pasa_npu/precision.py's state type and shift).
+    const pasa::AllocationTraits& alloc = pasa::FindAllocation(in.precision);
+    const bool fp32 = alloc.stateBytes == 4;                                  // FP32 row state, O and PV
+    const bool rowShifted = alloc.prepass == pasa_kernel::Prepass::CENTRED_KEYS;  // pasa_rs: the key pre-pass,
+                                                                              // K' one strip wider
+    const bool shifted = alloc.prepass == pasa_kernel::Prepass::SHIFT_MATRIX;  // PASA: K' = M K and M
 
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
     CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
-    CHECK(r.tilingKey == (rowShifted ? PASA_TILING_KEY_ROW_SHIFTED
-                          : !shifted ? PASA_TILING_KEY_FLASH_FP16_SCORE
-                          : fp32     ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
+    // the allocation's key (tests/test_npu_backend.py checks the keys against python/pasa_npu/precision.py)
+    CHECK(r.tilingKey == pasa::FindAllocation(in.precision).tilingKey);
     CHECK(t.precision == r.tilingKey);
     CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);
     CHECK(r.workspaceBytes == t.workspaceBytes);
@@ -326,11 +329,11 @@ void SectionGrid() {
         for (int64_t S1 : S1s)
             for (int64_t S2 : S2s)
                 for (int64_t g : ratios)
-                    for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"}) {
+                    for (const pasa::AllocationTraits& alloc : pasa::KernelAllocations()) {
                         // Long queries with few heads keep the task list small enough to enumerate.
                         const int64_t nkv = S1 >= 8192 ? 1 : 2, B = S1 >= 8192 ? 1 : 2;
                         Dims d{B, nkv * g, nkv, S1, S2, D};
-                        CheckPlan(MakeInput(d, "BNSD", prec), d);
+                        CheckPlan(MakeInput(d, "BNSD", alloc.name), d);
                     }
 }
 
@@ -390,11 +393,11 @@ void SectionHeadDims() {
     uint64_t worstUb = 0, worstL1 = 0;
     std::string worstUbCase, worstL1Case;
     for (int64_t D = 16; D <= 256; D += 16)
-        for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"})
+        for (const pasa::AllocationTraits& alloc : pasa::KernelAllocations())
             for (int64_t S1 : {1, 128, 4096})
                 for (int64_t g : {1, 8}) {
                     Dims d{1, 2 * g, 2, S1, 4096, D};
-                    pasa::TilingInput in = MakeInput(d, "BNSD", prec);
+                    pasa::TilingInput in = MakeInput(d, "BNSD", alloc.name);
                     CheckPlan(in, d);
                     g_case = Describe(in);
                     const pasa::TilingResult r = pasa::ComputeTiling(in);
@@ -402,7 +405,7 @@ void SectionHeadDims() {
                     // The handshake's ring never costs query rows: the FP32 plan at D = 192 and 32 rows per
                     // AIV takes 184320 B with single blocks one ahead (15 row vectors), so blockQ stays 64
                     // and the stack shortens instead.
-                    const std::string p = prec;
+                    const std::string p = alloc.name;
                     if (D == 192 && (p == "pasa_fp32" || p == "fp16_fp32")) CHECK(r.data.blockQ == 64);
                     CHECK(r.data.l1Bytes <= 512 * 1024 - 256);
                     if (r.data.ubBytes > worstUb) worstUb = r.data.ubBytes, worstUbCase = g_case;

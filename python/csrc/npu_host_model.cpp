@@ -438,4 +438,31 @@ PYBIND11_MODULE(_npu_host_model, m) {
         "with these fields.");
     m.def("default_beta", &pasa::DefaultBeta, py::arg("block_kv"), py::arg("scale"),
           "pasa::DefaultBeta: the C++ port of pasa_npu.beta.default_beta (scale <= 0: no scale).");
+    m.def(
+        "kernel_allocations",
+        [] {
+            static const char* prepass[] = {"none", "shift_matrix", "centred_keys"};
+            static const char* scale[] = {"on_scores", "in_shift_matrix", "pow2_and_rho"};
+            static const char* handshake[] = {"stacked", "per_block_rounds"};
+            py::list out;
+            for (const pasa::AllocationTraits& a : pasa::KernelAllocations()) {
+                py::dict d;
+                d["name"] = a.name;
+                d["tiling_key"] = a.tilingKey;
+                d["state_bytes"] = a.stateBytes;
+                d["prepass"] = prepass[static_cast<uint32_t>(a.prepass)];
+                d["scale"] = scale[static_cast<uint32_t>(a.scale)];
+                d["handshake"] = handshake[static_cast<uint32_t>(a.handshake)];
+                d["key_extra_cols"] = a.keyExtraCols;
+                d["state_row_vectors"] = a.stateRowVectors;
+                d["fp32_row_vectors"] = a.fp32RowVectors;
+                out.append(d);
+            }
+            return out;
+        },
+        "The allocations the kernel runs (op_kernel/pasa_allocation.h's PASA_KERNEL_ALLOCATIONS), each policy as "
+        "a dict, in table order.");
+    m.attr("DEFAULT_PRECISION") = pasa::kDefaultPrecision;
+    m.attr("RESHIFT_AT") = pasa_kernel::RowShiftedFamily::RESHIFT_AT;
+    m.attr("RESHIFT_RELEVANCE") = pasa_kernel::RowShiftedFamily::RESHIFT_RELEVANCE;
 }
