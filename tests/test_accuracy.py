@@ -91,7 +91,7 @@ def test_study_is_reproducible_and_independent_of_jobs():
 def _row(case, p, nan, rmse=1e-3, seed=0, lse_err=1e-4, zero_rows=0, recomputed=None):
     return {"dist": case.dist, "x0": case.x0, "am": case.am, "seed": seed, "precision": p, "rmse": rmse,
             "nan_pct": nan, "overflow": nan > 0, "max_abs_err": 0.0, "lse_err": lse_err, "zero_rows": zero_rows,
-            "recomputed": recomputed, "reshifted": recomputed}
+            "recomputed": recomputed, "reshifted": recomputed, "moved": None}
 
 
 def test_table4_noise_criterion():

@@ -37,7 +37,7 @@ from pasa_npu import beta as beta_mod
 from pasa_npu import golden, metrics
 from pasa_npu.precision import ALLOCATIONS, PRECISIONS
 
-RMSE_BOUND = {"fp32": 1e-3, "fp16_fp32": 2e-3, "fp16": 3e-3, "pasa_fp32": 1e-2, "pasa": 1.5e-2, "pasa_rs": 2e-3}
+RMSE_BOUND = {"fp32": 1e-3, "fp32_frame": 1e-3, "fp16_fp32": 2e-3, "fp16": 3e-3, "pasa_fp32": 1e-2, "pasa": 1.5e-2, "pasa_rs": 2e-3}
 U16 = 2.0**-11
 FP16_MAX = 65504.0
 
@@ -248,9 +248,10 @@ def test_band_tiles_visit_only_the_blocks_the_band_shows(precision, band):
     assert metrics.rmse(out, ref) < RMSE_BOUND[precision]
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if not ALLOCATIONS[p].framed])
 def test_block_q_does_not_change_any_bit(precision):
-    """Without a band rows are independent: the query tile changes no rounding."""
+    """Without a band rows are independent: the query tile changes no rounding. (``fp32_frame``'s
+    tile closes its running sums together: tests/test_fp32_frame.py.)"""
     rng = np.random.default_rng(14)
     q, k, v = rand_qkv(rng, 1, 4, 2, 45, 170, 32)
     mask = rng.random((1, 4, 45, 170)) < 0.25

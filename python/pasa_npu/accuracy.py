@@ -208,15 +208,19 @@ def _draw_case(case: Case, rep: int, base_seed: int, shape):
     return q, k, v, None, 1.0 / np.sqrt(shape[-1])
 
 
+#: The counters of golden.attention's ``stats`` that the study reports: pasa_rs's FP32 recomputes and
+#: second shifts, fp32_frame's frame moves.
+COUNTERS = ("recomputed", "reshifted", "moved")
+
+
 def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[dict]:
     """Every allocation on one draw of (Q, K, V): a row per allocation.
 
     Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
     is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
     lse64| over rows with a finite float64 lse (NaN if one of those is not finite); zero_rows, the
-    rows that came out all zero where float64 attention is not; for ``pasa_rs``, recomputed and
-    reshifted, the fractions of (row, KV block) passes that took FP32 S or a second shift (None
-    for the other allocations)."""
+    rows that came out all zero where float64 attention is not; the allocation's counters
+    (:data:`COUNTERS`) as fractions of its (row, KV block) passes, None where it keeps none."""
     q, k, v, band, scale = _draw_case(case, rep, base_seed, shape)
     ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), scale=scale,
                                     band=band)
@@ -227,8 +231,8 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions) -> list[di
         stats = {}
         out, lse = golden.attention(q, k, v, precision=p, scale=scale, band=band, stats=stats)
         lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
-        rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if stats else None
-              for key in ("recomputed", "reshifted")}
+        rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if f"{key}_row_blocks" in stats else None
+              for key in COUNTERS}
         rows.append({"dist": case.dist, "x0": case.x0, "am": case.am, "seed": rep, "precision": p,
                      "rmse": metrics.rmse(out, ref), "nan_pct": 100.0 * metrics.nan_fraction(out),
                      "overflow": bool(metrics.nonfinite_fraction(out) > 0),
@@ -336,8 +340,8 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
     """Per allocation and group ('all', 'paper', 'biased', 'hard'): the ratio of its relative RMSE
     to the fp32 allocation's on the same draw (median and worst over the draws without failure),
     the failures (:func:`_failed`), and the lse check: lse_err ≤ max(10 × fp32's lse_err, 1e-3)
-    on how many draws, and the worst lse_err / that bound. For pasa_rs also the range of the
-    recomputed and reshifted fractions. Draws without an fp32 row (Table 4's repetitions) do not
+    on how many draws, and the worst lse_err / that bound; the range of each of the allocation's
+    counters (:data:`COUNTERS`). Draws without an fp32 row (Table 4's repetitions) do not
     count; a group with no draws is left out."""
     fp32 = {(r["dist"], r["x0"], r["am"], r["seed"]): r for r in rows if r["precision"] == "fp32"}
     group = lambda d: "hard" if d in HARD_DISTRIBUTIONS else "biased" if d == "biased" else "paper"
@@ -360,7 +364,7 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
             if ratios.size:
                 w = ok[int(ratios.argmax())][0]
                 entry["worst_case"] = f"{w['dist']} x0={w['x0']:g} am={w['am']:g} seed={w['seed']}"
-            for key in ("recomputed", "reshifted"):
+            for key in COUNTERS:
                 vals = [r[key] for r, _ in pairs if r[key] is not None]
                 if vals:
                     entry[f"{key}_min"], entry[f"{key}_max"] = float(min(vals)), float(max(vals))
@@ -371,13 +375,13 @@ def summary(rows: list[dict], precisions) -> dict[str, dict]:
 def format_summary(summ: dict[str, dict]) -> str:
     """The summary as a table: one line per allocation and group."""
     lines = [f"{'allocation':<10} {'group':<7} {'draws':>5} {'median':>8} {'worst':>8} {'failures':>8} "
-             f"{'lse ok':>7} {'lse/bound':>9}  {'recomputed':>13} {'reshifted':>13}  worst case"]
+             f"{'lse ok':>7} {'lse/bound':>9}  " + " ".join(f"{key:>13}" for key in COUNTERS) + "  worst case"]
     for p, groups in summ.items():
         for g, e in groups.items():
             rng_ = lambda key: (f"{e[key + '_min']:.3f}–{e[key + '_max']:.3f}" if key + "_min" in e else "")
             lines.append(f"{p:<10} {g:<7} {e['draws']:>5} {e['median_ratio']:>8.3g} {e['worst_ratio']:>8.3g} "
                          f"{e['failures']:>8} {e['lse_within']:>3}/{e['draws'] - e['failures']:<3} "
-                         f"{e['worst_lse_over_bound']:>9.3g}  {rng_('recomputed'):>13} {rng_('reshifted'):>13}  "
+                         f"{e['worst_lse_over_bound']:>9.3g}  " + " ".join(f"{rng_(key):>13}" for key in COUNTERS) + "  "
                          f"{e['worst_case'] or ''}")
     return "\n".join(lines)
 

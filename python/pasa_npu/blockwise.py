@@ -76,7 +76,8 @@ def visited_blocks(band, r0: int, r1: int, s2: int, block_kv: int) -> tuple[int,
 
 
 def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None):
+              block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None,
+              group_tile: bool = False):
     """Blockwise attention emulating ``alloc``. Inputs must already hold FP16 values.
 
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
@@ -108,6 +109,9 @@ def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | No
         elif alloc.row_shifted:
             keys = kc[..., c0:c1, :], u[..., b0:b1, :], kbar[..., b0:b1, :]
             out, lse = _query_block_rs(ops, qt, keys, vt, scale, block_kv, c1 - c0, m_rows, stats)
+        elif alloc.framed:
+            out, lse = _query_block_frame(ops, qt, k[..., c0:c1, :], vt, scale, block_kv, c1 - c0, m_rows, stats,
+                                          group_tile)
         else:
             out, lse = _query_block(ops, qt, k[..., c0:c1, :], vt, alloc, scale, beta, block_kv, c1 - c0, m_rows)
         outs.append(out)
@@ -395,6 +399,88 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
     return out, lse[..., 0]
 
 
+#: fp32_frame moves a row's frame up to a block's maximum when that maximum lies more than this above
+#: the frame (scaled units: P stays below exp(10) ≈ 22026, inside FP16's range) ...
+FRAME_UP = 10.0
+#: ... and down to it after FRAME_DOWN_BLOCKS blocks in a row whose maxima all lie more than this below
+#: the frame (their weights would sink towards FP16's subnormals, where they lose precision) ...
+FRAME_DOWN = 8.0
+FRAME_DOWN_BLOCKS = 8
+#: ... but by at most this much (scaled units), so that the merge of the segments stays inside FP32.
+FRAME_DROP_LIMIT = 60.0
+
+
+def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, stats, group_tile):
+    """``fp32_frame`` on one tile of query rows; docs/golden.md states the rules.
+
+    S = Q·Kᵀ leaves the matrix unit in FP32. Every row keeps a frame G (FP32, units of Q·K) set by its
+    first block with a key: P = FP16(exp(scale·(S − G))) needs no block max, no rescale and no merge
+    while the frame holds, and P·[V | 1] sums O and l in FP32 across blocks (the cube's accumulator;
+    numerator and denominator from the same FP16 P). A row moves its frame to a block's maximum when
+    that maximum rises more than FRAME_UP above it, or after FRAME_DOWN_BLOCKS consecutive blocks
+    more than FRAME_DOWN below it; at a move the tile's running sums are closed as a segment, and the
+    segments merge in FP32.
+    """
+    def r(x):
+        return ops.cast(x, "float32")
+
+    def h(x):
+        return ops.cast(x, "float16")
+
+    up, down = ops.scalar(FRAME_UP, like=q), ops.scalar(-FRAME_DOWN, like=q)
+    drop_limit = ops.scalar(FRAME_DROP_LIMIT / scale, like=q)
+    tile_axes = (-3, -2) if group_tile else (-2,)
+    shape = (*ops.broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], 1)
+    frame = ops.full(shape, 0.0, "float32", like=q)
+    known = frame != 0
+    low = frame  # consecutive blocks far below the frame
+    acc_frame, acc_l, seg_l = frame, frame, frame
+    acc_o = ops.full((*shape[:-1], v.shape[-1]), 0.0, "float32", like=q)
+    seg_o = acc_o
+
+    def close(tiles):
+        """Merge the running segment into the accumulated one, for the rows of the closing tiles."""
+        nonlocal acc_o, acc_l, acc_frame, seg_o, seg_l
+        old = acc_l == 0
+        a = ops.where(old, 0.0, ops.exp64(ops.where(old, 0.0, r(scale * r(acc_frame - frame)))))
+        acc_o = ops.where(tiles, r(r(a * acc_o) + seg_o), acc_o)
+        acc_l = ops.where(tiles, r(r(a * acc_l) + seg_l), acc_l)
+        acc_frame = ops.where(tiles, frame, acc_frame)
+        seg_o = ops.where(tiles, 0.0, seg_o)
+        seg_l = ops.where(tiles, 0.0, seg_l)
+
+    for c0 in range(0, s2, block_kv):
+        c1 = min(c0 + block_kv, s2)
+        s = ops.matmul(q, ops.mT(k[..., c0:c1, :]))
+        if mask is not None:
+            s = ops.where(mask[..., c0:c1], NEG_INF, s)
+        m = ops.rowmax(s)
+        has = ~ops.isneginf(m)
+        x = r(scale * r(s - frame))
+        top = ops.rowmax(x)
+        low = ops.where(has & known & (top < down), r(low + 1.0), ops.where(has, 0.0, low))
+        move = has & (~known | (top > up) | (low >= FRAME_DOWN_BLOCKS))
+        if bool(move.any()):
+            close(ops.any(move, tile_axes))
+            target = ops.where(known, ops.maximum(m, r(frame - drop_limit)), m)
+            frame = ops.where(move, target, frame)
+            low = ops.where(move, 0.0, low)
+            known = known | move
+            x = r(scale * r(s - frame))
+        _count(stats, moved=move)
+        p = h(ops.exp64(x))
+        vj = v[..., c0:c1, :]
+        pv = ops.matmul(p, ops.cat([vj, ops.full((*vj.shape[:-1], 1), 1.0, "float16", like=vj)], -1))
+        seg_o = r(seg_o + pv[..., :-1])
+        seg_l = r(seg_l + pv[..., -1:])
+    close(ops.full(shape, 1.0, "float32", like=q) != 0)
+
+    empty = acc_l == 0
+    out = h(ops.where(empty, 0.0, acc_o / ops.where(empty, 1.0, acc_l)))
+    lse = ops.where(empty, NEG_INF, r(r(scale * acc_frame) + ops.log64(ops.where(empty, 1.0, acc_l))))
+    return out, lse[..., 0]
+
+
 def _guarded_exp(ops, x, m_new, dtype):
     """exp(x) rounded to ``dtype``; 0 where the running maximum is still −∞ (nothing seen yet),
     where x would be −∞ − (−∞) = NaN. The guarded −∞ start replaces the paper's m_0 = 0, which
@@ -404,7 +490,8 @@ def _guarded_exp(ops, x, m_new, dtype):
 
 
 def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-                      block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None):
+                      block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None,
+                      group_tile: bool = False):
     """:func:`attention` on (B, N, S1, D) queries and (B, Nkv, S2, D) keys/values, N % Nkv == 0.
 
     Query heads are grouped as (B, Nkv, N/Nkv, S1, D) against (B, Nkv, 1, S2, D) keys, so a KV head
@@ -421,5 +508,5 @@ def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: fl
         mask = mask.reshape(mask.shape[0], nkv if heads else 1, g if heads else 1, *mask.shape[-2:])
     out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
                          scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
-                         band=band, stats=stats)
+                         band=band, stats=stats, group_tile=group_tile)
     return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)

@@ -60,6 +60,10 @@ class NumpyOps:
         return x.max(axis=-1, keepdims=True)
 
     @staticmethod
+    def any(x, axes):
+        return x.any(axis=axes, keepdims=True)
+
+    @staticmethod
     def neginf_to_zero(x):
         return np.where(np.isneginf(x), np.float32(0), x)
 

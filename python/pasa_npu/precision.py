@@ -40,6 +40,7 @@ class Allocation:
     overflow_free: bool = False
     kernel_key: int | None = None
     row_shifted: bool = False
+    framed: bool = False
 
 
 ALLOCATIONS: dict[str, Allocation] = {
@@ -64,6 +65,11 @@ ALLOCATIONS: dict[str, Allocation] = {
                    "FP32 softmax, merge and output, a second shift where a block's max lands far from it, FP32 "
                    "recompute of a block whose S' overflows",
                    row_shifted=True, overflow_free=True, kernel_key=3),
+        Allocation("fp32_frame", "float32", "float32", "float32", False,
+                   "FP32 S, FP16 P against a per-row frame moved only where a block's scores rise far above "
+                   "it (no block max, rescale or merge per block), O and l summed from the same FP16 P in FP32 "
+                   "on the matrix unit",
+                   framed=True, overflow_free=True),
     )
 }
 

@@ -69,6 +69,10 @@ class TorchOps:
         return x.amax(dim=-1, keepdim=True)
 
     @staticmethod
+    def any(x, axes):
+        return x.to(torch.uint8).amax(dim=axes, keepdim=True).bool()
+
+    @staticmethod
     def neginf_to_zero(x):
         return torch.where(torch.isneginf(x), 0.0, x)
 
