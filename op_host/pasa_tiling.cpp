@@ -35,11 +35,7 @@ uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 template <class Policy>
 AllocationTraits TraitsOf(uint32_t tilingKey) {
-    return AllocationTraits{Policy::NAME,           tilingKey,
-                            Policy::STATE_BYTES,    Policy::PREPASS,
-                            Policy::SCALE,          Policy::HANDSHAKE,
-                            Policy::KEY_EXTRA_COLS, Policy::STATE_ROW_VECTORS,
-                            Policy::FP32_ROW_VECTORS};
+    return AllocationTraits{pasa_kernel::TraitsOf<Policy>(), Policy::NAME, tilingKey};
 }
 
 // ---- the call ---------------------------------------------------------------------------------------------------
@@ -221,6 +217,8 @@ void FillAllocation(PasaTilingData& t, const AllocationTraits& a, const TilingIn
         t.rsRho = (float)(in.scale / pow2);
         t.rsRelevance = (float)(pasa_kernel::RowShiftedFamily::RESHIFT_RELEVANCE * pow2 / in.scale);
     }  // ON_SCORES (FlashAttention): beta, I, M's entries and the rs constants stay 0; any scale is accepted
+    if (a.sumsOnCube)  // the frame's largest move down, in units of Q K
+        t.frameDropLimit = (float)(pasa_kernel::FramedFamily::FRAME_DROP_LIMIT / in.scale);
 }
 
 // The on-chip buffers of a query block of bq rows (pasa_buffer_plan.h, what the kernel allocates), the head-dim
@@ -228,21 +226,24 @@ void FillAllocation(PasaTilingData& t, const AllocationTraits& a, const TilingIn
 struct Plan {
     uint32_t blockQ, baseK;
     uint64_t ub, l1, l0a, l0b, l0c;
+    uint32_t scoreRows;  // rows of an S' tile in L0C (0: none fits)
 };
 
 Plan MakePlan(uint32_t bq, uint32_t d, const AllocationTraits& a, uint32_t ring) {
     Plan p{};
     p.blockQ = bq;
-    p.ub = pasa_kernel::PlanAivUb(bq / 2, d, a.stateBytes, ring, a.stateRowVectors, a.fp32RowVectors).Total();
+    p.ub = pasa_kernel::PlanAivUb(bq / 2, d, ring, a).Total();
     const uint32_t cols = d + a.keyExtraCols;
-    p.l1 = pasa_kernel::PlanAicL1(bq, cols).Total();
+    p.l1 = pasa_kernel::PlanAicL1(bq, d, a).Total();
     // L0A/L0B: two halves each; the head-dim chunk of S' = Q K'^T fits both operands in one. pasa_rs: over D + 16
     // columns, so that for D <= 112 the augmented column is in the same Mmad call as Q^ K'^T and psi is subtracted
     // before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
     p.baseK = std::min<uint32_t>(cols, pasa_kernel::L0_HALF_BYTES / (2 * std::max<uint32_t>(bq, BLOCK_KV))) / 16 * 16;
     p.l0a = 2 * pasa_kernel::L0_HALF_BYTES;
     p.l0b = 2 * pasa_kernel::L0_HALF_BYTES;
-    p.l0c = 2 * pasa_kernel::L0C_HALF_BYTES;  // S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit a half
+    const pasa_kernel::AicL0cPlan l0c = pasa_kernel::PlanAicL0c(bq, d, a);
+    p.l0c = l0c.Total();
+    p.scoreRows = l0c.scoreRows;
     return p;
 }
 
@@ -254,9 +255,13 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTra
     const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
     const uint64_t strip = (uint64_t)BLOCK_KV * FRACTAL * 2, rm = p.blockQ / 2;
     if (a.prepass == Prepass::CENTRED_KEYS && rm * BLOCK_KV * 2 < strip) return false;
-    return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
-           p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= pasa_kernel::L0C_HALF_BYTES &&
-           (uint64_t)p.blockQ * BLOCK_KV * 4 <= pasa_kernel::L0C_HALF_BYTES;
+    // L0C: S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit a half; where the sums stay on the cube,
+    // the accumulator and at least an S' tile of 16 rows
+    const bool l0cFits = a.sumsOnCube ? p.scoreRows > 0
+                                      : (uint64_t)p.blockQ * d * 4 <= pasa_kernel::L0C_HALF_BYTES &&
+                                            (uint64_t)p.blockQ * BLOCK_KV * 4 <= pasa_kernel::L0C_HALF_BYTES;
+    return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize && p.l0c <= pl.l0cSize &&
+           p.baseK >= 16 && l0cFits;
 }
 
 // The largest query block whose plan fits, with the longest stack of the handshake that fits beside it (the
@@ -364,20 +369,32 @@ void LayoutWorkspace(PasaTilingData& t, const AllocationTraits& a, const Shapes&
         t.wsCentreOffset = AlignUp(off0 + (uint64_t)t.prepassItems * D * 4, kWsAlign);
         off0 = AlignUp(t.wsCentreOffset + B * NKV * 2 * t.numKvBlocks * D * 2, kWsAlign);
     }
-    t.wsScoreSlot = (uint64_t)t.blockQ * BLOCK_KV * 2;
-    t.wsProbSlot = t.wsScoreSlot;
-    t.wsPvSlot = (uint64_t)t.blockQ * D * a.stateBytes;
+    const uint64_t segmentBytes = (uint64_t)t.blockQ * (D + a.valueExtraCols) * 4;  // [O | l] of a segment
+    t.wsScoreSlot = (uint64_t)t.blockQ * BLOCK_KV * a.scoreBytes;
+    t.wsProbSlot = (uint64_t)t.blockQ * BLOCK_KV * 2;
+    t.wsPvSlot = a.sumsOnCube ? segmentBytes : (uint64_t)t.blockQ * D * a.stateBytes;
     t.wsCoreOffset = off0;
-    // M (PASA) or the ones matrix L (the key centring): n x n FP16, written by the core's AIVs for its pre-pass
-    const uint64_t shiftSlot = a.prepass != Prepass::NONE ? (uint64_t)BLOCK_KV * BLOCK_KV * 2 : 0;
+    // M (PASA) or the ones matrix L (the key centring): n x n FP16, written by the core's AIVs for its pre-pass;
+    // or the column of ones of the V tiles, n x 16 FP16
+    const uint64_t shiftSlot = a.prepass != Prepass::NONE ? (uint64_t)BLOCK_KV * BLOCK_KV * 2
+                                                          : (uint64_t)BLOCK_KV * a.valueExtraCols * 2;
     uint64_t coreBytes = PasaSlotRing(t) * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot;
-    if (a.handshake == Handshake::PER_BLOCK_ROUNDS) {  // pasa_tiling_data.h, each 512-byte aligned
-        auto slot = [&](uint64_t bytes) { coreBytes = AlignUp(coreBytes, kWsAlign); uint64_t at = coreBytes; coreBytes += bytes; return at; };
+    auto slot = [&](uint64_t bytes) {  // pasa_tiling_data.h, each 512-byte aligned
+        coreBytes = AlignUp(coreBytes, kWsAlign);
+        const uint64_t at = coreBytes;
+        coreBytes += bytes;
+        return at;
+    };
+    if (a.handshake == Handshake::PER_BLOCK_ROUNDS) {
         t.wsQhatSlot = slot((uint64_t)t.blockQ * D * 2);
         t.wsShiftColSlot = slot(2ull * t.blockQ * FRACTAL * 2);  // one per block parity
         t.wsCentreProdSlot = slot(2ull * t.kvBlocksPerSplit * t.blockQ * 4);
         t.wsScore32Slot = slot((uint64_t)t.blockQ * BLOCK_KV * 4);
         t.wsRequestSlot = slot(4 * 64);
+    }
+    if (a.sumsOnCube) {
+        t.wsFinalSegmentSlot = slot(segmentBytes);
+        t.wsVerdictSlot = slot((2ull * t.preLaunch + 2) * 2 * 64);
     }
     t.wsCoreStride = AlignUp(coreBytes, kWsAlign);
     off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);

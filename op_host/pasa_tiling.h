@@ -23,16 +23,9 @@ constexpr const char* kDefaultPrecision = "pasa_rs";
 
 // An allocation the kernel runs: its policy (op_kernel/pasa_allocation.h) as plain values, one per row of
 // PASA_KERNEL_ALLOCATIONS.
-struct AllocationTraits {
+struct AllocationTraits : pasa_kernel::PolicyTraits {
     const char* name;
     uint32_t tilingKey;
-    uint32_t stateBytes;
-    pasa_kernel::Prepass prepass;
-    pasa_kernel::ScaleRule scale;
-    pasa_kernel::Handshake handshake;
-    uint32_t keyExtraCols;
-    uint32_t stateRowVectors;
-    uint32_t fp32RowVectors;
 };
 const std::vector<AllocationTraits>& KernelAllocations();
 // The allocation named `precision`; throws std::invalid_argument naming the accepted ones.

@@ -12,16 +12,25 @@
 //                power of two on Q and rho on the AIVs (pasa_rs)
 //   HANDSHAKE    STACKED: S', P and P V in stacks of KV blocks, S' computed ahead (pasa_cube_stage.h);
 //                PER_BLOCK_ROUNDS: the AIVs' verdict on every block before its P V (pasa_row_shift_cube.h)
-//   Scores       the AIC's component: its S' products and its side of the handshake (CubeStage runs P V)
+//   Scores       the AIC's component: its S' products and its side of the handshake (CubeStage runs P V per
+//                block for those that hand P V to the AIVs)
 //   Softmax      the AIVs' epilogue: the online softmax and merge of each block; VectorStage
 //                (pasa_vector_stage.h) runs what every allocation shares (scores in, masks, the O update, O/l,
 //                the lse, the status words) and asks the epilogue for the rest
-// and the memory the family asks for beyond the shared stages (the host plans UB, L1 and the workspace from it):
+// and the memory the family asks for beyond the shared stages (the host plans UB, L1, L0C and the workspace
+// from it; FamilyDefaults holds the shared stages' own choice for each):
+//   SCORE_BYTES           S' out of the cube: 2 (FP16) or 4 (FP32)
 //   KEY_EXTRA_COLS        columns of a K' row beyond D (pasa_rs's augmented column, one NZ strip)
+//   VALUE_EXTRA_COLS      columns of a V tile beyond D (fp32_frame's column of ones, one NZ strip)
+//   MERGE_WEIGHTS         the AIVs keep alpha and gamma of every block slot (a P V product per block merged into O)
+//   SUMS_ON_CUBE          O and l accumulate in L0C across blocks, closed as segments (fp32_frame): no P V per
+//                         block through the vector cores, an accumulator in L0C beside S
+//   PROB_BUFFERS          buffers of the AIVs' P queue
+//   WORK_COLS             columns of the AIVs' work tile (the row max's first fold, the mask's cast)
 //   STATE_ROW_VECTORS     row vectors of the state type the epilogue keeps (PASA: F, its block mean, the two
 //                         corrections)
 //   FP32_ROW_VECTORS      FP32 row vectors the epilogue keeps (pasa_rs: C_j, lv_j, psi_j, ...; its key pre-pass
-//                         borrows them)
+//                         borrows them), and FP32_ROW_VECTORS_PER_SLOT more per block slot of the handshake's ring
 //
 // Adding an allocation: a row in precision.py's table, a policy here with a row in PASA_KERNEL_ALLOCATIONS, and,
 // for a new family, its components (docs/npu.md, "Adding an allocation").
@@ -41,32 +50,43 @@ enum class Handshake : uint32_t { STACKED, PER_BLOCK_ROUNDS };
 // The components, defined in the files named above.
 template <class Policy> class StackedScores;
 template <class Policy> class RowShiftScores;
+template <class Policy> class FramedScores;
 template <class Policy> class FlashSoftmax;
 template <class Policy> class PasaSoftmax;
 template <class Policy> class RowShiftedSoftmax;
+template <class Policy> class FramedSoftmax;
+
+// What a family takes of the shared stages' memory unless it says otherwise (the list above).
+struct FamilyDefaults {
+    static constexpr uint32_t SCORE_BYTES = 2;
+    static constexpr uint32_t KEY_EXTRA_COLS = 0;
+    static constexpr uint32_t VALUE_EXTRA_COLS = 0;
+    static constexpr bool MERGE_WEIGHTS = true;
+    static constexpr bool SUMS_ON_CUBE = false;
+    static constexpr uint32_t PROB_BUFFERS = 2;
+    static constexpr uint32_t WORK_COLS = 128;
+    static constexpr uint32_t STATE_ROW_VECTORS = 0;
+    static constexpr uint32_t FP32_ROW_VECTORS = 0;
+    static constexpr uint32_t FP32_ROW_VECTORS_PER_SLOT = 0;
+};
 
 // FlashAttention-2 (eqs. 4-7): S = Q K^T with K read from GM, unscaled out of the cube, multiplied by the scale
 // on the AIVs; P relative to the running maximum.
-struct FlashFamily {
+struct FlashFamily : FamilyDefaults {
     static constexpr Prepass PREPASS = Prepass::NONE;
     static constexpr ScaleRule SCALE = ScaleRule::ON_SCORES;
     static constexpr Handshake HANDSHAKE = Handshake::STACKED;
-    static constexpr uint32_t KEY_EXTRA_COLS = 0;
-    static constexpr uint32_t STATE_ROW_VECTORS = 0;
-    static constexpr uint32_t FP32_ROW_VECTORS = 0;
     template <class P> using Scores = StackedScores<P>;
     template <class P> using Softmax = FlashSoftmax<P>;
 };
 
 // PASA (Algorithm 1): the K' = M K pre-pass with the scale folded into M; the local softmax of each block merged
 // through the pseudo-average F and I = beta/(1 - beta).
-struct PasaFamily {
+struct PasaFamily : FamilyDefaults {
     static constexpr Prepass PREPASS = Prepass::SHIFT_MATRIX;
     static constexpr ScaleRule SCALE = ScaleRule::IN_SHIFT_MATRIX;
     static constexpr Handshake HANDSHAKE = Handshake::STACKED;
-    static constexpr uint32_t KEY_EXTRA_COLS = 0;
     static constexpr uint32_t STATE_ROW_VECTORS = 4;
-    static constexpr uint32_t FP32_ROW_VECTORS = 0;
     template <class P> using Scores = StackedScores<P>;
     template <class P> using Softmax = PasaSoftmax<P>;
 };
@@ -74,12 +94,11 @@ struct PasaFamily {
 // Row-shifted PASA (docs/golden.md): K centred exactly per block in a pre-pass, a per-row shift psi near the
 // running maximum subtracted in L0C before the FP16 rounding of S', reshifts and FP32 recomputes the AIVs request
 // from the AIC, the merge through delta_j = (C_j - C_1) + (psi_j - psi_1).
-struct RowShiftedFamily {
+struct RowShiftedFamily : FamilyDefaults {
     static constexpr Prepass PREPASS = Prepass::CENTRED_KEYS;
     static constexpr ScaleRule SCALE = ScaleRule::POW2_AND_RHO;
     static constexpr Handshake HANDSHAKE = Handshake::PER_BLOCK_ROUNDS;
     static constexpr uint32_t KEY_EXTRA_COLS = 16;
-    static constexpr uint32_t STATE_ROW_VECTORS = 0;
     static constexpr uint32_t FP32_ROW_VECTORS = 13;
     // blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K) is reshifted
     static constexpr float RESHIFT_AT = 2.0f;
@@ -87,6 +106,32 @@ struct RowShiftedFamily {
     static constexpr double RESHIFT_RELEVANCE = 4.0;
     template <class P> using Scores = RowShiftScores<P>;
     template <class P> using Softmax = RowShiftedSoftmax<P>;
+};
+
+// Framed FlashAttention (docs/golden.md "fp32_frame"): S = Q K^T in FP32 out of the cube; per row a frame G that
+// moves only where a block's scores leave the range an FP16 P represents well; P = FP16(exp(scale (S - G))) with no
+// block max, rescale or merge per block; P [V | 1] sums O and l in L0C across blocks, and a move in a row of the
+// tile closes the sums as a segment, which the AIVs merge in FP32 (pasa_framed_cube.h, pasa_softmax_framed.h).
+struct FramedFamily : FamilyDefaults {
+    static constexpr Prepass PREPASS = Prepass::NONE;
+    static constexpr ScaleRule SCALE = ScaleRule::ON_SCORES;
+    static constexpr Handshake HANDSHAKE = Handshake::STACKED;
+    static constexpr uint32_t SCORE_BYTES = 4;
+    static constexpr uint32_t VALUE_EXTRA_COLS = 16;
+    static constexpr bool MERGE_WEIGHTS = false;
+    static constexpr bool SUMS_ON_CUBE = true;
+    static constexpr uint32_t PROB_BUFFERS = 1;
+    static constexpr uint32_t WORK_COLS = 64;
+    // ones, has, known, low, move, the segments' frame, the segment's l; a frame version per block slot, and one
+    static constexpr uint32_t FP32_ROW_VECTORS = 8;
+    static constexpr uint32_t FP32_ROW_VECTORS_PER_SLOT = 1;
+    // blockwise.FRAME_UP, FRAME_DOWN, FRAME_DOWN_BLOCKS, FRAME_DROP_LIMIT (docs/golden.md "fp32_frame")
+    static constexpr float FRAME_UP = 10.0f;
+    static constexpr float FRAME_DOWN = 8.0f;
+    static constexpr uint32_t FRAME_DOWN_BLOCKS = 8;
+    static constexpr double FRAME_DROP_LIMIT = 60.0;
+    template <class P> using Scores = FramedScores<P>;
+    template <class P> using Softmax = FramedSoftmax<P>;
 };
 
 // "pasa": shifted S' and every vector op in FP16.
@@ -111,6 +156,11 @@ struct RowShiftedFp32State : RowShiftedFamily {
     static constexpr const char* NAME = "pasa_rs";
     static constexpr uint32_t STATE_BYTES = 4;
 };
+// "fp32_frame": FP32 S, FP16 P against the frame, O and l in FP32 on the cube, the merge of segments in FP32.
+struct FramedFp32State : FramedFamily {
+    static constexpr const char* NAME = "fp32_frame";
+    static constexpr uint32_t STATE_BYTES = 4;
+};
 
 // The allocations the kernel runs, one row each: its tiling key and its policy. The key is a literal: CANN
 // compiles one kernel binary per key its TILING_KEY_IS tests name (pasa_fused_attention.cpp expands this list;
@@ -119,7 +169,41 @@ struct RowShiftedFp32State : RowShiftedFamily {
     X(0, PasaFp16State)                   \
     X(1, PasaFp32State)                   \
     X(2, FlashFp16ScoreFp32State)         \
-    X(3, RowShiftedFp32State)
+    X(3, RowShiftedFp32State)             \
+    X(4, FramedFp32State)
+
+// A policy's memory traits as plain values, for the buffer plans the kernel and the host share
+// (pasa_buffer_plan.h).
+struct PolicyTraits {
+    uint32_t stateBytes, scoreBytes;
+    Prepass prepass;
+    ScaleRule scale;
+    Handshake handshake;
+    uint32_t keyExtraCols, valueExtraCols;
+    bool mergeWeights, sumsOnCube;
+    uint32_t probBuffers, workCols;
+    uint32_t stateRowVectors, fp32RowVectors, fp32RowVectorsPerSlot;
+};
+
+template <class Policy>
+PASA_HOST_AICORE inline PolicyTraits TraitsOf() {
+    PolicyTraits t;
+    t.stateBytes = Policy::STATE_BYTES;
+    t.scoreBytes = Policy::SCORE_BYTES;
+    t.prepass = Policy::PREPASS;
+    t.scale = Policy::SCALE;
+    t.handshake = Policy::HANDSHAKE;
+    t.keyExtraCols = Policy::KEY_EXTRA_COLS;
+    t.valueExtraCols = Policy::VALUE_EXTRA_COLS;
+    t.mergeWeights = Policy::MERGE_WEIGHTS;
+    t.sumsOnCube = Policy::SUMS_ON_CUBE;
+    t.probBuffers = Policy::PROB_BUFFERS;
+    t.workCols = Policy::WORK_COLS;
+    t.stateRowVectors = Policy::STATE_ROW_VECTORS;
+    t.fp32RowVectors = Policy::FP32_ROW_VECTORS;
+    t.fp32RowVectorsPerSlot = Policy::FP32_ROW_VECTORS_PER_SLOT;
+    return t;
+}
 
 }  // namespace pasa_kernel
 

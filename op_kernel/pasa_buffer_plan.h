@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "pasa_allocation.h"
 #include "pasa_tiling_data.h"
 
 namespace pasa_kernel {
@@ -24,58 +25,88 @@ constexpr uint32_t SHARED_FP32_ROW_VECTORS = 4;
 // One AIV's UB: the bytes of one buffer of each queue, and the VECCALC buffer carved, in this order, into the
 // pieces below.
 struct AivUbPlan {
-    uint32_t scoreBytes;     // S' in, FP16 (2 buffers)
-    uint32_t probBytes;      // P out, FP16 (2 buffers)
-    uint32_t pvBytes;        // P V in, the state type (2 buffers)
+    uint32_t scoreBytes;     // S' in, the score type (2 buffers)
+    uint32_t probBytes;      // P out, FP16 (probBuffers buffers)
+    uint32_t probBuffers;
+    uint32_t pvBytes;        // P V in, the state type (2 buffers); where the sums stay on the cube, a row of the
+                             // split-KV combine
     uint32_t maskBytes;      // a mask tile, uint8
     uint32_t outBytes;       // the output rows in FP16, or one row of FP32 partials
     uint32_t lseBytes;       // lse values (and the status and request words)
-    uint32_t fp32TileBytes;  // S' and P in FP32, one tile each (FP32 state only, else 0)
+    uint32_t fp32TileBytes;  // S' and P in FP32, one tile each (FP16 scores into an FP32 state only, else 0)
     uint32_t tileBytes;      // the work tile, the state type
     uint32_t bitsBytes;      // compare results of a tile
     uint32_t oBytes;         // O, the state type
     uint32_t stateVectors;   // row vectors of the state type: the shared ones, the epilogue's, then alpha and gamma
-                             // of every block slot of the handshake's ring
+                             // of every block slot of the handshake's ring (where the policy merges per block)
     uint32_t brcbBytes;      // one 32-byte block per row (Brcb)
     uint32_t fp32Vectors;    // FP32 row vectors: the shared ones, then the epilogue's
     uint32_t calcBytes;      // VECCALC in all
     PASA_HOST_AICORE inline uint64_t Total() const {
-        return 2ull * scoreBytes + 2ull * probBytes + 2ull * pvBytes + maskBytes + outBytes + lseBytes + calcBytes;
+        return 2ull * scoreBytes + (uint64_t)probBuffers * probBytes + 2ull * pvBytes + maskBytes + outBytes +
+               lseBytes + calcBytes;
     }
 };
 
-// rowsPerAiv rows of D columns, a state of stateBytes, `ring` block slots (PasaSlotRing), and the epilogue's row
-// vectors (the policy's STATE_ROW_VECTORS and FP32_ROW_VECTORS).
-PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDim, uint32_t stateBytes, uint32_t ring,
-                                            uint32_t epilogueStateVectors, uint32_t epilogueFp32Vectors) {
+// rowsPerAiv rows of D columns, `ring` block slots (PasaSlotRing), and the policy's traits (pasa_allocation.h).
+PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDim, uint32_t ring,
+                                            const PolicyTraits& a) {
     AivUbPlan p;
-    const uint32_t rows = rowsPerAiv, st = stateBytes;
-    p.scoreBytes = rows * BLOCK_KV * 2;
+    const uint32_t rows = rowsPerAiv, st = a.stateBytes;
+    p.scoreBytes = rows * BLOCK_KV * a.scoreBytes;
     p.probBytes = rows * BLOCK_KV * 2;
-    p.pvBytes = rows * headDim * st;
+    p.probBuffers = a.probBuffers;
+    p.pvBytes = a.sumsOnCube ? (headDim > 64 ? headDim : 64) * 4 : rows * headDim * st;
     p.maskBytes = rows * BLOCK_KV;
     p.outBytes = rows * headDim * 2 > headDim * 4 ? rows * headDim * 2 : headDim * 4;
     p.lseBytes = 2 * ROW_VEC * 4;
-    p.tileBytes = rows * BLOCK_KV * st;
-    p.fp32TileBytes = st == 4 ? p.tileBytes : 0;
+    p.tileBytes = rows * a.workCols * st;
+    p.fp32TileBytes = st == 4 && a.scoreBytes == 2 ? rows * BLOCK_KV * 4 : 0;
     p.bitsBytes = (rows * BLOCK_KV / 8 + 31) / 32 * 32;
     p.oBytes = rows * headDim * st;
-    p.stateVectors = SHARED_STATE_ROW_VECTORS + epilogueStateVectors + 2 * ring;
+    p.stateVectors = SHARED_STATE_ROW_VECTORS + a.stateRowVectors + (a.mergeWeights ? 2 * ring : 0);
     p.brcbBytes = rows * 32;
-    p.fp32Vectors = SHARED_FP32_ROW_VECTORS + epilogueFp32Vectors;
+    p.fp32Vectors = SHARED_FP32_ROW_VECTORS + a.fp32RowVectors + a.fp32RowVectorsPerSlot * ring;
     p.calcBytes = 2 * p.fp32TileBytes + p.tileBytes + p.bitsBytes + p.oBytes + p.stateVectors * ROW_VEC * st +
                   p.brcbBytes + p.fp32Vectors * ROW_VEC * 4;
     return p;
 }
 
 // One AIC's L1 (pasa_cube_ops.h CubeOps): the query tile, then double-buffered K (or K'), V and P (or M, L)
-// tiles. Q and K carry keyCols columns (D, and pasa_rs's augmented strip); V tiles are as wide.
+// tiles. Q and K carry D + KEY_EXTRA_COLS columns, V tiles the wider of those and D + VALUE_EXTRA_COLS.
 struct AicL1Plan {
     uint32_t qBytes, kBytes, vBytes, pBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return qBytes + 2ull * kBytes + 2ull * vBytes + 2ull * pBytes; }
 };
-PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t keyCols) {
-    return AicL1Plan{blockQ * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * BLOCK_KV * 2};
+PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
+    const uint32_t keyCols = headDim + a.keyExtraCols, valueCols = headDim + a.valueExtraCols;
+    const uint32_t vCols = valueCols > keyCols ? valueCols : keyCols;
+    return AicL1Plan{blockQ * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * vCols * 2, BLOCK_KV * BLOCK_KV * 2};
+}
+
+// One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,
+// where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them,
+// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it; Q (blockQ x D FP16) must fit
+// an L0A half, where it stays for the task (S' is one Mmad call over D there). scoreRows 0: nothing fits.
+struct AicL0cPlan {
+    uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
+    PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
+};
+PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
+    constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
+    if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, 2, L0C_HALF_BYTES};
+    AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0};
+    if (blockQ * headDim * 2 > L0_HALF_BYTES) return p;  // Q stays in an L0A half (S over all of D in one Mmad)
+    for (uint32_t rows = blockQ; rows >= FRACTAL && p.scoreRows == 0; rows /= 2) {
+        for (uint32_t buffers = 2; buffers >= 1 && p.scoreRows == 0; --buffers) {
+            if (p.accBytes + buffers * rows * BLOCK_KV * 4 <= L0C_BYTES) {
+                p.scoreRows = rows;
+                p.scoreBuffers = buffers;
+                p.scoreBufferBytes = rows * BLOCK_KV * 4;
+            }
+        }
+    }
+    return p;
 }
 
 }  // namespace pasa_kernel

@@ -1,7 +1,11 @@
 // The AIC program of one task: the allocation's score component (the policy's Scores) computes S' and holds the
-// AIC's side of the handshake, and asks this stage, shared by every allocation, for PV_j = P_j V_j of each block
-// once the AIVs sent P (FP32 accumulation in L0C, out through the Fixpipe in the state type to the block's slot).
-// The products stay one per block, so every block's values are those of a block-by-block schedule.
+// AIC's side of the handshake, and asks this stage, shared by every allocation that hands P V to the AIVs, for
+// PV_j = P_j V_j of each block once the AIVs sent P (FP32 accumulation in L0C, out through the Fixpipe in the
+// state type to the block's slot). The products stay one per block, so every block's values are those of a
+// block-by-block schedule. A Scores component has Init(tiling, cube, query, key, value, blockTable, workspace,
+// core), Run(task, stage), which calls stage.Pv(task, rows, stack) for each stack once its P is in, or, where
+// the sums stay on the cube (fp32_frame: FramedScores, pasa_framed_cube.h), runs its own products, and Finish()
+// after the tasks.
 //
 // StackedScores (FlashAttention and PASA, HANDSHAKE STACKED): S'_j = Q K'_j^T (PASA: K' from the pre-pass) or
 // S_j = Q K_j^T (FlashAttention: K straight from GM, unscaled), FP16 through Fixpipe, handed to and from the two
@@ -36,7 +40,7 @@ public:
         t_ = t;
         cube_ = cube;
         vRows_.Init(t, value, blockTable);
-        scores_.Init(t, cube, query, key, blockTable, workspace, core);
+        scores_.Init(t, cube, query, key, value, blockTable, workspace, core);
         slots_.Init(*t, workspace, core);
         // K chunk of P V: one L0B buffer holds kc x D FP16
         kcPv_ = MinU(BLOCK_KV, (L0_HALF_BYTES / 2 / t->headDim) / FRACTAL * FRACTAL);
@@ -46,6 +50,9 @@ public:
         if (k.nBlocks == 0) return;
         scores_.Run(k, *this);
     }
+
+    // After the tasks.
+    __aicore__ inline void Finish() { scores_.Finish(); }
 
     // P V of the stack's blocks, once the AIVs sent its P, each block's product to its own slot.
     __aicore__ inline void Pv(const Task& k, uint32_t mp, const KvStack& st) {
@@ -78,7 +85,7 @@ private:
 template <class Policy>
 class StackedScores {
 public:
-    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key,
+    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key, GM_ADDR,
                                 GM_ADDR blockTable, GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
@@ -88,6 +95,8 @@ public:
         else kRows_.Init(t, key, blockTable);
         slots_.Init(*t, workspace, core);
     }
+
+    __aicore__ inline void Finish() {}
 
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage& stage) {

@@ -9,10 +9,12 @@
 #include "pasa_centre_keys.h"
 #include "pasa_cube_stage.h"
 #include "pasa_row_shift_cube.h"
+#include "pasa_framed_cube.h"
 #include "pasa_vector_stage.h"
 #include "pasa_softmax_flash.h"
 #include "pasa_softmax_pasa.h"
 #include "pasa_softmax_row_shifted.h"
+#include "pasa_softmax_framed.h"
 #include "pasa_decode_combine.h"
 
 using namespace pasa_kernel;
@@ -28,7 +30,8 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
     if ASCEND_IS_AIC {
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
-        cube.Init(&pipe, PlanAicL1(t.blockQ, t.kShiftCols));
+        cube.Init(&pipe, PlanAicL1(t.blockQ, t.headDim, TraitsOf<Policy>()),
+                  PlanAicL0c(t.blockQ, t.headDim, TraitsOf<Policy>()));
         if constexpr (Policy::PREPASS == Prepass::SHIFT_MATRIX) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
         if constexpr (Policy::PREPASS == Prepass::CENTRED_KEYS)
             KeySumsPrepass(t, cube, key, blockTable, ws, lenKv, core);
@@ -39,6 +42,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
             if (id == t.totalTasks) break;
             stage.Run(DecodeTask(t, id, lenQ, lenKv));
         }
+        stage.Finish();
     }
     if ASCEND_IS_AIV {
         const uint32_t aiv = GetBlockIdx();
@@ -53,6 +57,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
                                  rows.bits);
             centring.Run(lenKv, core, sub, rows.rm);
         }
+        stage.Prepare();
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;

@@ -33,8 +33,8 @@ public:
     // Centre products of at most this many blocks per GEMM: 2 rows each, 128 rows of L0A / L0C.
     static constexpr uint32_t CENTRE_BLOCKS_PER_GEMM = BLOCK_KV / 2;
 
-    // query and key are not read: Q^ comes from the AIVs, K' from the pre-pass.
-    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR, GM_ADDR, GM_ADDR,
+    // query, key and value are not read here: Q^ comes from the AIVs, K' from the pre-pass, V through the stage.
+    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
                                 GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
@@ -43,6 +43,8 @@ public:
         centreGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsCentreOffset));
         kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
     }
+
+    __aicore__ inline void Finish() {}
 
     // The task's conversation (steps 1 to 3), P_j V_j of each block through the stage once the block is closed.
     template <class Stage>

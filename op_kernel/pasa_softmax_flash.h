@@ -20,6 +20,7 @@ public:
         scale_ = (T)t->scale;
     }
 
+    __aicore__ inline void Prepare() {}
     __aicore__ inline void BeginTask(const Task&) {}
     __aicore__ inline void ResetRows() {}
 
@@ -50,6 +51,8 @@ public:
         Add(v.l, v.tmp1, v.lBlk, rv);
         v.CommitBlock(j);
     }
+
+    __aicore__ inline void EndStack() {}
 
     // lse = m + ln l: no terms of its own.
     __aicore__ inline void LoadLseTerms() {}

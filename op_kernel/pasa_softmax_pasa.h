@@ -25,6 +25,7 @@ public:
         for (uint32_t i = 0; i < 4; ++i) *vecs[i] = rows->epilogueState[i * ROW_VEC];
     }
 
+    __aicore__ inline void Prepare() {}
     __aicore__ inline void BeginTask(const Task&) {}
     __aicore__ inline void ResetRows() { Duplicate(f_, (T)0, (int32_t)ROW_VEC); }
 
@@ -56,6 +57,8 @@ public:
         v.MergeRowSums(v.Slot(j));
         v.CommitBlock(j);
     }
+
+    __aicore__ inline void EndStack() {}
 
     // lse = m + ln l + I F: fc = F (FP32), then I F, then added.
     __aicore__ inline void LoadLseTerms() {

@@ -36,6 +36,8 @@ public:
         rsSlots_.Init(*t, workspace, core);
     }
 
+    __aicore__ inline void Prepare() {}
+
     // Q^ of the task's tile to the AIC (through O's buffer, which the stage zeroes next).
     __aicore__ inline void BeginTask(const Task& k) {
         if (k.nBlocks > 0) WriteQhat(k);

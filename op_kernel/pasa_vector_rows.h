@@ -16,19 +16,18 @@ enum class RowOp { SUB, MUL, DIV };
 template <typename T>
 class AivRows {
 public:
-    // The buffers of PlanAivUb, with the epilogue's row vectors (its policy's STATE_ROW_VECTORS and
-    // FP32_ROW_VECTORS) in epilogueState and epilogueFp32.
+    // The buffers of PlanAivUb for the policy's traits, with the epilogue's row vectors (STATE_ROW_VECTORS,
+    // FP32_ROW_VECTORS and those per slot) in epilogueState and epilogueFp32.
     __aicore__ inline void Init(const PasaTilingData* tiling, TPipe* pipe, GM_ADDR mask, GM_ADDR workspace,
-                                uint32_t core, uint32_t subBlock, uint32_t epilogueStateVectors,
-                                uint32_t epilogueFp32Vectors) {
+                                uint32_t core, uint32_t subBlock, const PolicyTraits& traits) {
         t = tiling;
         sub = subBlock;
         d = t->headDim;
         rm = t->blockQ / 2;
         ring = PasaSlotRing(*t);
-        const AivUbPlan plan = PlanAivUb(rm, d, sizeof(T), ring, epilogueStateVectors, epilogueFp32Vectors);
+        const AivUbPlan plan = PlanAivUb(rm, d, ring, traits);
         pipe->InitBuffer(sQue, 2, plan.scoreBytes);
-        pipe->InitBuffer(pQue, 2, plan.probBytes);
+        pipe->InitBuffer(pQue, plan.probBuffers, plan.probBytes);
         pipe->InitBuffer(pvQue, 2, plan.pvBytes);
         pipe->InitBuffer(maskQue, 1, plan.maskBytes);
         pipe->InitBuffer(outQue, 1, plan.outBytes);
@@ -48,9 +47,11 @@ public:
             *vecs[i] = base[off].template ReinterpretCast<T>();
             off += ROW_VEC * sizeof(T);
         }
-        epilogueState = base[off].template ReinterpretCast<T>(); off += epilogueStateVectors * ROW_VEC * sizeof(T);
-        alpha = base[off].template ReinterpretCast<T>(); off += ring * ROW_VEC * sizeof(T);
-        gamma = base[off].template ReinterpretCast<T>(); off += ring * ROW_VEC * sizeof(T);
+        epilogueState = base[off].template ReinterpretCast<T>(); off += traits.stateRowVectors * ROW_VEC * sizeof(T);
+        if (traits.mergeWeights) {
+            alpha = base[off].template ReinterpretCast<T>(); off += ring * ROW_VEC * sizeof(T);
+            gamma = base[off].template ReinterpretCast<T>(); off += ring * ROW_VEC * sizeof(T);
+        }
         bc = base[off].template ReinterpretCast<T>(); off += plan.brcbBytes;
         LocalTensor<float>* fvecs[SHARED_FP32_ROW_VECTORS] = {&fa, &fb, &fc, &fd};
         for (uint32_t i = 0; i < SHARED_FP32_ROW_VECTORS; ++i) {
@@ -108,13 +109,15 @@ public:
         PipeBarrier<PIPE_V>();
     }
 
+    // Row maxima of x (rows x n). FP32 rows of 128 span two repeats: their halves' maxima go to the work tile, 64
+    // values a row (its rows 256 bytes apart), and one WholeReduceMax takes the rest.
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
         if (sizeof(T) == 2) {
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
-            Max(work, x, x[64], 64, (uint8_t)rows, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
+            Max(work, x, x[64], 64, (uint8_t)rows, BinaryRepeatParams(1, 1, 1, 8, 16, 16));
             PipeBarrier<PIPE_V>();
-            WholeReduceMax<T>(dst, work, 64, rows, 1, 1, 16, ReduceOrder::ORDER_ONLY_VALUE);
+            WholeReduceMax<T>(dst, work, 64, rows, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         }
         PipeBarrier<PIPE_V>();
     }

@@ -7,12 +7,15 @@
 //
 // What the stage asks of an epilogue (the three share this interface):
 //   Init(rows, tiling, query, workspace, core)  its row vectors from rows.epilogueState / rows.epilogueFp32
+//   Prepare()           before the tasks (fp32_frame: the column of ones for the AIC's V tiles)
 //   BeginTask(k)        before the row state is reset (pasa_rs: Q^ to the AIC, through O's buffer)
 //   ResetRows()         its own row state, beside m = -inf, l = 0, O = 0
 //   Block(k, j)         block j's softmax: S'_j from its slot, P_j to its slot, the row state merged (HANDSHAKE
 //                       STACKED: the stage signals the AIC around each stack; PER_BLOCK_ROUNDS: the epilogue holds
 //                       its own conversation with the AIC, pasa_row_shift_cube.h)
-//   WEIGHTS_PV          O = alpha O + gamma P V (a local softmax per block, merged) or O = alpha O + P V
+//   EndStack()          after the stack's blocks, before P_READY (HANDSHAKE STACKED; fp32_frame: its moves)
+//   WEIGHTS_PV          O = alpha O + gamma P V (a local softmax per block, merged) or O = alpha O + P V; or, where
+//   MergeStack(k, st)   the sums stay on the cube (SUMS_ON_CUBE), the stack's closed segments into O and l
 //   LoadLseTerms(), ScaleLseTerms(), AddLseTerms()   its terms of lse = m + ln l (+ ...), in the stage's FP32
 //                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence
 //   FiniteRows()        bits = the rows whose state stayed finite (the overflow check)
@@ -39,7 +42,7 @@ public:
     __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR out,
                                 GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
         t_ = t;
-        v_.Init(t, pipe, mask, workspace, core, sub, Policy::STATE_ROW_VECTORS, Policy::FP32_ROW_VECTORS);
+        v_.Init(t, pipe, mask, workspace, core, sub, TraitsOf<Policy>());
         softmax_.Init(&v_, t, query, workspace, core);
         outGm_.SetGlobalBuffer((__gm__ half*)out);
         lseGm_.SetGlobalBuffer((__gm__ float*)lse);
@@ -50,6 +53,9 @@ public:
 
     // The rows' buffers, lent to the AIV stages outside the task loop (the pre-passes, the split-KV combine).
     __aicore__ inline AivRows<T>& Rows() { return v_; }
+
+    // Before the tasks: the epilogue's own setup.
+    __aicore__ inline void Prepare() { softmax_.Prepare(); }
 
     __aicore__ inline void Run(const Task& k) {
         v_.SelectRows(k);
@@ -66,7 +72,7 @@ public:
         const uint32_t stacks = StacksOf(*t_, k);
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
             if (i < stacks) SoftmaxStack(k, StackOf(*t_, k, i));
-            if (i >= t_->preLaunch) UpdateStack(StackOf(*t_, k, i - t_->preLaunch));
+            if (i >= t_->preLaunch) UpdateStack(k, StackOf(*t_, k, i - t_->preLaunch));
         }
         if (v_.rows > 0) Finalize(k);
     }
@@ -97,17 +103,22 @@ private:
             if (v_.rows > 0) {
                 for (uint32_t j = st.first; j < st.end; ++j) softmax_.Block(k, j);
             }
+            softmax_.EndStack();
             CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_P_READY);
         } else {
             for (uint32_t j = st.first; j < st.end; ++j) softmax_.Block(k, j);
         }
     }
 
-    // The stack's PV from the AIC, then O updated block by block.
-    __aicore__ inline void UpdateStack(const KvStack& st) {
+    // The stack's PV from the AIC, then O updated block by block; or the stack's segments merged.
+    __aicore__ inline void UpdateStack(const Task& k, const KvStack& st) {
         CrossCoreWaitFlag(FLAG_PV_READY);
         if (v_.rows == 0) return;
-        for (uint32_t j = st.first; j < st.end; ++j) Update(j);
+        if constexpr (Policy::SUMS_ON_CUBE) {
+            softmax_.MergeStack(k, st);
+        } else {
+            for (uint32_t j = st.first; j < st.end; ++j) Update(j);
+        }
     }
 
     // O = alpha O + gamma PV (a local softmax per block) or O = alpha O + PV, each product and the sum rounded to T.

@@ -115,6 +115,8 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     const bool rowShifted = alloc.prepass == pasa_kernel::Prepass::CENTRED_KEYS;  // pasa_rs: the key pre-pass,
                                                                               // K' one strip wider
     const bool shifted = alloc.prepass == pasa_kernel::Prepass::SHIFT_MATRIX;  // PASA: K' = M K and M
+    const bool framed = alloc.sumsOnCube;  // fp32_frame: FP32 S, O and l summed on the cube from [V | 1]
+    CHECK(framed == (alloc.valueExtraCols == 16) && (alloc.scoreBytes == 4) == framed);
 
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
@@ -163,12 +165,17 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.l0cBytes <= pl.l0cSize);
     // What the plan must at least hold (a plan that under-counts would "fit" trivially): L1 keeps a
     // Q block and double-buffered K and V blocks in FP16; one L0A/L0B ping-pong half holds a
-    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile.
+    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile, or, where
+    // the cube sums O and l, L0C holds the segment's FP32 accumulator [O | l] beside at least one FP32 S chunk
+    // of 16 rows.
     const uint64_t l1Min = (uint64_t)t.blockQ * d.D * 2 + 2ull * t.blockKv * d.D * 2 * 2;
     CHECK(t.l1Bytes >= l1Min);
     const uint64_t rowsMax = std::max(t.blockQ, t.blockKv);
     CHECK(2ull * rowsMax * t.baseK * 2 <= t.l0aBytes && 2ull * rowsMax * t.baseK * 2 <= t.l0bBytes);
-    CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
+    if (framed)
+        CHECK((uint64_t)t.blockQ * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= t.l0cBytes);
+    else
+        CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
     // UB per AIV: at least the double-buffered S' tile (FP16) of its half of the rows and its O rows
     // in the state type.
     const uint64_t aivRows = t.blockQ / 2, st = fp32 ? 4 : 2;
@@ -251,12 +258,16 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
     const uint64_t kshift =
         shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * t.kShiftCols * 2 : 0;
-    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each
-    const uint64_t slotMin =
-        (uint64_t)(t.preLaunch + 1) * t.kvStack * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
-    CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
+    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each; S in the score type; where the cube
+    // sums O and l, a PV slot holds a closed segment [O | l] (FP32, D + 16 columns), and M's slot the n x 16
+    // strip of ones that V's tiles append
+    const uint64_t scoreSlot = (uint64_t)t.blockQ * t.blockKv * alloc.scoreBytes;
+    const uint64_t pvSlot = (uint64_t)t.blockQ * (d.D + (framed ? 16 : 0)) * st;
+    const uint64_t slotMin = (uint64_t)(t.preLaunch + 1) * t.kvStack *
+                             (scoreSlot + (uint64_t)t.blockQ * t.blockKv * 2 + pvSlot);
+    CHECK(t.wsScoreSlot >= scoreSlot);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
-    CHECK(t.wsPvSlot >= (uint64_t)t.blockQ * d.D * st);
+    CHECK(t.wsPvSlot >= pvSlot);
     for (uint64_t off : {t.wsStatusOffset, t.wsKShiftOffset, t.wsCoreOffset, t.wsCoreStride,
                          t.wsPartialOffset, t.wsPartialLseOffset, t.workspaceBytes})
         CHECK(off % 32 == 0);
@@ -280,6 +291,17 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     } else {
         CHECK(t.wsKSumOffset <= t.wsCoreOffset && t.wsCentreOffset == t.wsKSumOffset);
     }
+    if (framed) {
+        // per core, after the slots and the strip of ones: the task's last segment [O | l], then the ring of
+        // the AIVs' close verdicts, one 64-byte word per AIV and stack, 2 preLaunch + 2 stacks deep
+        const uint64_t fixed = slotMin + (uint64_t)t.blockKv * 16 * 2;
+        CHECK(fixed <= t.wsFinalSegmentSlot);
+        CHECK(t.wsFinalSegmentSlot + pvSlot <= t.wsVerdictSlot);
+        CHECK(t.wsVerdictSlot + (2ull * t.preLaunch + 2) * 2 * 64 <= t.wsCoreStride);
+        CHECK(t.wsFinalSegmentSlot % 64 == 0 && t.wsVerdictSlot % 64 == 0);
+    } else {
+        CHECK(t.wsFinalSegmentSlot == 0 && t.wsVerdictSlot == 0);
+    }
     CHECK(t.wsCoreStride >= slotMin);
     CHECK(t.wsCoreOffset + (uint64_t)t.blockDim * t.wsCoreStride <= t.wsPartialOffset);
     if (t.kvSplits > 1) {
@@ -290,6 +312,8 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
 
     // ---- PASA constants (FlashAttention and pasa_rs have none: all 0) ---------------------------
+    // fp32_frame: the most a frame moves down, FRAME_DROP_LIMIT / scale in units of Q K (0 elsewhere)
+    CHECK(t.frameDropLimit == (framed ? (float)(pasa_kernel::FramedFamily::FRAME_DROP_LIMIT / in.scale) : 0.0f));
     if (!shifted) {
         CHECK(t.beta == 0.0f && t.invariance == 0.0f && t.shiftDiag == 0.0f && t.shiftOff == 0.0f);
         CHECK(t.scale == (float)in.scale);
