@@ -210,12 +210,16 @@ void FillAllocation(PasaTilingData& t, const AllocationTraits& a, const TilingIn
         t.invariance = (float)(beta / (1.0 - beta));
         t.shiftDiag = (float)diag;
         t.shiftOff = (float)off;
-    } else if (a.scale == ScaleRule::POW2_AND_RHO) {  // blockwise._query_block_rs: e = floor(log2 scale),
-        // rho = scale / 2^e
-        const double pow2 = std::ldexp(1.0, (int)std::floor(std::log2(in.scale)));
+    } else if (a.scale == ScaleRule::POW2_AND_RHO) {  // blockwise.row_shift_constants: e = min(floor(log2 scale),
+        // 0), rho = scale / 2^e; the reshift threshold RESHIFT_AT in units of Q^ K times 2^floor(log2 rho)
+        using Rs = pasa_kernel::RowShiftedFamily;
+        const int eScale = (int)std::floor(std::log2(in.scale));
+        const int e = std::min(eScale, 0);
+        const double pow2 = std::ldexp(1.0, e);
         t.rsScalePow2 = (float)pow2;
         t.rsRho = (float)(in.scale / pow2);
-        t.rsRelevance = (float)(pasa_kernel::RowShiftedFamily::RESHIFT_RELEVANCE * pow2 / in.scale);
+        t.rsReshiftAt = (float)std::ldexp(Rs::RESHIFT_AT, e - eScale);
+        t.rsRelevance = (float)(Rs::RESHIFT_RELEVANCE * pow2 / in.scale);
     }  // ON_SCORES (FlashAttention): beta, I, M's entries and the rs constants stay 0; any scale is accepted
     if (a.sumsOnCube)  // the frame's largest move down, in units of Q K
         t.frameDropLimit = (float)(pasa_kernel::FramedFamily::FRAME_DROP_LIMIT / in.scale);

@@ -100,9 +100,11 @@ struct RowShiftedFamily : FamilyDefaults {
     static constexpr Handshake HANDSHAKE = Handshake::PER_BLOCK_ROUNDS;
     static constexpr uint32_t KEY_EXTRA_COLS = 16;
     static constexpr uint32_t FP32_ROW_VECTORS = 13;
-    // blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K) is reshifted
-    static constexpr float RESHIFT_AT = 2.0f;
-    // blockwise.RESHIFT_RELEVANCE: unless the block's max lies this far below the running one (scaled scores)
+    // blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (units of Q^ K times
+    // 2^floor(log2 rho); the host tiling writes it as rsReshiftAt) is reshifted ...
+    static constexpr double RESHIFT_AT = 2.0;
+    // ... and blockwise.RESHIFT_RELEVANCE: unless the block's max lies this far below the running one (scaled
+    // scores; the host tiling's rsRelevance)
     static constexpr double RESHIFT_RELEVANCE = 4.0;
     template <class P> using Scores = RowShiftScores<P>;
     template <class P> using Softmax = RowShiftedSoftmax<P>;

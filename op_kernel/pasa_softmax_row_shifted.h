@@ -3,8 +3,8 @@
 // it. Per block: psi_j = shift(lv_j + E_j) with E_j the largest excess of the blocks <= j - 2 (and of block 1's
 // first pass, which uses psi = shift(lv_1)), the passes the AIVs request from the AIC (pasa_row_shift_cube.h): a
 // row whose FP16 S' max is +inf, or lost below FP16's range, takes the FP32 recompute; a row whose max lies more
-// than RESHIFT_AT from 0 in a block that matters (RESHIFT_RELEVANCE) takes a second FP16 pass with psi moved by its
-// max; then the local softmax P = exp(rho (S' - m')), l' and the merge through delta_j = (C_j - C_1) +
+// than RESHIFT_AT (the tiling's rsReshiftAt) from 0 in a block that matters (RESHIFT_RELEVANCE) takes a second
+// FP16 pass with psi moved by its max; then the local softmax P = exp(rho (S' - m')), l' and the merge through delta_j = (C_j - C_1) +
 // (psi_j - psi_1), all FP32; the stage updates O = alpha O + gamma P V. lse = rho (m + C_1 + psi_1) + ln l. No
 // overflow: rows whose S' leaves FP16's range are recomputed in FP32.
 //
@@ -254,9 +254,10 @@ private:
         PipeBarrier<PIPE_V>();
     }
 
-    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than RESHIFT_AT
-    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 8192 a step of psi
-    // exceeds 2 RESHIFT_AT), in a block that can matter (its max above the running max less the relevance).
+    // The reshift after block j's first FP16 pass: far_ = rows whose block max lies more than rsReshiftAt
+    // from 0, that were not recomputed, whose moved psi differs from psi (beyond |psi| ~ 2^12 rsReshiftAt a
+    // step of psi exceeds 2 rsReshiftAt), in a block that can matter (its max above the running max less the
+    // relevance).
     // Those rows take the moved psi; returns whether a valid row did.
     __aicore__ inline bool Reshift(uint32_t j) {
         AivRows<float>& v = *v_;
@@ -271,7 +272,7 @@ private:
         Select(far_, v.bits, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         Abs(v.tmp2, v.mBlk, rv);
         PipeBarrier<PIPE_V>();
-        CompareScalar(v.bits, v.tmp2, Policy::RESHIFT_AT, CMPMODE::GT, ROW_VEC);
+        CompareScalar(v.bits, v.tmp2, t_->rsReshiftAt, CMPMODE::GT, ROW_VEC);
         PipeBarrier<PIPE_V>();
         Select(far_, v.bits, far_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();

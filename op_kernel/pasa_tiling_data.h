@@ -51,9 +51,10 @@ struct PasaTilingData {
     float shiftOff;            // M's off-diagonal -beta/n*scale, already rounded to FP16
     uint32_t precision;        // the allocation's tiling key (pasa_allocation.h PASA_KERNEL_ALLOCATIONS)
     // ---- row-shifted PASA constants ("pasa_rs"; 0 for the other allocations) ----
-    float rsScalePow2;         // 2^e, e = floor(log2 scale): Q^ = FP16(Q 2^e)
-    float rsRho;               // rho = scale / 2^e in [1, 2), rounded to FP32 from the double scale
+    float rsScalePow2;         // 2^e, e = min(floor(log2 scale), 0): Q^ = FP16(Q 2^e), never larger than Q
+    float rsRho;               // rho = scale / 2^e ([1, 2) below scale 2), rounded to FP32 from the double scale
     float rsRelevance;         // RESHIFT_RELEVANCE 2^e / scale, rounded to FP32: a block below m - this is not reshifted
+    float rsReshiftAt;         // RESHIFT_AT / 2^floor(log2 rho): a row whose block max lies further from 0 is reshifted
     // ---- framed FlashAttention constants ("fp32_frame"; 0 for the other allocations) ----
     float frameDropLimit;      // FRAME_DROP_LIMIT / scale rounded to FP32 (units of Q K): the most a frame moves down
     // ---- blocks ----

@@ -1,6 +1,6 @@
 """Wall time of the golden model at the paper's shape (1, 16, 1280, 128), on one core.
 
-Usage: python scripts/bench_golden.py [--repeat 3] [--out docs/benchmarks/golden_speed.md]
+Usage: python scripts/bench_golden.py --out FILE.md [--repeat 3]
 BLAS is limited to one thread before NumPy loads; the median of --repeat runs is reported per
 allocation, on uniform U(19.5, 20.5) inputs (the paper's mean-20 case).
 """
@@ -39,7 +39,8 @@ def cpu_model() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", default="docs/benchmarks/golden_speed.md")
+    ap.add_argument("--out", required=True, help="the Markdown file to write (docs/benchmarks/golden_speed.md "
+                    "holds the committed run)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     q, k, v = (rng.uniform(19.5, 20.5, SHAPE).astype(np.float32) for _ in range(3))

@@ -79,7 +79,7 @@ def _case(b, s2, precision, do_bench, backend, pasa_npu):
     kw = dict(num_heads=HEADS, num_key_value_heads=KV_HEADS, input_layout="BNSD", scale=D ** -0.5,
               actual_seq_lengths_kv=[s2] * b, precision=precision, backend="triton")
     common = dict(precision=precision, beta=None, block_q=128, block_kv=128, scale=D ** -0.5, mask=None)
-    kv_info = torch.tensor([[1, s2, -1, s2]] * b, dtype=torch.int32, device="cuda")  # lengths, band (unused)
+    kv_info = torch.tensor([[1, s2, -1, s2, 0]] * b, dtype=torch.int32, device="cuda")  # lengths, band (unused)
     paged = lambda: backend.attention(q, kc, vc, block_table=table, page=PAGE, kv_info=kv_info,  # noqa: E731
                                       **common)[0]
     call = lambda: pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=PAGE, **kw)[0]  # noqa: E731
@@ -114,7 +114,7 @@ def _prefill_case(b, s, precision, do_bench, backend, pasa_npu):
               actual_seq_lengths_kv=[s] * b, sparse_mode=3, atten_mask=compressed, precision=precision,
               backend="triton")
     common = dict(precision=precision, beta=None, block_q=128, block_kv=128, scale=D ** -0.5, mask=None)
-    kv_info = torch.tensor([[s, s, -s, 0]] * b, dtype=torch.int32, device="cuda")  # lengths, causal band
+    kv_info = torch.tensor([[s, s, -s, 0, 0]] * b, dtype=torch.int32, device="cuda")  # lengths, causal band
     paged = lambda: backend.attention(q, kc, vc, band=(0, 0), block_table=table, page=PAGE,  # noqa: E731
                                       kv_info=kv_info, **common)[0]
     call = lambda: pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=PAGE, **kw)[0]  # noqa: E731

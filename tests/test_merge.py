@@ -70,6 +70,21 @@ def test_fia_sentinels_no_key_and_padded_rows():
     assert torch.isposinf(merged[2]) and torch.all(out[2] == 0)
 
 
+def test_the_lse_fused_attention_returns_merges_as_it_is():
+    """fused_attention returns lse (B, N, S, 1), FIA's shape: merge_partials takes it without a squeeze and
+    gives it back in that shape, with the numbers of the squeezed call."""
+    import pasa_npu
+
+    rng = np.random.default_rng(3)
+    q, k, v = (torch.from_numpy(rng.normal(size=s)).half() for s in ((1, 2, 5, 32), (1, 2, 40, 32), (1, 2, 40, 32)))
+    parts = [pasa_npu.fused_attention(q, k[:, :, c0:c1], v[:, :, c0:c1], num_heads=2, input_layout="BNSD",
+                                      softmax_lse_flag=True) for c0, c1 in ((0, 17), (17, 40))]
+    assert parts[0][1].shape == (1, 2, 5, 1)
+    out, lse = merge_partials([o for o, _ in parts], [l for _, l in parts])
+    out_sq, lse_sq = merge_partials([o for o, _ in parts], [l[..., 0] for _, l in parts])
+    assert lse.shape == (1, 2, 5, 1) and torch.equal(lse[..., 0], lse_sq) and torch.equal(out, out_sq)
+
+
 @pytest.mark.parametrize("outs, lses, match", [
     ([], [], "at least one partial"),
     ([torch.zeros(2, 4)], [torch.zeros(2), torch.zeros(2)], "as many partials"),

@@ -71,6 +71,31 @@ def test_other_kv_block_lengths_and_tnd_are_refused():
     assert "input_layout must be one of ('BNSD', 'BSH', 'BSND', 'BNSD_BSND')" in npu.BACKEND.supports(tnd)
 
 
+def test_head_dims_the_kernel_lacks_are_refused_so_that_a_call_falls_back():
+    for d in (8, 24, 272):
+        q = torch.zeros(1, 2, 4, d, dtype=torch.float16)
+        why = npu.BACKEND.supports(make_problem(q, q, q, num_heads=2, input_layout="BNSD", precision="pasa_rs"))
+        assert why == f"the AscendC kernel takes head dims that are multiples of 16 in [16, 256], got {d}"
+    with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel takes head dims"):
+        pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", backend="npu")
+
+
+@needs_host_model
+def test_band_limits_beyond_the_sequences_are_saturated_for_the_tiling():
+    """pre/next tokens up to int64's range: the tiling adds them in int64, so the kernel call saturates them at
+    ±(S1 + S2), where they keep the same keys: the result equals FIA's default "no limit"."""
+    q = torch.randn(1, 2, 20, 16).half()
+    k = torch.randn(1, 2, 30, 16).half()
+    mask = torch.rand(20, 30) < 0.2
+    kw = dict(num_heads=2, input_layout="BNSD", atten_mask=mask, backend="npu", softmax_lse_flag=True)
+    want = pasa_npu.fused_attention(q, k, k, **kw)
+    big = make_problem(q, k, k, num_heads=2, input_layout="BNSD", atten_mask=mask, pre_tokens=2**63 - 1,
+                       next_tokens=2**63 - 1)
+    assert (npu.kernel_call(big).attrs["pre_tokens"], npu.kernel_call(big).attrs["next_tokens"]) == (50, 50)
+    got = pasa_npu.fused_attention(q, k, k, pre_tokens=2**63 - 1, next_tokens=2**63 - 1, **kw)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 def test_npu_tensors_select_the_npu_backend_and_others_never_do():
     from pasa_npu import backends
 

@@ -698,8 +698,10 @@ def test_each_core_walks_exactly_the_kv_blocks_the_band_shows(call, precision):
 def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
     """Small BNSD inputs (D = 64, so that the kernel must equal the golden model bit for bit) on which
     published PASA loses accuracy or overflows (the hard sweep of pasa_npu.accuracy, scaled down):
-    (q, k, v) FP16 and the scale 1/8 (ρ = 1: the scaled scores are in units of Q^·K)."""
+    (q, k, v) FP16 and the scale, 1/8 (ρ = 1: the scaled scores are in units of Q^·K) but for
+    "large_scale"."""
     d, s1, s2 = 64, 64, 384
+    scale = 0.125
     v = rng.standard_normal((1, 2, s2, d))
     if kind == "bias_n30":  # Q, K ~ N(30, 1): Q·Kᵀ ≈ 57 600, FP16 FlashAttention overflows
         q, k = rng.normal(30, 1, (1, 2, s1, d)), rng.normal(30, 1, (1, 2, s2, d))
@@ -727,12 +729,16 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # the first half of each tile's rows (the first AIV's) at 1/1000 of the scores: no FP32 pass there,
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
+    elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)
+        q, k = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d))
+        scale = 32768.0
     else:
         raise ValueError(kind)
-    return (*(x.astype(np.float16) for x in (q, k, v)), 0.125)
+    return (*(x.astype(np.float16) for x in (q, k, v)), scale)
 
 
-@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed"])
+@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed",
+                                  "large_scale"])
 def test_row_shifted_hard_inputs_equal_golden_with_its_counters(kind):
     """pasa_rs on inputs where published PASA loses accuracy or overflows: the kernel's output and lse equal
     the golden model's bit for bit (D + 16 <= baseK, no KV split), both finite and as accurate against

@@ -56,7 +56,7 @@ def test_the_operator_is_registered_with_a_fake_implementation():
     with FakeTensorMode() as mode:
         fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
         fmask = mode.from_tensor(kw.pop("atten_mask"))
-        out, lse = op(fq, fk, fv, fmask, None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
+        out, lse = op(fq, fk, fv, fmask, None, None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
                       num_heads=4, scale=kw["scale"], pre_tokens=2147483647, next_tokens=2147483647,
                       input_layout="BSH", num_key_value_heads=2, sparse_mode=0, inner_precise=0, block_size=0,
                       softmax_lse_flag=True, precision="pasa_fp32", beta=None, block_q=None, block_kv=None,

@@ -188,3 +188,22 @@ def test_reference_does_not_leave_tf32_enabled_or_track_grad():
     o, l = reference.attention(q, k, v, precision="pasa", beta=None, block_q=128, block_kv=128, scale=0.25, mask=None)
     assert torch.backends.cuda.matmul.allow_tf32 == before
     assert not o.requires_grad
+
+
+def test_a_long_cpu_emulation_is_announced_before_it_starts(monkeypatch):
+    """The emulator shows no progress: from backends.LONG_EMULATION multiply-adds of Q·Kᵀ on the CPU a call
+    says, before any work, that it will take long (the threshold lowered here to a small call's work)."""
+    import warnings
+
+    from pasa_npu import backends
+    from pasa_npu.problem import make_problem
+
+    q = torch.zeros(1, 2, 8, 16, dtype=torch.float16)
+    problem = make_problem(q, q, q, num_heads=2, input_layout="BNSD")
+    monkeypatch.setattr(backends, "LONG_EMULATION", 2 * 8 * 8 * 16)
+    with pytest.warns(RuntimeWarning, match=r"'reference' backend.*B·N·S1·S2·D = 2,048 on the CPU"):
+        backends.select(problem)
+    monkeypatch.setattr(backends, "LONG_EMULATION", 2 * 8 * 8 * 16 + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backends.select(problem)

@@ -61,3 +61,36 @@ def test_golden_model_needs_numpy_only():
     code = ("import sys; import pasa_npu.golden, pasa_npu.beta, pasa_npu.accuracy, pasa_npu.cli; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_operator_imports_only_torch_and_numpy():
+    """A serving process: importing pasa_npu and running fused_attention (and merge_partials) loads neither
+    the study's plotting nor its progress bar nor an integration's library (beyond what torch imports by
+    itself: torch.hub takes tqdm when it is installed), and the package requires nothing else at run time
+    (the study's dependencies are the extra 'study')."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; before = set(sys.modules); import pasa_npu; q = torch.randn(1, 2, 8, 16).half(); "
+            "out, lse = pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout='BNSD', softmax_lse_flag=True); "
+            "pasa_npu.merge_partials([out, out], [lse, lse]); "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+            "loaded = sorted(new & {'matplotlib', 'tqdm', 'transformers', 'diffusers', 'pandas', 'scipy'}); "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    runtime = [r for r in importlib.metadata.requires("pasa-npu") if "extra ==" not in r]
+    assert sorted(re.split(r"[ <>=!~;\[]", r, maxsplit=1)[0] for r in runtime) == ["numpy", "torch"]
+
+
+def test_committed_json_files_are_strict_json():
+    """Every JSON file under docs/ parses without NaN or Infinity (not JSON: other parsers refuse them)."""
+    import json
+
+    def refuse(constant):
+        raise ValueError(f"bare {constant}")
+
+    files = sorted((ROOT / "docs").rglob("*.json"))
+    assert files
+    for path in files:
+        json.loads(path.read_text(), parse_constant=refuse)

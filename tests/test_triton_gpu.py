@@ -92,6 +92,17 @@ def test_pasa_rs_safety_net_keeps_overflowing_rows_finite(shift):
     assert float((lse.double() - r_lse).abs().max()) < 0.05  # |lse| ≈ 60 000, where an FP32 ulp is 0.004
 
 
+@pytest.mark.parametrize("shift", ["prepass", "fused"])
+@pytest.mark.parametrize("scale", [2e4, 1e6])
+def test_pasa_rs_large_scale(scale, shift):
+    """test_triton_interpret's large-scale case at D = 128 and 128-key blocks, prefill and decode: N(0, 1)
+    inputs at a scale where Q̂ = Q·2^⌊log₂ scale⌋ overflowed FP16; the kernel is finite and matches the
+    golden model and float64."""
+    for s1 in (256, 1):
+        q, k, v = draw(2, 8, 2, s1, 1000, 128, seed=11, device="cuda")
+        check_against_golden(q, k, v, precision="pasa_rs", shift=shift, scale=scale)
+
+
 def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
     from pasa_npu.backends import triton as tb
 

@@ -72,12 +72,13 @@ def draw(b, n, nkv, s1, s2, d, *, bias=0.0, seed=0, device="cpu"):
     return tuple(t.half().to(device) for t in (q, k, v))
 
 
-def check_against_golden(q, k, v, *, precision, block_kv=128, mask=None, band=None, shift=None):
+def check_against_golden(q, k, v, *, precision, block_kv=128, mask=None, band=None, shift=None, scale=None):
     """Run the Triton kernel, the golden loop (reference backend, same device) and float64; assert
-    the four properties of the module docstring. Returns (kernel RMSE, golden RMSE) vs float64."""
+    the four properties of the module docstring (``scale`` default 1/√D). Returns (kernel RMSE, golden
+    RMSE) vs float64."""
     from pasa_npu.backends import triton as tb
 
-    scale = q.shape[-1] ** -0.5
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     out, lse = tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
                             scale=scale, mask=mask, band=band, shift=shift)
     full = dense(mask, band, q.shape[2], k.shape[2], q.device)
@@ -234,6 +235,17 @@ def test_pasa_rs_reshift_on_resonance(shift):
     golden.attention(q.numpy(), k.numpy(), v.numpy(), precision="pasa_rs", scale=0.125, block_kv=32, stats=stats)
     assert stats["reshifted_row_blocks"] > 0
     check_against_golden(q, k, v, precision="pasa_rs", block_kv=32, shift=shift)
+
+
+@interpreted
+@pytest.mark.parametrize("shift", ["prepass", "fused"])
+@pytest.mark.parametrize("scale", [32768.0, 1e6])
+def test_pasa_rs_large_scale(scale, shift):
+    """N(0, 1) inputs at a scale of 2·10⁴ and more, where Q̂ = Q·2^⌊log₂ scale⌋ overflowed FP16 (NaN output
+    and lse): Q̂ is now never larger than Q and ρ carries the scale (blockwise.row_shift_constants); the
+    kernel is finite and matches the golden model and float64 as on ordinary scales."""
+    q, k, v = draw(1, 2, 2, 24, 150, 32, seed=5)
+    check_against_golden(q, k, v, precision="pasa_rs", block_kv=32, shift=shift, scale=scale)
 
 
 @interpreted

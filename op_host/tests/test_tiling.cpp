@@ -317,18 +317,22 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     if (!shifted) {
         CHECK(t.beta == 0.0f && t.invariance == 0.0f && t.shiftDiag == 0.0f && t.shiftOff == 0.0f);
         CHECK(t.scale == (float)in.scale);
-        if (rowShifted) {  // 2^e with e = floor(log2 scale), rho = scale / 2^e in [1, 2), the relevance 4 / rho
+        if (rowShifted) {  // 2^e <= 1, rho = scale / 2^e (in [1, 2) below scale 2), the relevance 4 / rho and
+                           // the reshift threshold 2 to 4 / rho, a power of two
             int e;
-            CHECK(std::frexp((double)t.rsScalePow2, &e) == 0.5);
-            CHECK(t.rsRho >= 1.0f && t.rsRho < 2.0f);
+            CHECK(std::frexp((double)t.rsScalePow2, &e) == 0.5 && t.rsScalePow2 <= 1.0f);
+            CHECK(in.scale >= 2.0 ? t.rsRho == (float)in.scale : t.rsRho >= 1.0f && t.rsRho < 2.0f);
             CHECK(std::fabs((double)t.rsRho * t.rsScalePow2 - in.scale) <= 1e-6 * in.scale);
             CHECK(std::fabs((double)t.rsRelevance * t.rsRho - 4.0) <= 1e-6);
+            CHECK(std::frexp((double)t.rsReshiftAt, &e) == 0.5);
+            const double at = (double)t.rsReshiftAt * t.rsRho;
+            CHECK(at >= 2.0 * (1 - 1e-6) && at <= 4.0 * (1 + 1e-6));
         } else {
-            CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f);
+            CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f && t.rsReshiftAt == 0.0f);
         }
         return;
     }
-    CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f);
+    CHECK(t.rsScalePow2 == 0.0f && t.rsRho == 0.0f && t.rsRelevance == 0.0f && t.rsReshiftAt == 0.0f);
     CHECK(t.beta >= 0.0f && t.beta < 1.0f);
     CHECK(std::fabs(t.invariance - t.beta / (1.0 - t.beta)) <= 1e-5 * t.invariance + 1e-7);
     CHECK(t.scale == (float)in.scale);
@@ -542,7 +546,7 @@ void SectionErrors() {
     expect("precision fp16", [](auto& in) { in.precision = "fp16"; }, "precision");
     // FlashAttention and pasa_rs have no M: a scale PASA refuses is planned
     for (const char* prec : {"fp16_fp32", "pasa_rs"})
-        for (double scale : {1e6, 1e-4}) {
+        for (double scale : {1e6, 1e-4, 1.5, 2.0, 2e4}) {
             pasa::TilingInput in = MakeInput(d, "BNSD", prec);
             in.scale = scale;
             CheckPlan(in, d);

@@ -194,10 +194,10 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(wsScoreSlot) PASA_FIELD(wsProbSlot) PASA_FIELD(wsPvSlot) PASA_FIELD(wsPartialOffset)
     PASA_FIELD(wsPartialLseOffset) PASA_FIELD(workspaceBytes) PASA_FIELD(ubBytes) PASA_FIELD(l1Bytes)
     PASA_FIELD(l0aBytes) PASA_FIELD(l0bBytes) PASA_FIELD(l0cBytes)
-    PASA_FIELD(kShiftCols) PASA_FIELD(rsScalePow2) PASA_FIELD(rsRho) PASA_FIELD(rsRelevance) PASA_FIELD(wsKSumOffset)
-    PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot) PASA_FIELD(wsCentreProdSlot)
-    PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot) PASA_FIELD(frameDropLimit) PASA_FIELD(wsFinalSegmentSlot)
-    PASA_FIELD(wsVerdictSlot)
+    PASA_FIELD(kShiftCols) PASA_FIELD(rsScalePow2) PASA_FIELD(rsRho) PASA_FIELD(rsRelevance) PASA_FIELD(rsReshiftAt)
+    PASA_FIELD(wsKSumOffset) PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot)
+    PASA_FIELD(wsCentreProdSlot) PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot) PASA_FIELD(frameDropLimit)
+    PASA_FIELD(wsFinalSegmentSlot) PASA_FIELD(wsVerdictSlot)
 #undef PASA_FIELD
     return d;
 }

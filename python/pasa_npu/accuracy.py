@@ -21,6 +21,7 @@ import math
 import multiprocessing
 import os
 import platform
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import golden, metrics
+from . import __version__, golden, metrics
 from .precision import PRECISIONS
 
 PAPER_SHAPE = (1, 16, 1280, 128)
@@ -191,6 +192,23 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
     return (*(x.astype(np.float32) for x in (q, k, v)), band, 1.0 / np.sqrt(d))
 
 
+#: The inputs of :func:`draw_large_scale`.
+LARGE_SCALE_KINDS = ("normal", "ties")
+
+
+def draw_large_scale(kind: str, rng: np.random.Generator, *, s1: int = 64, s2: int = 384, d: int = 64):
+    """Inputs for a large softmax scale (2·10⁴ and more): ``(q, k, v)`` FP16 (1, 2, S, D). "normal": Q, K,
+    V ~ N(0, 1); "ties": the keys in groups of 8 near-equal ones (N(0, 10⁻⁶) apart), so that the weight of
+    some rows is shared by keys whose scores differ in the last FP32 bits rather than all on one key (where
+    every allocation returns that key's value exactly)."""
+    if kind not in LARGE_SCALE_KINDS:
+        raise ValueError(f"kind must be one of {LARGE_SCALE_KINDS}, got {kind!r}")
+    q, k, v = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d)), rng.standard_normal((1, 2, s2, d))
+    if kind == "ties":
+        k = np.repeat(k[:, :, ::8], 8, axis=2)[:, :, :s2] + rng.standard_normal(k.shape) * 1e-3
+    return tuple(x.astype(np.float16) for x in (q, k, v))
+
+
 def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
     """A seed that depends only on (base, case, repetition): results do not depend on order or jobs."""
     kinds = DISTRIBUTIONS + HARD_DISTRIBUTIONS
@@ -278,7 +296,7 @@ def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precision
         results = map(_run_task, tasks)
     else:
         # Fresh (spawned) workers with single-threaded BLAS: forked copies of a process whose BLAS
-        # threads already run oversubscribe the cores (measured: 3x slower than one process).
+        # threads already run oversubscribe the cores.
         os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         results = executor.map(_run_task, tasks)
@@ -417,12 +435,12 @@ def format_table4(t4: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _json_safe(x):
+def json_safe(x):
     """NaN becomes null and ±Inf the strings "inf"/"-inf": strict JSON has neither."""
     if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
@@ -500,6 +518,26 @@ def plot(rows: list[dict], full: bool, path: Path, precisions, *, title: str = "
     plt.close(fig)
 
 
+def source_commit() -> str | None:
+    """The git commit this package's source was run from, with "-dirty" when tracked files differ from it; None
+    when the package is not a repository's python/pasa_npu (an installed copy) or git is missing."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            res = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return res.stdout.strip() if res.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() / "python" / "pasa_npu" != here:
+        return None
+    head = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return None if head is None else head + ("-dirty" if dirty else "")
+
+
 def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: int, precisions,
                   plots: bool = True) -> dict:
     """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
@@ -517,14 +555,14 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w.writerows(t4)
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-            "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
+            "pasa_npu": __version__, "commit": source_commit(), "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count()}
     result = {"metadata": meta, "results": rows, "table4": t4,
               "claim": {p: {"holds": h, "cases": n} for p, (h, n) in claim(rows).items()},
               "summary": summary(rows, precisions)}
-    (out_dir / "results.json").write_text(json.dumps(_json_safe(result), indent=1, allow_nan=False))
+    (out_dir / "results.json").write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))
     if plots:
         title = (f"pasa-npu accuracy ({meta['grid']} grid): sweeps at shape (B, N, S, D) = {tuple(shape)}, "
                  f"base seed {seed}; hard cases {hard_seeds} draws each")

@@ -173,14 +173,22 @@ def invariance_table(block_kv: int = 128, dtype: str = "float16", scale: float |
 
 
 def format_invariance_table(rows: list[dict[str, float]]) -> str:
-    """Table 3's layout as plain text."""
+    """Table 3's layout as plain text; an entry that does not exist (NaN: the rounded M is singular) is
+    shown as "singular", with a note under the table."""
     head = (f"{'initial beta':>13} {'Inva':>9} {'Inva_r':>9} {'rel.err':>8}   "
             f"{'optimized beta':>14} {'Inva':>9} {'Inva_r':>9} {'rel.err':>8}")
+
+    def cell(x: float, width: int, spec: str, suffix: str = "") -> str:
+        return f"{'singular':>{width}}" if not np.isfinite(x) else f"{x:>{width - len(suffix)}{spec}}{suffix}"
+
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['initial_beta']:>13.6f} {r['initial_inva']:>9.3f} {r['initial_inva_r']:>9.3f} "
-            f"{100 * r['initial_rel_err']:>7.2f}%   {r['optimized_beta']:>14.6f} "
-            f"{r['optimized_inva']:>9.3f} {r['optimized_inva_r']:>9.3f} "
-            f"{100 * r['optimized_rel_err']:>7.2f}%")
+            f"{cell(r['initial_beta'], 13, '.6f')} {cell(r['initial_inva'], 9, '.3f')} "
+            f"{cell(r['initial_inva_r'], 9, '.3f')} {cell(100 * r['initial_rel_err'], 8, '.2f', '%')}   "
+            f"{cell(r['optimized_beta'], 14, '.6f')} {cell(r['optimized_inva'], 9, '.3f')} "
+            f"{cell(r['optimized_inva_r'], 9, '.3f')} {cell(100 * r['optimized_rel_err'], 8, '.2f', '%')}")
+    if any(not np.isfinite(v) for r in rows for v in r.values()):
+        lines.append("singular: M rounded to this dtype is singular at that beta (its effective beta is >= 1), so "
+                     "the removed mean cannot be recovered and no optimum exists from that start")
     return "\n".join(lines)

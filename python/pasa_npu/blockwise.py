@@ -22,7 +22,16 @@ allocation assigns to it, so the result is a deterministic function of the alloc
 Shapes: ``q`` (..., G, S1, D), ``k``/``v`` (..., 1, S2, D) with the leading dims broadcasting
 (G query heads share one KV head: GQA without copying K/V); ``mask`` None or bool broadcastable to
 (..., G, S1, S2) with full S1 and S2 dims, True = masked out; ``band`` None or (lo, hi), FIA's band
-rule (key j kept for query i only where lo <= j − i <= hi; lo None = open).
+rule (key j kept for query i only where lo <= j − i <= hi; lo None = open); ``sink`` None or FP32
+values broadcastable to (..., G, 1, 1), one learnable sink logit per query head.
+
+A sink (FIA v2's ``learnable_sink``) is a logit s_h in the true scale that joins the softmax's
+denominator of every row of head h and carries no value: out = Σ_j e^{x_j} v_j / (Σ_j e^{x_j} + e^{s_h}),
+lse = log(Σ_j e^{x_j} + e^{s_h}); a row with no visible key gives out 0 and lse = s_h exactly. It joins
+once, in the final normalisation, as one more term of the row state (:func:`_join_sink`): the row's
+true-scale maximum (each allocation's own frame moved back: PASA's I·F, ``pasa_rs``'s ρ·(C_1 + ψ_1)) and
+the sink are compared in FP32, and the two rescaling factors, l and O are rounded to the allocation's
+state and output types. Without a sink every allocation computes exactly what it computed before.
 
 The loop visits, per tile of ``block_q`` query rows, only the KV blocks that the band leaves some
 key of for some row of the tile (:func:`visited_blocks`), as the kernels do. A hidden block adds
@@ -76,14 +85,15 @@ def visited_blocks(band, r0: int, r1: int, s2: int, block_kv: int) -> tuple[int,
 
 
 def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-              block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None,
+              block_q: int = 128, block_kv: int = 128, mask=None, band=None, sink=None, stats: dict | None = None,
               group_tile: bool = False):
     """Blockwise attention emulating ``alloc``. Inputs must already hold FP16 values.
 
     Returns ``(out, lse)``: ``out`` FP16 (..., G, S1, D); ``lse`` FP32 (..., G, S1), the natural
-    log-sum-exp of the scaled scores in the true scale. Rows whose keys are all masked give out 0
-    and lse −∞. Without a band ``block_q`` only bounds memory (rows are independent); with one it
-    decides which KV blocks a row's tile visits (see the module docstring). ``stats``: for
+    log-sum-exp of the scaled scores (and the sink, where there is one) in the true scale. Rows whose
+    keys are all masked give out 0 and lse −∞ (with a sink: the sink's logit). Without a band
+    ``block_q`` only bounds memory (rows are independent); with one it decides which KV blocks a row's
+    tile visits (see the module docstring). ``stats``: for
     ``pasa_rs``, a dict whose counters of FP32 recomputes and of reshifts are incremented (see
     :func:`_count` and docs/golden.md); ignored by the other allocations.
     """
@@ -106,14 +116,17 @@ def attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | No
             shape = (*ops.broadcast_shape(qt.shape[:-2], k.shape[:-2]), r1 - r0)
             out = ops.full((*shape, v.shape[-1]), 0.0, "float16", like=q)
             lse = ops.full(shape, NEG_INF, "float32", like=q)
+            if sink is not None:
+                lse = ops.where(ops.isneginf(lse), sink[..., 0], lse)
         elif alloc.row_shifted:
             keys = kc[..., c0:c1, :], u[..., b0:b1, :], kbar[..., b0:b1, :]
-            out, lse = _query_block_rs(ops, qt, keys, vt, scale, block_kv, c1 - c0, m_rows, stats)
+            out, lse = _query_block_rs(ops, qt, keys, vt, scale, block_kv, c1 - c0, m_rows, sink, stats)
         elif alloc.framed:
-            out, lse = _query_block_frame(ops, qt, k[..., c0:c1, :], vt, scale, block_kv, c1 - c0, m_rows, stats,
-                                          group_tile)
+            out, lse = _query_block_frame(ops, qt, k[..., c0:c1, :], vt, scale, block_kv, c1 - c0, m_rows, sink,
+                                          stats, group_tile)
         else:
-            out, lse = _query_block(ops, qt, k[..., c0:c1, :], vt, alloc, scale, beta, block_kv, c1 - c0, m_rows)
+            out, lse = _query_block(ops, qt, k[..., c0:c1, :], vt, alloc, scale, beta, block_kv, c1 - c0, m_rows,
+                                    sink)
         outs.append(out)
         lses.append(lse)
     return ops.cat(outs, -2), ops.cat(lses, -1)
@@ -127,7 +140,7 @@ def band_mask(ops, band, r0, r1, c0, c1, like):
     return hidden if lo is None else (hidden | (rel < lo))
 
 
-def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
+def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask, sink):
     st, od = alloc.state, alloc.output
 
     def r(x):  # one vector op's rounding in the state type
@@ -200,22 +213,60 @@ def _query_block(ops, q, k, v, alloc, scale, beta, block_kv, s2, mask):
             o = ops.cast(ops.cast(ops.cast(alpha, od) * o, od) + pv, od)
         m = m_new
 
+    if sink is not None:  # scores are relative to I·F (PASA) or in the true scale
+        m_true = ops.cast(m, "float32")
+        if alloc.shifted:
+            m_true = m_true + ops.cast(inva, "float32") * ops.cast(f, "float32")
+        m, l, o = _join_sink(ops, m_true, l, o, sink, st, od)
     # Final normalisation O/l; rows with no unmasked key (l = 0) give 0, not 0/0.
     empty = l == 0
     out = ops.cast(ops.where(empty, 0.0, o / ops.where(empty, 1.0, ops.cast(l, od))), od)
     lse = ops.cast(m, "float32") + ops.log(ops.cast(l, "float32"))
-    if alloc.shifted:
+    if alloc.shifted and sink is None:
         lse = lse + ops.cast(inva, "float32") * ops.cast(f, "float32")
     lse = ops.where(empty, NEG_INF, lse)
     return ops.cast(out, "float16"), lse[..., 0]
 
 
-#: pasa_rs reshifts a block whose row max lands further than this from ψ (in units of Q̂·K) ...
+def _join_sink(ops, m_true, l, o, sink, state: str, output: str):
+    """The sink joins a row's state (m_true, l, O) once, after the last block: m_true is the row's
+    running maximum in the true scale (FP32, −∞ for a row that saw no key), l and O the row sum and
+    output relative to it, in the ``state`` and ``output`` types. The sink is one more term of weight
+    e^{sink} and value 0, merged as FlashAttention merges a block: the new maximum max(m_true, sink) in
+    FP32, the factors e^{m_true − max} (0 for a row with no key) and e^{sink − max} in FP32 rounded to
+    ``state``. Returns (the new maximum, l, O): the lse is max + ln l, and a row with no key gets l = 1,
+    O = 0, lse = sink exactly."""
+    top = ops.maximum(m_true, sink)
+    none = ops.isneginf(m_true)
+    a = ops.cast(ops.where(none, 0.0, ops.exp64(ops.where(none, 0.0, ops.cast(m_true - top, "float32")))), state)
+    c = ops.cast(ops.exp64(ops.cast(sink - top, "float32")), state)
+    l = ops.cast(ops.cast(a * l, state) + c, state)
+    o = ops.cast(ops.cast(a, output) * o, output)
+    return top, l, o
+
+
+#: pasa_rs reshifts a block whose row max lands further than this from ψ, in units of Q̂·K times
+#: 2^⌊log₂ ρ⌋ (between 2 and 4 in units of the scaled scores) ...
 RESHIFT_AT = 2.0
 #: ... unless the block's maximum lies more than this far (in units of the scaled scores) below the
 #: row's running maximum: its weights are then below e⁻⁴ of the largest, and the FP16 rounding of
 #: its scores barely shows in the output.
 RESHIFT_RELEVANCE = 4.0
+
+
+def row_shift_constants(scale: float) -> tuple[float, float, float, float]:
+    """``pasa_rs``'s constants for a softmax ``scale`` > 0: ``(q_mul, rho, reshift_at, relevance)``.
+
+    Scores are tracked in units of Q̂·K with Q̂ = Q·q_mul, q_mul = 2^e, e = min(⌊log₂ scale⌋, 0): a power
+    of two, so Q̂ is exact in FP16 (but where it becomes subnormal), and never larger than Q, so Q̂
+    cannot overflow FP16 whatever the scale (FP16 rounds relative to the value: a larger Q̂ would gain
+    nothing). The softmax multiplies by ρ = scale/2^e: in [1, 2) for a scale below 2, the scale itself
+    above. ``reshift_at`` = RESHIFT_AT/2^⌊log₂ ρ⌋ and ``relevance`` = RESHIFT_RELEVANCE/ρ are the reshift's
+    thresholds in units of Q̂·K (in units of the scaled scores: between 2 and 4, and 4).
+    """
+    e_scale = math.floor(math.log2(scale))
+    e = min(e_scale, 0)
+    return 2.0**e, scale / 2.0**e, RESHIFT_AT * 2.0 ** (e - e_scale), RESHIFT_RELEVANCE * 2.0**e / scale
 
 
 def _centre_keys(ops, k, block_kv):
@@ -271,11 +322,11 @@ def _count(stats, **flags):
             stats[key] = stats.get(key, 0) + val
 
 
-def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
+def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
     """Row-shifted PASA (``pasa_rs``) on one block of query rows; docs/golden.md states the rules.
 
-    Scores are tracked in the unit of Q̂·K, Q̂ = Q·2^e with e = ⌊log₂ scale⌋; the softmax multiplies
-    by ρ = scale/2^e ∈ [1, 2). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
+    Scores are tracked in the unit of Q̂·K, Q̂ = Q·2^e; the softmax multiplies by ρ = scale/2^e
+    (:func:`row_shift_constants`). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
     centring's share, ψ_j a per-row shift and S'_j what the matrix unit rounds to FP16. The row
     state m (FP32) lives in block 1's frame C_1 + ψ_1; block j enters it through
     δ_j = (C_j − C_1) + (ψ_j − ψ_1).
@@ -291,11 +342,11 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
     def h(x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
         return ops.cast(x, "float16")
 
-    e = math.floor(math.log2(scale))
-    rho = ops.scalar(scale / 2.0**e, like=q)  # FP32
-    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal
-    # (|Q̂| < 2⁻¹⁴), where it rounds to a multiple of 2⁻²⁴.
-    qh = h(q * 2.0**e)
+    q_mul, rho, reshift_at, relevance = row_shift_constants(scale)
+    rho = ops.scalar(rho, like=q)  # FP32
+    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal (|Q̂| < 2⁻¹⁴),
+    # where it rounds to a multiple of 2⁻²⁴.
+    qh = h(q * q_mul)
     # One GEMM with FP32 out for all blocks: C_j = Q̂·u_j, and lv_j = Q̂·K̄_j − C_j, block j's mean
     # score over its centred keys.
     c = ops.matmul(qh, ops.mT(u))
@@ -341,7 +392,6 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
     _, m_pre, _, _, _ = block(1, psi0)
     e_run = excess(m_pre, psi0, 1)
     excesses = []
-    relevance = RESHIFT_RELEVANCE * 2.0**e / scale  # in units of Q̂·K
 
     shape = (*lv.shape[:-1], 1)
     m = ops.full(shape, NEG_INF, "float32", like=q)
@@ -362,14 +412,15 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         if j == 1:
             c_1, psi_1 = c[..., 0:1], psi
         # The reshift: the keys that carry the weight sit near the row max, and S' is rounded with
-        # an error ≈ ulp16(|S'|). A row whose block max lands further than RESHIFT_AT from 0, in
+        # an error ≈ ulp16(|S'|). A row whose block max lands further than reshift_at from 0, in
         # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
         # or above it), computes the block's S' again with ψ moved by its max (one more product
         # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
-        # to the same value (beyond |ψ| ≈ 8192 the step of ψ exceeds 2·RESHIFT_AT).
+        # to the same value (the step of ψ, 2⁻¹⁰ of |ψ|'s power of two, exceeds 2·reshift_at beyond
+        # |ψ| ≈ 2¹²·reshift_at: 8192 for a scale below 2).
         mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
         moved = shift(r(psi + m_blk))
-        far = (abs(m_blk) > RESHIFT_AT) & (moved != psi) & ~redo & (mb > r(m - relevance))
+        far = (abs(m_blk) > reshift_at) & (moved != psi) & ~redo & (mb > r(m - relevance))
         if bool(far.any()):
             psi = ops.where(far, moved, psi)
             s, m_blk, redo_again, c0, c1 = block(j, psi)
@@ -391,10 +442,14 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, stats):
         o = r(r(alpha * o) + r(gamma * pv))
         m = m_new
 
+    # The row maximum in the true scale, ρ·(m + C_1 + ψ_1), FP32.
+    top = r(rho * r(r(m + c_1) + psi_1))
+    if sink is not None:
+        top, l, o = _join_sink(ops, top, l, o, sink, "float32", "float32")
     empty = l == 0
     out = h(ops.where(empty, 0.0, o / ops.where(empty, 1.0, l)))
     # lse = ρ·(m + C_1 + ψ_1) + ln l: the true-scale log-sum-exp, FP32.
-    lse = r(r(rho * r(r(m + c_1) + psi_1)) + ops.log64(l))
+    lse = r(top + ops.log64(l))
     lse = ops.where(empty, NEG_INF, lse)
     return out, lse[..., 0]
 
@@ -410,7 +465,7 @@ FRAME_DOWN_BLOCKS = 8
 FRAME_DROP_LIMIT = 60.0
 
 
-def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, stats, group_tile):
+def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, sink, stats, group_tile):
     """``fp32_frame`` on one tile of query rows; docs/golden.md states the rules.
 
     S = Q·Kᵀ leaves the matrix unit in FP32. Every row keeps a frame G (FP32, units of Q·K) set by its
@@ -475,9 +530,13 @@ def _query_block_frame(ops, q, k, v, scale, block_kv, s2, mask, stats, group_til
         seg_l = r(seg_l + pv[..., -1:])
     close(ops.full(shape, 1.0, "float32", like=q) != 0)
 
+    # The frame in the true scale, FP32: the reference of l and O (−∞ for a row that saw no key).
+    top = ops.where(acc_l == 0, NEG_INF, r(scale * acc_frame))
+    if sink is not None:
+        top, acc_l, acc_o = _join_sink(ops, top, acc_l, acc_o, sink, "float32", "float32")
     empty = acc_l == 0
     out = h(ops.where(empty, 0.0, acc_o / ops.where(empty, 1.0, acc_l)))
-    lse = ops.where(empty, NEG_INF, r(r(scale * acc_frame) + ops.log64(ops.where(empty, 1.0, acc_l))))
+    lse = ops.where(empty, NEG_INF, r(top + ops.log64(ops.where(empty, 1.0, acc_l))))
     return out, lse[..., 0]
 
 
@@ -490,14 +549,14 @@ def _guarded_exp(ops, x, m_new, dtype):
 
 
 def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: float | None = None,
-                      block_q: int = 128, block_kv: int = 128, mask=None, band=None, stats: dict | None = None,
-                      group_tile: bool = False):
+                      block_q: int = 128, block_kv: int = 128, mask=None, band=None, sink=None,
+                      stats: dict | None = None, group_tile: bool = False):
     """:func:`attention` on (B, N, S1, D) queries and (B, Nkv, S2, D) keys/values, N % Nkv == 0.
 
     Query heads are grouped as (B, Nkv, N/Nkv, S1, D) against (B, Nkv, 1, S2, D) keys, so a KV head
     (and, for PASA, its shifted K') serves its whole group without being copied. ``mask`` is None or
-    broadcastable to (B, N, S1, S2) with full S1 and S2 dims. Returns out (B, N, S1, D) FP16 and
-    lse (B, N, S1) FP32. ``band`` and ``stats`` as in :func:`attention`.
+    broadcastable to (B, N, S1, S2) with full S1 and S2 dims; ``sink`` None or (N,) FP32 sink logits.
+    Returns out (B, N, S1, D) FP16 and lse (B, N, S1) FP32. ``band`` and ``stats`` as in :func:`attention`.
     """
     b, n, s1, d = q.shape
     nkv = k.shape[1]
@@ -506,7 +565,9 @@ def grouped_attention(ops, q, k, v, *, alloc: Allocation, scale: float, beta: fl
         mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
         heads = mask.shape[1] == n  # a per-head mask splits into (KV head, group member)
         mask = mask.reshape(mask.shape[0], nkv if heads else 1, g if heads else 1, *mask.shape[-2:])
+    if sink is not None:
+        sink = sink.reshape(1, nkv, g, 1, 1)
     out, lse = attention(ops, q.reshape(b, nkv, g, s1, d), k[:, :, None], v[:, :, None], alloc=alloc,
                          scale=scale, beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
-                         band=band, stats=stats, group_tile=group_tile)
+                         band=band, sink=sink, stats=stats, group_tile=group_tile)
     return out.reshape(b, n, s1, v.shape[-1]), lse.reshape(b, n, s1)

@@ -9,6 +9,7 @@ a model is loaded and before an output folder is created.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -21,6 +22,10 @@ from .precision import PRECISIONS
 
 def _accuracy(args) -> int:
     _check_out(args.out)
+    if not args.no_plots:
+        _require("matplotlib", "the accuracy study's plot", "--no-plots")
+    if not args.no_progress:
+        _require("tqdm", "the accuracy study's progress bar", "--no-progress")
     print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
           f"seed {args.seed}, allocations {', '.join(args.precisions)}")
     t0 = time.time()
@@ -35,15 +40,17 @@ def _accuracy(args) -> int:
         print("\nTable 4: fp16_fp32 NaN % (paper vs ours over independent draws; 'within noise' = the paper's "
               "value within 3 std of our draws, or every draw 100 % where the paper says 100 %):")
         print(accuracy.format_table4(summary["table4"]))
-    print("\nThe paper's claim 'PASA's RMSE < FA16-FP32's on every non-zero-mean case without overflow':")
-    for p, c in summary["claim"].items():
-        print(f"  {p}: holds on {c['holds']} of {c['cases']} cases")
+    if summary["claim"]:
+        print("\nThe paper's claim 'PASA's RMSE < FA16-FP32's on every non-zero-mean case without overflow':")
+        for p, c in summary["claim"].items():
+            print(f"  {p}: holds on {c['holds']} of {c['cases']} cases")
     if "fp32" in args.precisions:
         print("\nRMSE / fp32's RMSE on the same draw (median, worst over draws without failure); failures = NaN/Inf "
               "or zero rows; lse ok = draws with |lse error| <= max(10 x fp32's, 1e-3):")
         print(accuracy.format_summary(summary["summary"]))
-    print(f"\nwrote {args.out}/results.csv, results.json, table4.csv"
-          f"{'' if args.no_plots else ', accuracy.png'} in {time.time() - t0:.0f} s")
+    written = ["results.csv", "results.json"] + (["table4.csv"] if summary["table4"] else []) + \
+        ([] if args.no_plots else ["accuracy.png"])
+    print(f"\nwrote {', '.join(written)} in {Path(args.out)} in {time.time() - t0:.0f} s")
     return 0
 
 
@@ -61,11 +68,16 @@ def _scan(args) -> int:
     # Every check that needs no model comes first: loading one takes seconds to minutes.
     if not Path(args.model_dir).is_dir():
         raise FileNotFoundError(f"model_dir: no such directory: {args.model_dir}")
+    if not (Path(args.model_dir) / "config.json").is_file():
+        raise FileNotFoundError(f"model_dir: {args.model_dir} holds no config.json: pass a local transformers model "
+                                "folder (its config.json, weights and tokenizer files)")
     if not args.prompt.strip():
         raise ValueError("--prompt must be non-empty text")
     if args.beta is not None and not 0.0 <= args.beta < 1.0:  # also rejects nan
         raise ValueError(f"--beta must be in [0, 1), got {args.beta}")
     _check_out(args.out)
+    _require("transformers", "pasa-npu scan", None, "pip install transformers")
+    _require("matplotlib", "pasa-npu scan's heat map", None)
 
     # transformers is needed only here: import it with the scanner, not with the CLI.
     import torch
@@ -98,8 +110,22 @@ def _scan(args) -> int:
 
 
 def _check_out(out: str) -> None:
-    if Path(out).exists() and not Path(out).is_dir():
+    """--out names a folder that exists or can be made, and written in (checked before any work)."""
+    if not out.strip():
+        raise ValueError("--out must name a folder, got an empty string")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"--out must be a folder (existing or not), got the file {out}")
+    parent = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out: cannot write in {out}: {parent} is not a folder this user can write in")
+
+
+def _require(module: str, what: str, skip: str | None, install: str = "pip install 'pasa-npu[study]'") -> None:
+    """An optional dependency of a command, checked before any work: a one-line error saying how to get it."""
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"{what} needs {module}, which is not installed: {install}"
+                                  f"{'' if skip is None else f', or pass {skip}'}")
 
 
 def _positive(text: str) -> int:
@@ -113,9 +139,12 @@ def _positive(text: str) -> int:
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
     return value
 
 
@@ -131,7 +160,7 @@ def main(argv=None) -> int:
                          "relative RMSE of each allocation against float64 attention, and how often it overflows.")
     acc.add_argument("--full", action="store_true", help="the full grid (Table 4 over 10 draws) instead of the quick one")
     acc.add_argument("--out", default="accuracy_out", help="output folder (default: accuracy_out)")
-    acc.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    acc.add_argument("--seed", type=_non_negative, default=0, help="base seed, a non-negative integer (default 0)")
     acc.add_argument("--shape", type=_positive, nargs=4, metavar=("B", "N", "S", "D"), default=list(accuracy.PAPER_SHAPE),
                      help="Q/K/V shape (default: the paper's 1 16 1280 128)")
     acc.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
@@ -170,7 +199,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, ImportError) as e:
         # Bad input (an argument, a missing or unreadable file): say what is wrong, in one line.
         print("pasa-npu: error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2

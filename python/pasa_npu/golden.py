@@ -140,10 +140,12 @@ def _band(band, causal):
     return (None, 0) if band is None else (band[0], min(band[1], 0))
 
 
-def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=None):
+def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=None, sink=None):
     """Exact softmax attention in float64: returns ``(out, lse)``, out (B, N, S1, D) and lse
     (B, N, S1), both float64. Rows with every key masked give out 0 and lse −∞. ``causal`` and
-    ``band`` mask keys as in :func:`attention`."""
+    ``band`` mask keys as in :func:`attention`. ``sink``: None or (N,) sink logits, one more term of
+    every row's softmax denominator with no value (FIA v2's ``learnable_sink``): a row with every key
+    masked then gives out 0 and lse = its head's sink."""
     q, k, v, mask = _check_qkv(q, k, v, mask)
     band = _band(band, causal)
     if band is not None:
@@ -155,6 +157,10 @@ def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=No
     s = np.matmul(q.astype(np.float64), np.swapaxes(k64, -1, -2)) * scale
     if mask is not None:
         s = np.where(mask, -np.inf, s)
+    if sink is not None:  # the sink is one more key, of logit s_h and value 0
+        sink = np.broadcast_to(np.asarray(sink, np.float64).reshape(1, -1, 1, 1), (*s.shape[:-1], 1))
+        s = np.concatenate([s, sink], axis=-1)
+        v64 = np.concatenate([v64, np.zeros_like(v64[..., :1, :])], axis=-2)
     m = s.max(axis=-1, keepdims=True)
     empty = np.isneginf(m)
     with np.errstate(invalid="ignore"):
@@ -168,7 +174,7 @@ def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=No
 
 def attention(q, k, v, *, precision: str, scale: float, beta: float | None = None,
               block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False, band=None,
-              stats: dict | None = None, group_tile: bool = False):
+              sink=None, stats: dict | None = None, group_tile: bool = False):
     """Blockwise attention emulating the allocation ``precision``.
 
     q: (B, N, S1, D); k, v: (B, Nkv, S2, D) with N % Nkv == 0. Inputs are rounded to FP16 (an
@@ -178,7 +184,8 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     FIA's band rule (lo, hi), key j kept for query i only where lo <= j − i <= hi (lo None = open);
     ``causal`` is the top-left causal band (None, 0), intersected with ``band``. A band also decides
     which KV blocks each tile of ``block_q`` rows visits (:mod:`pasa_npu.blockwise`), a mask does not.
-    Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the true scale. Inf/NaN
+    ``sink``: None or (N,) sink logits (FIA v2's ``learnable_sink``, see :func:`reference`), taken in
+    FP32. Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the true scale. Inf/NaN
     produced by an overflow propagate exactly as the emulated hardware's would.
 
     ``stats``: an optional dict that ``pasa_rs`` fills with its safety-net counters (added to any
@@ -197,9 +204,14 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
         if not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     band = _band(band, causal)
+    if sink is not None:
+        sink = np.asarray(sink, np.float32)
+        if sink.shape != (q.shape[1],):
+            raise ValueError(f"sink must hold one value per query head, shape ({q.shape[1]},), got {sink.shape}")
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q16, k16, v16 = (NumpyOps.cast(x, "float16") for x in (q, k, v))
         out, lse = blockwise.grouped_attention(NumpyOps, q16, k16, v16, alloc=alloc, scale=float(scale),
                                                beta=beta, block_q=int(block_q), block_kv=int(block_kv),
-                                               mask=mask, band=band, stats=stats, group_tile=group_tile)
+                                               mask=mask, band=band, sink=sink, stats=stats,
+                                               group_tile=group_tile)
     return out.astype(np.float16), lse.astype(np.float32)

@@ -20,8 +20,8 @@ class Allocation:
     state: type of the softmax and of the running row state m, l (and PASA's F).
     output: type of P·V out of the matrix unit and of the running output O.
     shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
-    overflow_free: finite results for every finite FP16 input (FP32 scores and state, or an overflow
-        recompute inside the loop): fused_attention's safety net has nothing to check.
+    overflow_free: finite results for every finite FP16 input at every scale fused_attention accepts
+        (FP32 scores and state, or an overflow recompute inside the loop): its safety net has nothing to check.
     kernel_key: the AscendC kernel's tiling key for this allocation (op_kernel/pasa_tiling_data.h's
         PASA_TILING_KEY_*), None where the kernel does not implement it.
     row_shifted: row-shifted PASA (``pasa_rs``, docs/golden.md): K centred exactly per block, a

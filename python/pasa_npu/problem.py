@@ -41,6 +41,8 @@ INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
 DEFAULT_BLOCK = 128
 #: FIA's int32 "no limit" for pre_tokens / next_tokens.
 NO_BAND = 2147483647
+#: The largest pre_tokens / next_tokens (FIA's attributes are int64; both signs, so that −pre is one too).
+INT64_MAX = 2**63 - 1
 CHECK_INPUTS_ENV = "PASA_NPU_CHECK_INPUTS"
 
 FP16_MAX = 65504.0
@@ -108,7 +110,9 @@ class Problem(NamedTuple):
     #: The user's mask of sparse_mode 0/1 as bool (1|B, 1|N, S1, S2), True = masked out; None for
     #: no mask and for modes 2-4 (whose rule is the band).
     user_mask: torch.Tensor | None
-    #: Per-batch valid query / key lengths (None = all S1 / S2); for TND the cumulative lengths.
+    #: Per-batch valid query / key lengths (None = all S1 / S2). TND: the cumulative query lengths, and
+    #: the cumulative key lengths, or with a block table each batch's own key length (as in FIA). None
+    #: for both where ``device_lens`` holds them.
     q_lens: tuple[int, ...] | None
     kv_lens: tuple[int, ...] | None
     softmax_lse_flag: bool
@@ -119,10 +123,26 @@ class Problem(NamedTuple):
     #: dense key/value; ``page`` is FIA's block_size (0 without a table).
     block_table: torch.Tensor | None = None
     page: int = 0
+    #: FIA v2's learnable sink: (N,) logits in the true scale, float32/bfloat16/float16 as given, or None.
+    sink: torch.Tensor | None = None
+    #: TND with a block table and lengths given as CUDA tensors: (cumulative query lengths, key lengths),
+    #: int32/int64 (B,) tensors left on the device for a kernel to read (a CUDA graph replays them with
+    #: whatever they then hold); ``q_lens``/``kv_lens`` are then None. :meth:`on_host` reads them.
+    device_lens: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def paged(self) -> bool:
         return self.block_table is not None
+
+    def on_host(self) -> "Problem":
+        """This problem with its lengths on the host: itself, or for ``device_lens`` the values read (a
+        host-device synchronisation) and checked as host lengths are."""
+        if self.device_lens is None:
+            return self
+        q_lens = _cumulative_lengths("actual_seq_lengths", self.device_lens[0], self.query.shape[0])
+        q_lens, kv_lens = _tnd_lengths(q_lens, self.device_lens[1], self.key.shape[0], True,
+                                       self.block_table.shape[1] * self.page)
+        return self._replace(q_lens=q_lens, kv_lens=kv_lens, device_lens=None)
 
     @property
     def decode(self) -> bool:
@@ -154,16 +174,10 @@ class Problem(NamedTuple):
         """The sparse mode's rule for a batch of s1 valid queries and s2 valid keys as (lo, hi):
         key j is kept for query i only where lo <= j − i <= hi (top-left origin; lo None = open);
         None where the mode adds nothing."""
-        mode, pre, nxt = self.sparse_mode, self.pre_tokens, self.next_tokens
+        mode = self.sparse_mode
         if self.decode or mode == 1 or (mode == 0 and self.user_mask is None):
             return None
-        if mode == 0:
-            return -pre, nxt
-        if mode == 2:
-            return None, 0
-        if mode == 3:
-            return None, s2 - s1
-        return -pre + (s2 - s1), nxt + (s2 - s1)  # 4: band, bottom-right origin
+        return band_rule(mode, self.pre_tokens, self.next_tokens, s1, s2)
 
     def jobs(self) -> Iterator[Job]:
         """The dense attentions that make up this problem, each on exactly its valid rows and keys
@@ -175,12 +189,17 @@ class Problem(NamedTuple):
         a job with no key is not yielded either, its rows get out 0 and lse −∞."""
         if self.tnd:
             q0 = k0 = 0
-            for q1, k1 in zip(self.q_lens, self.kv_lens):
+            for i, (q1, k1) in enumerate(zip(self.q_lens, self.kv_lens)):
+                if self.paged:  # the batch's own key length, its keys in its pages
+                    k0, k1 = 0, k1
                 r, c = q1 - q0, k1 - k0
                 if r > 0 and c > 0:
-                    yield Job(*(t.transpose(0, 1)[None] for t in (self.query[q0:q1], self.key[k0:k1],
-                                                                  self.value[k0:k1])),
-                              None, self.band(r, c), (slice(q0, q1),))
+                    q = self.query[q0:q1].transpose(0, 1)[None]
+                    if self.paged:
+                        k, v = self.gather_pages(i, c)
+                    else:
+                        k, v = (t[k0:k1].transpose(0, 1)[None] for t in (self.key, self.value))
+                    yield Job(q, k, v, None, self.band(r, c), (slice(q0, q1),))
                 q0, k0 = q1, k1
             return
         if self.query.numel() == 0:
@@ -227,6 +246,8 @@ class Problem(NamedTuple):
     def padded_rows(self) -> torch.Tensor | None:
         """True for the query rows past a batch's valid length (FIA's padding), as (B, 1, S1) (TND:
         (T, 1): the rows after the last batch's), broadcasting over the heads; None for none."""
+        if self.device_lens is not None:
+            return self.on_host().padded_rows()
         if self.q_lens is None or self.decode:
             return None
         if self.tnd:
@@ -241,12 +262,34 @@ class Problem(NamedTuple):
 
     def padded_results(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Results before any job ran: output 0 everywhere; lse +inf (a padded row) for rows past a
-        batch's valid length and −∞ (no key) for valid rows, which the jobs then overwrite."""
+        batch's valid length and for valid rows −∞ (no key), or with a sink the head's sink logit (out 0,
+        lse s_h: a row that sees no key attends to its sink alone), which the jobs then overwrite."""
         rows = (self.query.shape[0], self.num_heads) if self.tnd else (self.batch, self.num_heads, self.s1)
         out = torch.zeros(*rows, self.head_dim, dtype=torch.float16, device=self.device)
         lse = torch.full(rows, -math.inf, dtype=torch.float32, device=self.device)
+        if self.sink is not None:
+            lse[:] = (self.sink.float()[:, None] if not self.tnd else self.sink.float())
         padded = self.padded_rows()
         return out, lse if padded is None else lse.masked_fill(padded, LSE_PADDED_ROW)
+
+
+def band_rule(sparse_mode: int, pre_tokens: int, next_tokens: int, s1, s2) -> Band:
+    """The band (lo, hi) of sparse_mode 0 (with a mask: top-left origin), 2, 3 or 4 for a batch of s1 valid
+    queries and s2 valid keys (ints, or integer tensors of per-batch lengths): key j is kept for query i
+    only where lo <= j − i <= hi (lo None = open). pre_tokens and next_tokens beyond FIA's int32 "no
+    limit" keep the same keys as it (sequences are shorter), so they are saturated there first, and with
+    int lengths lo and hi at ±(s1 + s2) (j − i lies in [1 − s1, s2 − 1]): no consumer's integer
+    arithmetic overflows."""
+    if sparse_mode == 2:
+        return None, 0
+    if sparse_mode == 3:
+        return None, s2 - s1
+    pre, nxt = (max(-NO_BAND, min(x, NO_BAND)) for x in (pre_tokens, next_tokens))
+    lo, hi = (-pre, nxt) if sparse_mode == 0 else (-pre + (s2 - s1), nxt + (s2 - s1))  # 4: bottom-right origin
+    if isinstance(s1, int) and isinstance(s2, int):
+        edge = s1 + s2
+        lo, hi = max(-edge, min(lo, edge)), max(-edge, min(hi, edge))
+    return lo, hi
 
 
 def band_mask(band: Band, s1: int, s2: int, device) -> torch.Tensor:
@@ -267,10 +310,10 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
                  num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
                  num_key_value_heads=0, sparse_mode=0, inner_precise=0, softmax_lse_flag=False,
                  precision=DEFAULT_PRECISION, beta=None, block_q=None, block_kv=None, block_table=None,
-                 block_size=0, check_inputs=None) -> Problem:
-    """Validate :func:`pasa_npu.fused_attention`'s arguments (its docstring states them) and
-    describe the call. Raises TypeError/ValueError naming the argument and what it accepts, before
-    any work is done."""
+                 block_size=0, learnable_sink=None, check_inputs=None) -> Problem:
+    """Validate :func:`pasa_npu.fused_attention`'s arguments (its docstring states them), and
+    :func:`pasa_npu.fused_attention_v2`'s ``learnable_sink``, and describe the call. Raises
+    TypeError/ValueError naming the argument and what it accepts, before any work is done."""
     if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)):
         for name, t in (("query", query), ("key", key), ("value", value)):
             _check_tensor(name, t)
@@ -280,8 +323,8 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
     num_heads = _int("num_heads", num_heads, lo=1)
     num_key_value_heads = _int("num_key_value_heads", num_key_value_heads, lo=0)
-    pre_tokens = _int("pre_tokens", pre_tokens)
-    next_tokens = _int("next_tokens", next_tokens)
+    pre_tokens = _int("pre_tokens", pre_tokens, lo=-INT64_MAX, hi=INT64_MAX)
+    next_tokens = _int("next_tokens", next_tokens, lo=-INT64_MAX, hi=INT64_MAX)
     sparse_mode = _int("sparse_mode", sparse_mode, choices=SPARSE_MODES)
     inner_precise = _int("inner_precise", inner_precise, choices=INNER_PRECISE)
     if not isinstance(softmax_lse_flag, bool):
@@ -314,9 +357,12 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         if atten_mask.dtype not in _MASK_DTYPES:
             raise ValueError(f"atten_mask must be a bool, int8 or uint8 tensor (True/1 = masked out), "
                              f"got {atten_mask.dtype}")
+    sink = None if learnable_sink is None else _check_sink(learnable_sink, num_heads, device, check_inputs)
     if (query.requires_grad or key.requires_grad or value.requires_grad
-            or (atten_mask is not None and atten_mask.requires_grad)) and torch.is_grad_enabled():
-        name = next(name for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask))
+            or (atten_mask is not None and atten_mask.requires_grad)
+            or (sink is not None and sink.requires_grad)) and torch.is_grad_enabled():
+        name = next(name for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask),
+                                         ("learnable_sink", sink))
                     if t is not None and t.requires_grad)
         raise ValueError(f"{name} requires grad: fused_attention is inference-only (it has no backward); "
                          "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
@@ -332,7 +378,7 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         q16, k16, v16 = query, key, value
 
     if input_layout == "TND":
-        _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name)
+        _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged)
         b = s1 = s2 = 0
         q4 = k4 = v4 = None
         d = query.shape[2]
@@ -348,18 +394,23 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
     if d == 0:
         raise ValueError("the head dim D of query/key/value must be >= 1, got 0")
 
-    user_mask = None
+    user_mask = device_lens = None
     if input_layout == "TND":
-        q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, query.shape[0])
-        kv_lens = _cumulative_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, key.shape[0])
-        if len(q_lens) != len(kv_lens):
-            raise ValueError(f"actual_seq_lengths ({len(q_lens)} entries) and actual_seq_lengths_kv "
-                             f"({len(kv_lens)} entries) must have one entry per batch each with input_layout='TND'")
         if sparse_mode == 1 or (sparse_mode == 0 and atten_mask is not None):
             raise ValueError("input_layout='TND' supports sparse_mode 0 without atten_mask and sparse_mode 2, 3, 4 "
                              f"with the compressed mask; a full atten_mask (sparse_mode={sparse_mode}) is not supported")
         _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode=False, check_values=check_inputs)
-        b = len(q_lens)
+        if keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_layout, block_table, check_inputs):
+            device_lens = _device_lengths(actual_seq_lengths, actual_seq_lengths_kv, device)
+            q_lens = kv_lens = None
+            b = device_lens[0].shape[0]
+        else:
+            q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, query.shape[0])
+            b = len(q_lens)
+        if paged:
+            s2 = _check_pages(block_table, block_size, key, value, b, nkv, d, kv_name, check_inputs)
+        if device_lens is None:
+            q_lens, kv_lens = _tnd_lengths(q_lens, actual_seq_lengths_kv, key.shape[0], paged, s2)
     else:
         decode = s1 == 1
         if _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode, check_inputs):
@@ -376,7 +427,9 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         if paged and actual_seq_lengths_kv is None:
             raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
                              "of each batch's keys in its pages")
-        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2)
+        kv_dim = (f"the keys a block_table row of {block_table.shape[1]} pages of block_size {block_size} addresses"
+                  if paged else None)
+        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2, kv_dim)
         if q_lens is not None and all(x == s1 for x in q_lens):
             q_lens = None
         if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
@@ -387,7 +440,8 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
                    beta=beta, block_q=block_q, block_kv=block_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
                    next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
                    softmax_lse_flag=softmax_lse_flag, out_dtype=dtype, device=device,
-                   block_table=block_table if paged else None, page=block_size if paged else 0)
+                   block_table=block_table if paged else None, page=block_size if paged else 0, sink=sink,
+                   device_lens=device_lens)
 
 
 def checks_values(check_inputs: bool | None) -> bool:
@@ -397,15 +451,17 @@ def checks_values(check_inputs: bool | None) -> bool:
     return check_inputs
 
 
-def call_signature(query, key, value, options: tuple) -> tuple | None:
+def call_signature(query, key, value, options: dict) -> tuple | None:
     """A hashable key of everything :func:`make_problem` and a backend's plan read from a call except the
     tensors' contents and addresses: each tensor's type, shape, strides, dtype, device and grad flag, every
-    other argument's type and value (``options``: the keyword arguments, tensors among them, in the order of
-    ``fused_attention``'s signature), and whether grad mode is on. Two calls with one signature get the
-    same Problem up to its tensors, whose views of the inputs are the same views. None where a call has
-    no such key and is always validated in full: a tensor subclass or a non-strided tensor, an argument
-    of an unexpected type. A sequence holding an unhashable item gives a key that is not hashable
-    (looking it up raises TypeError). Value checks (``check_inputs``) are the caller's to exclude."""
+    other argument's name, type and value (``options``: the keyword arguments by name, tensors among them;
+    length tensors that reach this point are read on the device, see :func:`keeps_lengths_on_device`), and
+    whether grad mode is on. Two calls with one signature get the same Problem up to its tensors, whose
+    views of the inputs are the same views. None where a call has no such key and is always validated in
+    full: a tensor subclass or a non-strided tensor, an argument of an unexpected type. A sequence holding
+    an unhashable item gives a key that is not hashable (looking it up raises TypeError). Value checks
+    (``check_inputs``) are the caller's to exclude."""
+    names, options = tuple(options), tuple(options.values())
     types = tuple(map(type, options))
     if not _SIGNATURE_TYPES.issuperset(types):
         return None
@@ -421,7 +477,7 @@ def call_signature(query, key, value, options: tuple) -> tuple | None:
         return (query.shape, query.stride(), query.dtype, query.device, query.requires_grad,
                 key.shape, key.stride(), key.dtype, key.device, key.requires_grad,
                 value.shape, value.stride(), value.dtype, value.device, value.requires_grad,
-                torch.is_grad_enabled(), options, types)
+                torch.is_grad_enabled(), names, options, types)
     except (RuntimeError, _NoSignature):
         return None
 
@@ -451,26 +507,35 @@ def _check_tensor(name: str, x) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def _int(name: str, x, *, lo: int | None = None, choices: tuple[int, ...] | None = None) -> int:
-    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo):
+def _int(name: str, x, *, lo: int | None = None, hi: int | None = None,
+         choices: tuple[int, ...] | None = None) -> int:
+    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo) and (hi is None or x <= hi):
         return x
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(x).__name__}")
     x = int(x)
     if choices is not None and x not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {x}")
+    if hi is not None and not lo <= x <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {x}")
     if lo is not None and x < lo:
         raise ValueError(f"{name} must be >= {lo}, got {x}")
     return x
 
 
+#: The largest scale accepted: FP16 inputs give |Q·Kᵀ| <= D·65504² < 2^52 for any D up to 2^20, so the
+#: scaled scores, their log-sum-exp and every allocation's FP32 state stay below 2^116, within FP32's range.
+MAX_SCALE = 2.0**64
+
+
 def check_scale(scale) -> float:
-    """``scale`` as a float: a positive finite real number."""
+    """``scale`` as a float: a positive real number, at most :data:`MAX_SCALE`."""
     if type(scale) is not float and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0.0:
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    if not 0.0 < scale <= MAX_SCALE:  # also rejects NaN and ±inf
+        raise ValueError(f"scale must be a positive finite number at most 2**64 (beyond, the scaled scores may "
+                         f"overflow FP32), got {scale}")
     return scale
 
 
@@ -509,8 +574,6 @@ def _check_page_attention(block_table, block_size, layout) -> bool:
     if block_size not in PAGE_SIZES:
         raise ValueError(f"block_size must be a multiple of 16 from 16 to 512 with a block_table (FIA's page lengths "
                          f"for FP16 caches), got {block_size}")
-    if layout == "TND":
-        raise ValueError("block_table (PageAttention) takes input_layout BSH, BSND, BNSD or BNSD_BSND, not 'TND'")
     return True
 
 
@@ -558,6 +621,26 @@ def _query_bnsd(query, layout, num_heads):
     if q4.shape[1] != num_heads:
         raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {q4.shape[1]} (input_layout={layout!r})")
     return q4
+
+
+#: The dtypes learnable_sink is taken in (FIA v2's is bfloat16; the value is used as float32).
+SINK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_sink(sink, num_heads: int, device: torch.device, check_values: bool) -> torch.Tensor:
+    """FIA v2's learnable_sink: one logit per query head, (num_heads,), on query's device."""
+    if not isinstance(sink, torch.Tensor):
+        raise TypeError(f"learnable_sink must be None or a torch.Tensor, got {type(sink).__name__}")
+    if sink.dtype not in SINK_DTYPES or tuple(sink.shape) != (num_heads,):
+        raise ValueError(f"learnable_sink must be a float32, bfloat16 or float16 tensor of shape (num_heads,) = "
+                         f"({num_heads},), one sink logit per query head; got a {sink.dtype} tensor of shape "
+                         f"{tuple(sink.shape)}")
+    if sink.device != device:
+        raise ValueError(f"learnable_sink is on {sink.device} but query is on {device}; all tensors must be on one "
+                         "device")
+    if check_values and not bool(torch.isfinite(sink).all()):
+        raise ValueError("learnable_sink contains NaN or Inf; fused_attention refuses non-finite inputs")
+    return sink
 
 
 def _resolve_precision(precision, inner_precise: int) -> Allocation:
@@ -637,10 +720,15 @@ def from_bnsd(out: torch.Tensor, layout: str) -> torch.Tensor:
     return bsnd  # BSND, BNSD_BSND
 
 
-def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name):
-    for name, t in (("query", query), ("key", key), ("value", value)):
+def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged):
+    """TND's query (and, without a block table, key and value: with one they are caches, checked with it)."""
+    for name, t in (("query", query),) if paged else (("query", query), ("key", key), ("value", value)):
         if t.ndim != 3:
             raise ValueError(f"{name} must be 3-D (T, N, D) for input_layout='TND', got shape {tuple(t.shape)}")
+    if paged:
+        if query.shape[1] != num_heads:
+            raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {query.shape[1]} (input_layout='TND')")
+        return
     if key.shape != value.shape:
         raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
     if query.shape[1] != num_heads:
@@ -672,8 +760,9 @@ def int_list(name: str, x) -> list[int]:
     return out
 
 
-def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
-    """FIA's rule: one value for every batch, or at least B values of which the first B are used."""
+def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
+    """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
     if x is None:
         return None
     vals = int_list(name, x)
@@ -684,7 +773,7 @@ def _per_batch_lengths(name: str, x, b: int, s: int) -> tuple[int, ...] | None:
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
-            dim = "query's S1" if name == "actual_seq_lengths" else "key/value's S2"
+            dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
 
@@ -707,6 +796,53 @@ def _cumulative_lengths(name: str, x, total: int) -> tuple[int, ...]:
     if vals[-1] > total:
         raise ValueError(f"{name}[-1] = {vals[-1]} exceeds the {total} rows of the tensor (input_layout='TND')")
     return tuple(vals)
+
+
+def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_layout, block_table, check_inputs) -> bool:
+    """Whether a call leaves its lengths on the device for the kernels to read: TND with a block table, both
+    lengths given as CUDA tensors, and no value checks (which read them). Such a call is sized by its shapes
+    (at most T query rows per batch, at most a table row's keys) and can be captured in a CUDA graph that
+    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host."""
+    return (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
+            and isinstance(actual_seq_lengths, torch.Tensor) and actual_seq_lengths.is_cuda
+            and isinstance(actual_seq_lengths_kv, torch.Tensor) and actual_seq_lengths_kv.is_cuda)
+
+
+def _device_lengths(q, kv, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only."""
+    for name, t in (("actual_seq_lengths", q), ("actual_seq_lengths_kv", kv)):
+        if t.ndim != 1 or t.dtype not in (torch.int32, torch.int64) or t.numel() == 0:
+            raise TypeError(f"{name} must be a sequence of ints or a non-empty 1-D int32/int64 tensor, got a "
+                            f"{t.dtype} tensor of shape {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but query is on {device}; pass lengths on query's device "
+                             "(read by the kernels) or on the host")
+    if q.shape != kv.shape:
+        raise ValueError(f"actual_seq_lengths ({q.shape[0]} entries) and actual_seq_lengths_kv ({kv.shape[0]} "
+                         "entries) must have one entry per batch each with input_layout='TND'")
+    return q, kv
+
+
+def _tnd_lengths(q_lens, kv, t_kv: int, paged: bool, capacity: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """TND's key lengths, checked against the query's (cumulative, already checked): cumulative against
+    the T_kv rows of key/value, or with a block table each batch's own length (FIA's PageAttention form),
+    at most the ``capacity`` keys a table row addresses."""
+    if not paged:
+        kv_lens = _cumulative_lengths("actual_seq_lengths_kv", kv, t_kv)
+    elif kv is None:
+        raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length of "
+                         "each batch's keys in its pages (one per batch, not cumulative)")
+    else:
+        kv_lens = tuple(int_list("actual_seq_lengths_kv", kv))
+        for i, c in enumerate(kv_lens):
+            if c < 0 or c > capacity:
+                raise ValueError(f"actual_seq_lengths_kv[{i}] = {c} must be in [0, {capacity}]: a block_table row "
+                                 f"addresses at most {capacity} keys (with block_table and input_layout='TND' each "
+                                 "entry is its batch's own key length)")
+    if len(q_lens) != len(kv_lens):
+        raise ValueError(f"actual_seq_lengths ({len(q_lens)} entries) and actual_seq_lengths_kv "
+                         f"({len(kv_lens)} entries) must have one entry per batch each with input_layout='TND'")
+    return q_lens, kv_lens
 
 
 # ============================================================================================

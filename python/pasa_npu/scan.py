@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from .accuracy import json_safe
 from .beta import default_beta, ideal_invariance, shift_entries
 
 __all__ = ["Capture", "HeadStats", "capture", "scan_capture", "scan_model", "verify", "format_table",
@@ -302,7 +303,7 @@ def format_table(rows: list[HeadStats]) -> str:
 def write_json(rows: list[HeadStats], path: Path, meta: dict) -> None:
     data = dict(meta, threshold=FP16_INF_AT, heads=[asdict(r) for r in rows],
                 overflowing_heads={p: {v: _count(rows, p, v) for v in ("nan", "-inf")} for p in VERDICT_PRECISIONS})
-    Path(path).write_text(json.dumps(data, indent=1))
+    Path(path).write_text(json.dumps(json_safe(data), indent=1, allow_nan=False))
 
 
 def write_heatmap(rows: list[HeadStats], path: Path, title: str = "") -> None:

@@ -7,13 +7,18 @@ A backend is an object with
   what to do;
 * ``supports(problem)``: None when it computes this :class:`pasa_npu.problem.Problem` (its allocation,
   as a predicate over :class:`pasa_npu.precision.Allocation`, its tile sizes, its layout), else why not;
+  a :class:`Refused` reason where the call must not fall back to the reference emulator on that device
+  (a serving feature the device's kernel does not implement yet: an error is better than minutes);
 * ``run(problem)``: ``(out, lse)`` — out FP16 (B, N, S1, D) (TND: (T, N, D)), lse FP32 (B, N, S1)
   (TND: (T, N)) in the true scale, −∞ for a row with no key, +∞ for a padded row.
 * optionally ``plan(problem)``: None, or a callable that gives ``run``'s result for this problem and for
   every later call with the same signature (:func:`pasa_npu.problem.call_signature`) from that call's
-  ``(query, key, value, atten_mask, block_table)``, without validating anything again (what the backend
-  decided from shapes, strides and options made once); it must hold none of the problem's tensors.
-  ``fused_attention`` keeps it for repeated calls.
+  ``(query, key, value, atten_mask, block_table, learnable_sink, device lengths)``, without validating
+  anything again (what the backend decided from shapes, strides and options made once), and with ``out``,
+  ``lse`` and ``workspace`` keywords writes into the caller's buffers (the ``.out`` forms); it must hold
+  none of the problem's tensors. ``fused_attention`` keeps it for repeated calls;
+* optionally ``workspace_bytes(problem)``: the bytes of scratch its plans of this problem's shape, or of
+  any smaller one, keep in a ``workspace`` (:func:`pasa_npu.fused_attention_workspace`).
 
 Registered backends, in the order :func:`select` tries them for a device:
 
@@ -37,7 +42,12 @@ import torch
 
 from ..problem import Problem
 
-__all__ = ["Backend", "BACKENDS", "get", "select", "run_jobs"]
+__all__ = ["Backend", "BACKENDS", "Refused", "get", "select", "run_jobs"]
+
+
+class Refused(str):
+    """A backend's reason not to compute a problem that also refuses the reference emulator as a stand-in on
+    the backend's device (:func:`select` raises it as a ValueError there)."""
 
 
 class Backend(Protocol):
@@ -98,8 +108,16 @@ def select(problem: Problem, name: str | None = None) -> Backend:
     order = _ORDER.get(problem.device.type, _DEFAULT_ORDER)
     for candidate in order:
         backend = get(candidate)
-        if backend.unavailable_reason(problem.device) is None and backend.supports(problem) is None:
-            break
+        if backend.unavailable_reason(problem.device) is None:
+            why = backend.supports(problem)
+            if why is None:
+                break
+            if isinstance(why, Refused):
+                raise ValueError(f"backend {candidate!r} on {problem.device} tensors: {why} (the reference "
+                                 "emulator, correct but far too slow for serving, is not run in its place; pass "
+                                 "backend='reference' to run it, or CPU tensors)")
+    if backend.name == "reference":
+        _warn_if_long(problem)
     if backend.name == "reference" and order[0] != "reference":
         # The device's kernel cannot take this call: say once why it runs on the emulator instead.
         first = get(order[0])
@@ -113,6 +131,20 @@ def select(problem: Problem, name: str | None = None) -> Backend:
 
 
 _WARNED: set = set()
+
+#: B·N·S1·S2·D (the multiply-adds of Q·Kᵀ) from which a CPU call on the 'reference' backend is announced as
+#: long (1×2×2048²×128): the emulation rounds after every operation, at a small fraction of a GEMM's speed.
+LONG_EMULATION = 2**30
+
+
+def _warn_if_long(problem: Problem) -> None:
+    """Say before it starts that a CPU call of the emulator will take long (it shows no progress)."""
+    work = problem.batch * problem.num_heads * problem.s1 * problem.s2 * problem.head_dim
+    if problem.device.type == "cpu" and work >= LONG_EMULATION:
+        warnings.warn(f"pasa_npu: this call runs on the 'reference' backend, which emulates every rounding of "
+                      f"precision {problem.alloc.name!r} in PyTorch ops: with B·N·S1·S2·D = {work:,} on the CPU it "
+                      "takes tens of seconds or more (a CUDA or NPU device runs a kernel)", RuntimeWarning,
+                      stacklevel=3)
 
 
 def run_jobs(problem: Problem, attend) -> tuple[torch.Tensor, torch.Tensor]:

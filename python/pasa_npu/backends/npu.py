@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..problem import Problem
+from . import Refused
 
 __all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "host_model",
            "host_model_arguments", "to_bnsd", "tiling", "unavailable_reason"]
@@ -57,8 +58,11 @@ class KernelCall:
 def kernel_call(problem: Problem) -> KernelCall:
     """The op's arguments for ``problem`` (which :meth:`NpuBackend.supports`)."""
     layout = "BNSD" if problem.input_layout == "BNSD_BSND" else problem.input_layout
-    attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=problem.pre_tokens,
-                 next_tokens=problem.next_tokens, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
+    # pre/next tokens saturated at ±(S1 + S2), where they keep the same keys: the tiling adds them in int64.
+    edge = problem.s1 + problem.s2
+    pre, nxt = (max(-edge, min(x, edge)) for x in (problem.pre_tokens, problem.next_tokens))
+    attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=pre,
+                 next_tokens=nxt, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
                  sparse_mode=problem.sparse_mode, beta=-1.0 if problem.beta is None else problem.beta,
                  precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
@@ -81,17 +85,23 @@ class NpuBackend:
                 f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
 
     def supports(self, problem: Problem) -> str | None:
+        if problem.sink is not None:
+            return Refused("the AscendC kernel does not implement FIA v2's learnable_sink yet")
         if problem.alloc.kernel_key is None:
             from ..precision import ALLOCATIONS
 
             names = tuple(n for n, a in ALLOCATIONS.items() if a.kernel_key is not None)
             return f"the AscendC kernel implements precision {names}, not {problem.alloc.name!r}"
+        if problem.tnd and problem.paged:
+            return Refused("the AscendC kernel does not implement input_layout='TND' with a block_table yet")
         if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
             return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
                     f"got {problem.input_layout!r}")
         if problem.block_kv != KV_BLOCK:
             return (f"the AscendC kernel's KV block is {KV_BLOCK} (its shift matrix and default beta are built "
                     f"for it), got block_kv={problem.block_kv}")
+        if problem.head_dim % 16 or not 16 <= problem.head_dim <= 256:
+            return f"the AscendC kernel takes head dims that are multiples of 16 in [16, 256], got {problem.head_dim}"
         return None
 
     def run(self, problem: Problem):

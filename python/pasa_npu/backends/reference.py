@@ -104,14 +104,16 @@ class TorchOps:
 
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
-              scale: float, mask: torch.Tensor | None, band: tuple[int | None, int] | None = None):
+              scale: float, mask: torch.Tensor | None, band: tuple[int | None, int] | None = None,
+              sink: torch.Tensor | None = None):
     """Blockwise attention emulating ``precision`` on PyTorch tensors.
 
     q: (B, N, S1, D) float16; k, v: (B, Nkv, S2, D) float16, N % Nkv == 0 (GQA without copying
     K/V); mask None or bool broadcastable to (B, N, S1, S2) with full S1 and S2 dims, True = masked
-    out; band None or (lo, hi) (see :func:`pasa_npu.golden.attention`). Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true scale; rows with
-    every key masked give out 0 and lse −∞. Arguments are assumed valid (the caller,
-    :func:`pasa_npu.fused_attention`, checks them).
+    out; band None or (lo, hi) (see :func:`pasa_npu.golden.attention`); sink None or (N,) sink logits
+    (:mod:`pasa_npu.blockwise`). Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 in the true
+    scale; rows with every key masked give out 0 and lse −∞ (with a sink: out 0, lse the sink).
+    Arguments are assumed valid (the caller, :func:`pasa_npu.fused_attention`, checks them).
     """
     alloc = get_allocation(precision)
     cuda_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -119,9 +121,10 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     try:
         with torch.no_grad():
             q32, k32, v32 = (x.to(torch.float32) for x in (q, k, v))
+            sink32 = None if sink is None else sink.to(device=q.device, dtype=torch.float32)
             out, lse = blockwise.grouped_attention(TorchOps, q32, k32, v32, alloc=alloc, scale=float(scale),
                                                    beta=beta, block_q=block_q, block_kv=block_kv, mask=mask,
-                                                   band=band)
+                                                   band=band, sink=sink32)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
     return out.to(torch.float16), lse
@@ -140,12 +143,12 @@ class ReferenceBackend:
         return None
 
     def run(self, problem: Problem):
-        return run_jobs(problem, _attend)
+        return run_jobs(problem.on_host(), _attend)
 
 
 def _attend(job: Job, problem: Problem):
     return attention(job.q, job.k, job.v, precision=problem.alloc.name, beta=problem.beta, block_q=problem.block_q,
-                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band)
+                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band, sink=problem.sink)
 
 
 BACKEND = ReferenceBackend()

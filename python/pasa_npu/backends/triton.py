@@ -34,9 +34,9 @@ from itertools import repeat
 import torch
 
 from ..beta import default_beta, shift_entries
-from ..blockwise import RESHIFT_AT, RESHIFT_RELEVANCE
+from ..blockwise import row_shift_constants
 from ..precision import Allocation, get_allocation
-from ..problem import LSE_PADDED_ROW, Job, Problem
+from ..problem import LSE_NO_KEY, LSE_PADDED_ROW, Job, Problem, band_rule
 from . import run_jobs
 
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
@@ -158,7 +158,7 @@ def _launcher(compiled) -> tuple:
     """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
     Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
     for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly, which costs ~2 µs less host time per launch (docs/benchmarks/call/notes.md)."""
+    directly, which costs less host time per launch (docs/benchmarks/call/notes.md)."""
     run = compiled.run
     launch = getattr(run, "launch", None)
     no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
@@ -269,11 +269,9 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program, with at least two KV blocks per split.
-    Measured on the decode shape (128 KV heads, 64 blocks; docs/benchmarks/gpu_notes.md): 1, 2, 8, 16,
-    64 splits give 11.2, 11.0, 10.5, 10.0, 8.0 TFLOP/s in fp32. One-block splits cost more in partials
-    and their merge (a loop over the splits) than they gain: on 8 KV heads and 32 blocks (H100, CUDA
-    graph), 16 splits take 33 µs for pasa_rs and 19 µs for fp32, 32 splits 42 and 29 µs."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split:
+    more splits, and one-block splits, cost more in partials and their merge (a loop over the splits)
+    than they gain (docs/benchmarks/gpu_notes.md, "v4: decode splits")."""
     if tiles > 1:
         return 1
     if _INTERPRET:  # two splits exercise the combine on tiny shapes
@@ -302,25 +300,29 @@ def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool)
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
               scale: float, mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
               shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
-              block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None):
+              block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None,
+              sink: torch.Tensor | None = None):
     """q (B, N, S1, D) float16; k, v (B, Nkv, S2, D) float16 with N % Nkv == 0; mask None or bool
-    broadcastable to (B, N, S1, S2), True = masked out; band None or (lo, hi). Returns out
-    (B, N, S1, D) float16 and lse (B, N, S1) float32 true-scale (−∞ and out 0 for a row with no key).
+    broadcastable to (B, N, S1, S2), True = masked out; band None or (lo, hi); sink None or (N,) learnable
+    sink logits. Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 true-scale (−∞ and out 0
+    for a row with no key; with a sink, its logit and out 0).
     ``block_q`` is ignored (the kernel picks its row tile; rows are independent). ``config``
     (BLOCK_M, num_warps, num_stages, KV splits or None) overrides the heuristics (the benchmark's
     sweep).
 
     PageAttention: with ``block_table`` (B, max_blocks) int32, k and v are caches of pages of ``page``
     keys, (num_blocks, page, Nkv·D) or (num_blocks, Nkv, page, D), read in place through the table by
-    the pre-passes and the attention kernel (no gathered copy), and ``kv_info`` (B, 4) int32 on q's
-    device holds each batch's query length (rows past it are left unwritten), key length and band
-    (lo, hi) (ignored unless ``band`` is not None, which then only says that there is a band); a
-    ``mask`` broadcasts to (B, N, S1, max_blocks·page), by key position."""
+    the pre-passes and the attention kernel (no gathered copy), and ``kv_info`` (B, 5) int32 on q's
+    device holds each batch's query length (rows past it are left unwritten), key length, band
+    (lo, hi) (ignored unless ``band`` is not None, which then only says that there is a band) and first
+    query row (TND only, see :class:`AttentionPlan`); a ``mask`` broadcasts to (B, N, S1,
+    max_blocks·page), by key position."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     plan = AttentionPlan(q, k, v, precision=precision, beta=beta, block_kv=block_kv, scale=scale, mask=mask, band=band,
-                         shift=shift, config=config, block_table=block_table, page=page, kv_info=kv_info)
-    return plan(q, k, v, mask, block_table)
+                         shift=shift, config=config, block_table=block_table, page=page, kv_info=kv_info,
+                         sink=sink is not None)
+    return plan(q, k, v, mask, block_table, sink)
 
 
 class AttentionPlan:
@@ -332,14 +334,30 @@ class AttentionPlan:
     ``out_bsnd``: the output is written in (B, S1, N, D) memory order, FIA's BSH/BSND layouts, so that
     laying it out costs no copy. ``out_shape``: the shape of the output returned, a contiguous tensor in
     that memory order (FIA's output shape; None: the (B, N, S1, D) view). ``lse``: whether to compute the
-    lse (None is returned in its place otherwise)."""
+    lse (None is returned in its place otherwise), ``lse_none`` the lse of a row with no key. ``sink``:
+    calls pass (N,) learnable sink logits.
+
+    ``varlen_rows`` (TND with a block table): q is the (1, N, T, D) view of the (T, N, D) query, the
+    table's B batches hold at most ``varlen_rows`` query rows each, batch b's starting at row kv_info[b, 4],
+    and the output (T, N, D) and lse (T, N) are written in place of those rows; rows past the last
+    batch's (``varlen_last``, the last cumulative query length) are written as padding (output 0, lse
+    +inf). ``kv_info`` None: each call passes its ``lengths`` as device tensors (the cumulative query
+    lengths and each batch's key length), from which it builds kv_info on the device with
+    ``varlen_band``, the band as a function of (query length, key length) (None: no band).
+
+    :attr:`workspace_bytes` is the scratch a call needs: given a ``workspace`` of at least that many bytes,
+    a call allocates nothing on the device but for lengths given as device tensors (a few tensors of B or
+    T elements)."""
 
     def __init__(self, q, k, v, *, precision: str, beta: float | None, block_kv: int, scale: float,
                  mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
                  shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
                  block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None,
-                 out_bsnd: bool = False, out_shape: tuple[int, ...] | None = None, lse: bool = True):
+                 out_bsnd: bool = False, out_shape: tuple[int, ...] | None = None, lse: bool = True,
+                 lse_none: float = -math.inf, sink: bool = False, varlen_rows: int | None = None,
+                 varlen_last: int | None = None, varlen_band=None):
         paged = block_table is not None
+        varlen = varlen_rows is not None
         if not is_available(q.device):
             raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
                                f"for CPU tensors), got a tensor on {q.device}")
@@ -357,15 +375,18 @@ class AttentionPlan:
             if t.stride(-1) != 1:
                 raise ValueError(f"{name} must have a unit stride in its last dim (D) for backend='triton', got "
                                  f"strides {t.stride()}")
+        if varlen:  # TND: q is (1, N, T, D); the batches are the table's rows
+            b, n, s1, d = block_table.shape[0], q.shape[1], varlen_rows, q.shape[3]
+        else:
+            b, n, s1, d = q.shape
         if paged:
-            _check_paged(q, k, v, block_table, page, kv_info)
+            _check_paged(q, b, k, v, block_table, page, kv_info, varlen)
         if alloc.row_shifted and not scale > 0:
             raise ValueError(f"scale must be positive for precision='pasa_rs', got {scale!r}")
         blocked = alloc.shifted or alloc.row_shifted  # the KV block is part of the allocation's definition
         if blocked and block_kv not in BLOCK_KV:
             raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
                              f"backend='triton', got {block_kv}")
-        b, n, s1, d = q.shape
         if paged:
             # Strides of (block, head, row): the kernel addresses either cache layout through them.
             nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
@@ -417,10 +438,9 @@ class AttentionPlan:
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
             self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
-        # pasa_rs: Q̂ = Q·2^e in the kernel (e = ⌊log₂ scale⌋, exact) and ρ = scale/2^e ∈ [1, 2) in the softmax;
-        # the reshift's relevance is RESHIFT_RELEVANCE in the scaled scores, RESHIFT_RELEVANCE/ρ in units of Q̂·K.
-        q_mul = 2.0 ** math.floor(math.log2(scale)) if alloc.row_shifted else 1.0
-        rho = scale / q_mul
+        # pasa_rs: Q̂ = Q·2^e in the kernel (exact) and ρ = scale/2^e in the softmax; the reshift's thresholds in
+        # units of Q̂·K (blockwise.row_shift_constants).
+        q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
 
         self._has_mask = mask is not None
         if self._has_mask:
@@ -437,50 +457,90 @@ class AttentionPlan:
         per_split = _cdiv(n_blocks, splits)
         self._splits = splits = _cdiv(n_blocks, per_split)
         self._lse = lse
-        self._lse_shape = (b, n, s1)
-        self._out_alloc = out_shape if out_shape is not None else (b, s1, n, d) if out_bsnd else (b, n, s1, d)
-        if math.prod(self._out_alloc) != b * n * s1 * d:
-            raise ValueError(f"out_shape {out_shape} does not hold the output (B, N, S1, D) = {(b, n, s1, d)}")
-        self._bnsd_view = out_shape is None and out_bsnd
-        self._combine, lse_off = None, 0
+        t = q.shape[2]  # TND: the query's rows
+        self._lse_shape = (t, n) if varlen else (b, n, s1)
+        if varlen:  # the (T, N, D) output, FIA's TND layout
+            self._out_alloc = (t, n, d)
+        else:
+            self._out_alloc = out_shape if out_shape is not None else (b, s1, n, d) if out_bsnd else (b, n, s1, d)
+            if math.prod(self._out_alloc) != b * n * s1 * d:
+                raise ValueError(f"out_shape {out_shape} does not hold the output (B, N, S1, D) = {(b, n, s1, d)}")
+        self._bnsd_view = out_shape is None and out_bsnd and not varlen
+        self._combine, lse_off, self._partials = None, 0, 0
         if splits > 1:  # decode's split-KV partials, merged by the combine kernel through their true-scale lse
             rows = b * n * s1
             # One FP32 scratch allocation: the partial outputs (splits, B, N, S1, D), then their lse.
             lse_off = _align(splits * rows * d)
             self._partials = lse_off + splits * rows
-            out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)  # (b, n, s1)
-            self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse)
+            if varlen:  # (b, n, s1) strides of the (T, N, D) output, the row from kv_info
+                out_str = (0, d, n * d)
+            else:
+                out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
+            self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse, lse_none, sink, varlen)
+        # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after the partials.
+        self._info_off = _align(self._partials) if varlen and kv_info is None else None
+        self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
+        self.workspace_bytes = 2 * self._scratch + 4 * (self._partials if self._info_off is None
+                                                        else self._info_off + 5 * b)
+        self.workspace_bound = _workspace_bound(alloc, b, n, nkv, s1, d, n_blocks, block_n, tiles,
+                                                self._info_off is not None)
         self._attend = _Launch(
             _k.attention_kernel, (tiles, b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, RESHIFT_AT,
-             RESHIFT_RELEVANCE / rho, lo, hi, per_split),
+             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, reshift_at,
+             relevance, lo, hi, per_split, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
-            STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd, num_warps=warps, num_stages=stages)
+            STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
+            num_warps=warps, num_stages=stages)
 
-    def __call__(self, q, k, v, mask, block_table) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, q, k, v, mask, block_table, sink=None, lengths=None, out=None, lse=None,
+                 workspace=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Out (``out_shape``, or the (B, N, S1, D) view) FP16 and lse (B, N, S1) FP32 (None unless ``lse``)
         of tensors described as those the plan was made for: those, or tensors with their data pointers,
         dtypes and (in their own shapes) the same memory layout, such as the bases they are views of.
-        ``mask`` is ignored by a plan made without one."""
-        table, kv_info = (q, q) if block_table is None else (block_table, self.kv_info)  # q: a pointer not read
+        ``mask`` is ignored by a plan made without one, ``sink`` by one made without sinks, ``lengths`` by
+        one made with its kv_info. ``out`` and ``lse``: contiguous tensors of the results' shapes (an lse
+        may have a trailing dim of 1) to write instead of new ones; ``workspace``: a uint8 tensor of at
+        least :attr:`workspace_bytes` on q's device to hold the scratch instead of new tensors."""
+        if workspace is None:
+            workspace = q.new_empty(self.workspace_bytes, dtype=torch.uint8) if self.workspace_bytes else q
+        elif workspace.numel() < self.workspace_bytes:
+            raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
+                             "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
+        scratch, parts = _carve(workspace, 0, 2 * self._scratch, torch.float16), workspace
+        if self._partials:
+            parts = _carve(workspace, 2 * self._scratch, 4 * self._partials, torch.float32)
+        kv_info = self.kv_info
+        if block_table is None:
+            table = kv_info = q  # pointers not read
+        else:
+            table = block_table
+            if kv_info is None:
+                kv_info = _device_info(*lengths, *self._varlen[:4],
+                                       _carve(workspace, 2 * self._scratch + 4 * self._info_off, 20 * table.shape[0],
+                                              torch.int32).view(-1, 5))
         mask = mask.view(torch.uint8) if self._has_mask else q
-        out = q.new_empty(self._out_alloc)
-        lse = q.new_empty(self._lse_shape, dtype=torch.float32) if self._lse else None
-        scratch = k  # K' and pasa_rs's tables, where a pre-pass writes them (else a pointer not read)
+        sink = q if sink is None else sink
+        if out is None:
+            out = q.new_empty(self._out_alloc)
+        if self._lse:
+            lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
+        else:
+            lse = None
         if self._prepass is not None:
-            scratch = q.new_empty(self._scratch)
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         if self._combine is None:
-            self._attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info),
-                         same_dtypes=True)
+            self._attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info,
+                          sink), same_dtypes=True)
         else:
-            parts = q.new_empty(self._partials, dtype=torch.float32)
-            self._attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info), same_dtypes=True)
-            self._combine((parts, parts, out, q if lse is None else lse), same_dtypes=True)
+            self._attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info, sink),
+                         same_dtypes=True)
+            self._combine((parts, parts, out, q if lse is None else lse, sink, kv_info), same_dtypes=True)
+        if self._varlen is not None:
+            _pad_rows(out, lse, self._varlen[4], lengths)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
 
 
@@ -489,20 +549,84 @@ def _align(elements: int) -> int:
     return -(-elements // 8) * 8
 
 
-def _check_paged(q, k, v, block_table, page, kv_info):
+def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: int, n_blocks: int, block_n: int,
+                     tiles: int, device_info: bool) -> int:
+    """Bytes that hold the scratch of a plan of this shape and of every smaller one (no more batches, query
+    rows, KV blocks or heads; the same allocation): each part bounded by a function that grows with every
+    dimension. The pre-pass tables (a call of several query tiles; the tile count grows with the rows): K'
+    and pasa_rs's (u, K̄), and its frame table, the query tiles' rows padded by at most a tile (128 rows),
+    past _FRAME_LIMIT values the fused form runs instead. The split partials (a call of one query tile, at
+    most 128 rows, so S1 <= 128 / G): B·splits < 2·(⌈SMs / Nkv⌉ + B) (splits, a power of two, are below
+    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. And a device-lengths call's kv_info."""
+    g = n // nkv
+    fp16 = 0
+    if tiles > 1 and (alloc.shifted or alloc.row_shifted):
+        fp16 = _align(b * nkv * n_blocks * block_n * d)
+        if alloc.row_shifted:
+            fp16 = _align(fp16 + b * nkv * n_blocks * 2 * d)
+            fp16 += 2 * min(b * nkv * (g * s1 + 128) * 2 * n_blocks, _FRAME_LIMIT)
+    fp32 = 0
+    split_rows = n * min(s1, 128 // g)
+    if split_rows and n_blocks > 1:
+        heads = 2 * b if _INTERPRET else 2 * (_cdiv(_multiprocessors(torch.cuda.current_device()), nkv) + b)
+        fp32 = _align(min(heads, b * n_blocks) * split_rows * (d + 1)) + 8  # + the lse's alignment
+    return 2 * _align(fp16) + 4 * (fp32 + (5 * b if device_info else 0))
+
+
+def _carve(workspace: torch.Tensor, offset: int, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+    """Bytes [offset, offset + nbytes) of a uint8 workspace as a 1-D ``dtype`` tensor (offsets are 16-byte
+    aligned: :func:`_align` of FP16/FP32 element counts)."""
+    return workspace[offset:offset + nbytes].view(dtype)
+
+
+def _device_info(q_cum: torch.Tensor, kv_lens: torch.Tensor, band, s1: int, t: int, capacity: int,
+                 into: torch.Tensor) -> torch.Tensor:
+    """A TND call's kv_info (B, 5) int32 built on the device, into ``into``, from its lengths left there:
+    the cumulative query lengths and each batch's key length. ``band`` is the call's band rule of
+    (query length, key length) (:func:`pasa_npu.problem.band_rule`; None: no band). The lengths are
+    clamped to what the query rows (T) and a table row (``capacity`` keys) hold, so that nothing is read
+    out of bounds whatever the tensors hold (their values are checked only with ``check_inputs``)."""
+    end = q_cum.clamp(0, t)
+    start = torch.nn.functional.pad(end[:-1], (1, 0))
+    q_len = (end - start).clamp_min(0)
+    kv = kv_lens.clamp(0, capacity)
+    lo, hi = (None, kv) if band is None else band(q_len, kv)
+    lo = torch.full_like(kv, -s1) if lo is None else torch.as_tensor(lo, device=kv.device).clamp_min(-s1)
+    hi = torch.minimum(torch.as_tensor(hi, device=kv.device), kv)
+    return into.copy_(torch.stack(torch.broadcast_tensors(q_len, kv, lo, hi, start), 1))
+
+
+def _pad_rows(out: torch.Tensor, lse: torch.Tensor | None, last: int | None, lengths) -> None:
+    """A TND call's rows past its last batch's (FIA's padding): output 0, lse +inf. ``last`` is the last
+    cumulative query length, or None where it is on the device (``lengths``)."""
+    if last is not None:
+        if last < out.shape[0]:
+            out[last:] = 0
+            if lse is not None:
+                lse[last:] = LSE_PADDED_ROW
+        return
+    padded = torch.arange(out.shape[0], device=out.device) >= lengths[0][-1:].clamp_min(0)
+    out.masked_fill_(padded[:, None, None], 0)
+    if lse is not None:
+        lse.masked_fill_(padded[:, None], LSE_PADDED_ROW)
+
+
+def _check_paged(q, b, k, v, block_table, page, kv_info, varlen):
     """The PageAttention arguments of :func:`attention` (a ValueError naming the one that is wrong)."""
-    b, _, _, d = q.shape
+    d = q.shape[3]
     if block_table.dtype != torch.int32 or block_table.ndim != 2 or block_table.shape[0] != b \
             or block_table.device != q.device:
         raise ValueError(f"block_table must be a (B = {b}, max_blocks) int32 tensor on q's device, got "
                          f"{block_table.dtype} of shape {tuple(block_table.shape)} on {block_table.device}")
     if not isinstance(page, int) or page < 1:
         raise ValueError(f"page must be a positive int with block_table, got {page!r}")
-    if kv_info is None or kv_info.dtype != torch.int32 or tuple(kv_info.shape) != (b, 4) \
+    if kv_info is None and varlen:
+        pass  # built by each call from its lengths
+    elif kv_info is None or kv_info.dtype != torch.int32 or tuple(kv_info.shape) != (b, 5) \
             or not kv_info.is_contiguous() or kv_info.device != q.device:
         got = None if kv_info is None else f"{kv_info.dtype} of shape {tuple(kv_info.shape)} on {kv_info.device}"
-        raise ValueError(f"kv_info must be a contiguous ({b}, 4) int32 tensor (query length, key length, band lo, "
-                         f"band hi per batch) on q's device with block_table, got {got}")
+        raise ValueError(f"kv_info must be a contiguous ({b}, 5) int32 tensor (query length, key length, band lo, "
+                         f"band hi, first query row per batch) on q's device with block_table, got {got}")
     for name, t in (("k", k), ("v", v)):
         want = (page, t.shape[2]) if t.ndim == 3 else (t.shape[1], page, d)
         if tuple(t.shape[1:]) != want or (t.ndim == 3 and t.shape[2] % d) or t.shape != k.shape:
@@ -520,19 +644,24 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
         lses = lses.float().contiguous()
     out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
     lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
-    _combine_launch(rows, splits, d)((outs, lses, out, lse))
+    _combine_launch(rows, splits, d)((outs, lses, out, lse, lse, lse))  # no sink, no kv_info: pointers not read
     return out, lse
 
 
 def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1, s1: int = 1,
-                    out_str: tuple[int, int, int] | None = None, lse: bool = True) -> _Launch:
+                    out_str: tuple[int, int, int] | None = None, lse: bool = True, lse_none: float = -math.inf,
+                    sink: bool = False, varlen: bool = False) -> _Launch:
     """The combine kernel's launch over ``rows`` = B·N·S1 rows of ``splits`` contiguous FP32 partials of head
     dim ``d`` (their lse at element ``lse_off``), the output's (b, n, s1) strides ``out_str`` (None: rows
-    of ``d`` contiguous values), the lse written where ``lse``. Two rows per program: with
-    64, one program looped over every split of a decode step's 32 rows (docs/benchmarks/call/notes.md)."""
+    of ``d`` contiguous values), the lse written where ``lse`` (``lse_none`` for a row with no key); with
+    ``sink``, each head's sink joining once; ``varlen``, a TND call's rows (:class:`AttentionPlan`). Two rows
+    per program: with 64, one program looped over every split of a decode step's 32 rows
+    (docs/benchmarks/call/notes.md)."""
     sob, soh, sos = (d, 0, 0) if out_str is None else out_str
-    return _Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1), (rows, splits, lse_off, n, s1, sob, soh, sos),
-                   num_warps=4, D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse)
+    return _Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1),
+                   (rows, splits, lse_off, n, s1, sob, soh, sos, float(lse_none)), num_warps=4, D=d,
+                   D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse, HAS_SINK=sink,
+                   VARLEN=varlen)
 
 
 def _computed() -> tuple[str, ...]:
@@ -565,34 +694,53 @@ class TritonBackend:
 
     def plan(self, problem: Problem):
         """The call as one :class:`AttentionPlan` over the problem's own tensors, where it is exactly the
-        kernels: a dense call with no per-batch length, or a paged call with no padded query row, whose
-        (B, N, S, D) views share their inputs' data pointers and have a unit stride in D. Called with
-        ``(query, key, value, user_mask, block_table)`` (or tensors with their data pointers and
-        layouts) it returns the output in FIA's layout (``problem.out_shape()``) and the lse as ``run``
-        returns it, or None when the call does not ask for it. None for other calls."""
+        kernels: a dense call with no per-batch length, a paged call with no padded query row, or a TND call
+        with a block table, whose (B, N, S, D) views (TND: (T, N, D)) share their inputs' data pointers and
+        have a unit stride in D. Called with ``(query, key, value, user_mask, block_table, sink, lengths)``
+        (or tensors with their data pointers and layouts; ``lengths`` the problem's ``device_lens``) it
+        returns the output in FIA's layout (``problem.out_shape()``) and the lse as FIA lays it out but
+        for its trailing dim (LSE_NO_KEY for a row with no key), or None when the call does not ask for
+        it; ``out``, ``lse`` and ``workspace`` keywords take the caller's buffers
+        (:meth:`AttentionPlan.__call__`). None for other calls."""
         return _plan(problem, final=True)
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """The workspace a :meth:`plan` of ``problem``, or of any call no larger than it, needs (bytes; 0
+        where there is no plan: such a call allocates its own scratch)."""
+        plan = _plan(problem, final=True)
+        return 0 if plan is None else plan.workspace_bound
 
     def run(self, problem: Problem):
         plan = _plan(problem, final=False)
         if plan is not None:
-            return plan(problem.query, problem.key, problem.value, problem.user_mask, problem.block_table)
-        if problem.paged:
+            return plan(*plan_inputs(problem))
+        problem = problem.on_host()
+        if problem.paged and not problem.tnd:
             return _run_paged(problem)
         return run_jobs(problem, _attend)
 
 
+def plan_inputs(problem: Problem) -> tuple:
+    """The tensors a plan of ``problem`` is called with (see :meth:`TritonBackend.plan`)."""
+    return (problem.query, problem.key, problem.value, problem.user_mask, problem.block_table, problem.sink,
+            problem.device_lens)
+
+
 def _plan(problem: Problem, final: bool) -> AttentionPlan | None:
     """:meth:`TritonBackend.plan`; not ``final``: its output as the backend protocol's (B, N, S1, D) view,
-    and the lse always."""
-    if problem.tnd or problem.query.numel() == 0 or problem.q_lens is not None:  # q_lens: padded rows
+    and the lse always, −∞ for a row with no key."""
+    if problem.query.numel() == 0 or (final and problem.out_dtype != torch.float16):
         return None
-    if final and problem.out_dtype != torch.float16:
+    lse_none = LSE_NO_KEY if final else -math.inf
+    if problem.tnd:
+        return _varlen_plan(problem, final, lse_none) if problem.paged else None
+    if problem.q_lens is not None:  # padded rows
         return None
     if problem.paged:
         if max(problem.kv_lens, default=0) == 0 or problem.block_table.dtype != torch.int32:
             return None
         kv = (problem.key, problem.value)
-        kv_info, band = _paged_lengths(problem)
+        kv_info, band = _paged_lengths(problem, problem.s1)
     else:
         if problem.kv_lens is not None or problem.s2 == 0:
             return None
@@ -607,28 +755,56 @@ def _plan(problem: Problem, final: bool) -> AttentionPlan | None:
                          block_table=problem.block_table, page=problem.page, kv_info=kv_info,
                          out_bsnd=problem.input_layout in ("BSH", "BSND", "BNSD_BSND"),
                          out_shape=problem.out_shape() if final else None,
-                         lse=problem.softmax_lse_flag or not final)
+                         lse=problem.softmax_lse_flag or not final, lse_none=lse_none, sink=problem.sink is not None)
 
 
-def _paged_lengths(problem: Problem) -> tuple[torch.Tensor, tuple[int, int] | None]:
-    """A paged call's (B, 4) int32 ``kv_info`` on the device (each batch's query length, key length and
-    band (lo, hi): a bottom-right band depends on both) and the band argument of :func:`attention`. The
-    lengths are host integers (``problem.q_lens``, ``problem.kv_lens``): a host-to-device copy of 16·B
-    bytes, asynchronous on CUDA."""
+def _varlen_plan(problem: Problem, final: bool, lse_none: float) -> AttentionPlan | None:
+    """A TND call with a block table as one plan: the kernels read each batch's query rows at its cumulative
+    offset and its keys through the table, and write the (T, N, D) output in place (:class:`AttentionPlan`)."""
+    q4 = problem.query.transpose(0, 1)[None]  # (1, N, T, D)
+    if problem.block_table.dtype != torch.int32 or any(t.stride(-1) != 1 for t in (q4, problem.key, problem.value)):
+        return None
+    rule = None
+    if problem.band(1, 1) is not None:
+        rule = functools.partial(band_rule, problem.sparse_mode, problem.pre_tokens, problem.next_tokens)
+    if problem.device_lens is None:
+        q_lens = problem.q_lens
+        rows = max(1, max(b - a for a, b in zip((0,) + q_lens[:-1], q_lens)))
+        kv_info, band = _paged_lengths(problem, rows)
+        last = q_lens[-1]
+    else:  # sized by the shapes: a batch holds at most all T query rows
+        rows, kv_info, band, last = problem.query.shape[0], None, (0, 0) if rule else None, None
+    return AttentionPlan(q4, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
+                         block_kv=problem.block_kv, scale=problem.scale, mask=None, band=band,
+                         block_table=problem.block_table, page=problem.page, kv_info=kv_info,
+                         lse=problem.softmax_lse_flag or not final, lse_none=lse_none, sink=problem.sink is not None,
+                         varlen_rows=rows, varlen_last=last, varlen_band=rule)
+
+
+def _paged_lengths(problem: Problem, s1: int) -> tuple[torch.Tensor, tuple[int, int] | None]:
+    """A paged call's (B, 5) int32 ``kv_info`` on the device (each batch's query length, key length, band
+    (lo, hi): a bottom-right band depends on both; and for TND its first query row) and the band argument
+    of :func:`attention`, ``s1`` being the longest batch's query rows. The lengths are host integers
+    (``problem.q_lens``, ``problem.kv_lens``): a host-to-device copy of 20·B bytes, asynchronous on CUDA."""
     info, any_band = [], False
-    q_lens = problem.q_lens or (problem.s1,) * problem.batch
-    for r, c in zip(q_lens, problem.kv_lens):
+    if problem.tnd:
+        q_lens = [b - a for a, b in zip((0,) + problem.q_lens[:-1], problem.q_lens)]
+        starts = (0,) + problem.q_lens[:-1]
+    else:
+        q_lens, starts = problem.q_lens or (problem.s1,) * problem.batch, (0,) * problem.batch
+    for r, c, start in zip(q_lens, problem.kv_lens, starts):
         band = problem.band(r, c)
         any_band |= band is not None
         lo, hi = (None, None) if band is None else band
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
-        info.append((r, c, -problem.s1 if lo is None else max(lo, -problem.s1), c if hi is None else min(hi, c)))
+        info.append((r, c, -s1 if lo is None else max(lo, -s1), c if hi is None else min(hi, c), start))
     info = torch.tensor(info, dtype=torch.int32)
     if problem.device.type == "cuda":
         if torch.cuda.is_current_stream_capturing():  # a graph would replay a copy from a reused host buffer
             raise RuntimeError("a paged call copies its per-batch lengths to the device, which a CUDA graph cannot "
-                               "replay; a planned call holds them on the device: make the same call twice before "
-                               "capturing it (see 'Repeated calls' in docs/fia.md)")
+                               "replay: make the same call twice before capturing it (a planned call holds them on "
+                               "the device, see 'Repeated calls' in docs/fia.md), or with input_layout='TND' pass "
+                               "the lengths as CUDA tensors, which the kernels read in place")
         # From pinned memory without a synchronisation (PyTorch's host cache keeps the pinned block until the
         # copy has run).
         return info.pin_memory().to(problem.device, non_blocking=True), (0, 0) if any_band else None
@@ -641,12 +817,12 @@ def _run_paged(problem: Problem):
     q_lens = problem.q_lens or (problem.s1,) * problem.batch
     if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0 or max(q_lens, default=0) == 0:
         return problem.padded_results()
-    kv_info, band = _paged_lengths(problem)
+    kv_info, band = _paged_lengths(problem, problem.s1)
     # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
     out, lse = attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
                          block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale,
                          mask=problem.user_mask, band=band, block_table=problem.block_table.to(torch.int32),
-                         page=problem.page, kv_info=kv_info)
+                         page=problem.page, kv_info=kv_info, sink=problem.sink)
     padded = problem.padded_rows()
     if padded is not None:
         out = out.masked_fill(padded[..., None], 0.0)
@@ -656,7 +832,7 @@ def _run_paged(problem: Problem):
 
 def _attend(job: Job, problem: Problem):
     return attention(job.q, job.k, job.v, precision=problem.alloc.name, beta=problem.beta, block_q=problem.block_q,
-                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band)
+                     block_kv=problem.block_kv, scale=problem.scale, mask=job.mask, band=job.band, sink=problem.sink)
 
 
 BACKEND = TritonBackend()

@@ -65,6 +65,9 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
+#: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
+#: batch's first query row in a TND query (VARLEN).
+KV_INFO = tl.constexpr(5)
 
 
 @triton.jit
@@ -129,7 +132,7 @@ def _key_block(KVInfo, S2, BLOCK_N: tl.constexpr, PAGED: tl.constexpr):
     b = tl.program_id(1)
     h = tl.program_id(2)
     if PAGED:
-        S2 = tl.load(KVInfo + 4 * b + 1)
+        S2 = tl.load(KVInfo + KV_INFO * b + 1)
     return blk, b, h, S2, blk * BLOCK_N + tl.arange(0, BLOCK_N)
 
 
@@ -171,7 +174,8 @@ def _centre_block(k, row_ok, n):
     block's n keys (``row_ok`` false) repeat its last key (:func:`_last_key_rows`): they change
     neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
     # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
-    # registers). Only the sum is masked: selects on max, min and K' too cost 2-7% of a decode step (H100).
+    # registers). Only the sum is masked: max, min and K' need no select (see above), which would cost
+    # every decode step.
     kbar = (tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
     kmax = tl.max(k, axis=0).to(tl.float32)
@@ -277,15 +281,28 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 
 
 @triton.jit
+def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
+    """A learnable sink joins the row state once, after the last block (:func:`pasa_npu.blockwise._join_sink`):
+    ``top`` the rows' true-scale maximum (−∞ for a row with no key), l and O relative to it. Returns the new
+    maximum, l and O."""
+    new_top = tl.maximum(top, sink)
+    none = top == float("-inf")
+    a = _round(tl.where(none, 0.0, tl.exp(tl.where(none, 0.0, top - new_top))), STATE16)
+    l = _round(_round(a * l, STATE16) + _round(tl.exp(sink - new_top), STATE16), STATE16)
+    return new_top, l, _round(o * a[:, None], STATE16)
+
+
+@triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, stt,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, Sink, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
     NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
-    blocks_per_split,
+    blocks_per_split, lse_none,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
+    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr,
 ):
     """Grid (query tiles, B·NKV, splits). Out/Lse: the final FP16 output, contiguous (B, S1, N, D) with
     OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not written unless
@@ -300,12 +317,20 @@ def attention_kernel(
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
     (``svh``/``svs``) their head and row strides, so that both cache layouts are a choice of strides
-    (the pre-passes read them so too; their KP, UK stay dense, by key position). KVInfo (B, 4) int32
-    holds each batch's query length, key length and band (lo, hi), which replace S1, S2, band_lo and
-    band_hi (a bottom-right band moves with the lengths): a batch's rows are the G·S1 rows of its own
-    length, tiled as a dense call on that batch alone would tile them, and tiles past them do nothing.
-    The user mask is indexed by query and key position, as for a dense call. The splits divide each
-    batch's own KV blocks, as they would for a dense call on that batch alone."""
+    (the pre-passes read them so too; their KP, UK stay dense, by key position). KVInfo (B, KV_INFO)
+    int32 holds each batch's query length, key length and band (lo, hi), which replace S1, S2, band_lo
+    and band_hi (a bottom-right band moves with the lengths): a batch's rows are the G·S1 rows of its
+    own length, tiled as a dense call on that batch alone would tile them, and tiles past them do
+    nothing. The user mask is indexed by query and key position, as for a dense call. The splits
+    divide each batch's own KV blocks, as they would for a dense call on that batch alone.
+
+    VARLEN (TND, with PAGED): the query is (T, N, D), batch b's rows starting at row KVInfo[b, 4] (its
+    cumulative offset; ``sqb`` unused), and the output (T, N, D) and lse (T, N) are written there (the
+    SPLIT partials keep their (B, N, S1) layout, S1 the longest batch's rows).
+
+    HAS_SINK: Sink (N,) holds each query head's learnable sink logit (any float dtype), which joins the
+    softmax's denominator once, in the final normalisation (:func:`_join_sink`); with SPLIT, in the
+    combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial)."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     b = tl.program_id(1) // NKV
@@ -324,14 +349,26 @@ def attention_kernel(
         if OUT_BSND:
             sob, soh, sos = S1 * n_heads * D, D, n_heads * D
     sop = slp * D
+    q_row0 = b * sqb  # offsets of the batch's first query, output and lse rows
+    o_row0 = b * sob
+    l_row0 = b * slb
+    slq = 1  # the lse's stride between query positions
     if PAGED:
-        q_len = tl.load(KVInfo + 4 * b)
-        S2 = tl.load(KVInfo + 4 * b + 1)
-        band_lo = tl.load(KVInfo + 4 * b + 2)
-        band_hi = tl.load(KVInfo + 4 * b + 3)
+        q_len = tl.load(KVInfo + KV_INFO * b)
+        S2 = tl.load(KVInfo + KV_INFO * b + 1)
+        band_lo = tl.load(KVInfo + KV_INFO * b + 2)
+        band_hi = tl.load(KVInfo + KV_INFO * b + 3)
         blocks_per_split = tl.cdiv(tl.cdiv(S2, BLOCK_N), tl.num_programs(2))
         n_rows = G * q_len
         S1 = tl.maximum(q_len, 1)  # divides row indices; a batch with no query has no row
+        if VARLEN:
+            q_start = tl.load(KVInfo + KV_INFO * b + 4)
+            q_row0 = q_start * sqs
+            if not SPLIT:  # (T, N, D) output (OUT_BSND's strides) and (T, N) lse
+                o_row0 = q_start * sos
+                l_row0 = q_start * n_heads
+                slh = 1
+                slq = n_heads
 
     # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -340,7 +377,7 @@ def attention_kernel(
     head = hkv * G + rows // S1
     d = tl.arange(0, D_PAD)
     d_ok = d[None, :] < D
-    q = tl.load(Q + b * sqb + head[:, None] * sqh + pos[:, None] * sqs + d[None, :],
+    q = tl.load(Q + q_row0 + head[:, None] * sqh + pos[:, None] * sqs + d[None, :],
                 mask=row_ok[:, None] & d_ok, other=0.0)
 
     # The KV blocks this tile can see. A tile that spans two heads holds every query position.
@@ -512,6 +549,16 @@ def attention_kernel(
                 o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
             m = m_new
 
+    if HAS_SINK and not SPLIT:
+        # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
+        if ROW_SHIFT:
+            top = rho * ((m + c1) + psi1)
+        elif SHIFTED:
+            top = m + inva * f
+        else:
+            top = m
+        sink = tl.load(Sink + head, mask=row_ok, other=0.0).to(tl.float32)
+        top, l, o = _join_sink(top, l, o, sink, STATE16)
     empty = l == 0.0
     if STATE16:
         out = (o / tl.where(empty, 1.0, l)[:, None]).to(tl.float16).to(tl.float32)
@@ -519,28 +566,34 @@ def attention_kernel(
         out = o / tl.where(empty, 1.0, l)[:, None]
     out = tl.where(empty[:, None], 0.0, out)
     lse = tl.log(tl.where(empty, 1.0, l))
-    if ROW_SHIFT:
+    if HAS_SINK and not SPLIT:
+        lse = top + lse
+    elif ROW_SHIFT:
         # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
         lse = rho * ((m + c1) + psi1) + lse
     else:
         lse = m + lse
         if SHIFTED:
             lse = lse + inva * f
-    lse = tl.where(empty, float("-inf"), lse)
-    o_ptr = Out + split * sop + b * sob + head[:, None] * soh + pos[:, None] * sos + d[None, :]
+    lse = tl.where(empty, lse_none, lse)
+    o_ptr = Out + split * sop + o_row0 + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
     if STORE_LSE:
-        tl.store(Lse + lse_off + split * slp + b * slb + head * slh + pos, lse, mask=row_ok)
+        tl.store(Lse + lse_off + split * slp + l_row0 + head * slh + pos * slq, lse, mask=row_ok)
 
 
 @triton.jit
-def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, lse_off, N, S1, sob, soh, sos, D: tl.constexpr,
-                   D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr, STORE_LSE: tl.constexpr):
+def combine_kernel(PartO, PartLse, Out, Lse, Sink, KVInfo, n_rows, n_splits, lse_off, N, S1, sob, soh, sos, lse_none,
+                   D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                   STORE_LSE: tl.constexpr, HAS_SINK: tl.constexpr, VARLEN: tl.constexpr):
     """Merge split-KV partials: lse = log Σ exp(lse_s), out = Σ exp(lse_s − lse)·out_s. Partials are
     (splits, rows, D) normalised FP32 outputs and (splits, rows) true-scale lse (−∞ = no key), the lse at
     element ``lse_off`` of PartLse (it may share the outputs' allocation). Row r is (b, n, s) of
     (B, N, S1): its output goes to Out + b·sob + n·soh + s·sos (any of FIA's layouts), its lse (unless
-    not STORE_LSE) to Lse + r."""
+    not STORE_LSE) to Lse + r; a row with no key gets lse ``lse_none``. HAS_SINK: head n's sink logit
+    Sink[n] joins as one more partial of output 0 (:func:`attention_kernel`). VARLEN: a TND call's
+    rows (see :func:`attention_kernel`), row (b, n, s) going to query row KVInfo[b, 4] + s of the
+    (T, N, D) output and (T, N) lse, and only for s below the batch's query length KVInfo[b, 0]."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     sp = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, D_PAD)
@@ -551,9 +604,14 @@ def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, lse_off, N, S1, s
     padded = tl.max(tl.where(lse_s == float("inf"), 1, 0), axis=1) > 0
     lse_s = tl.where(lse_s == float("inf"), float("-inf"), lse_s)
     mx = tl.max(lse_s, axis=1)
+    if HAS_SINK:
+        sink = tl.load(Sink + (rows // S1) % N, mask=row_ok, other=0.0).to(tl.float32)
+        mx = tl.maximum(mx, sink)
     any_key = mx != float("-inf")
     w = tl.exp(lse_s - tl.where(any_key, mx, 0.0)[:, None])
     tot = tl.sum(w, axis=1)
+    if HAS_SINK:
+        tot += tl.exp(sink - mx)
     acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
     for s in range(0, n_splits):
         ws = tl.sum(tl.where(sp[None, :] == s, w, 0.0), axis=1)
@@ -561,9 +619,19 @@ def combine_kernel(PartO, PartLse, Out, Lse, n_rows, n_splits, lse_off, N, S1, s
                      mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
         acc += ws[:, None] * po
     out = tl.where(any_key[:, None] & ~padded[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
-    o_row = (rows // (N * S1)) * sob + ((rows // S1) % N) * soh + (rows % S1) * sos
+    b = rows // (N * S1)
+    n = (rows // S1) % N
+    s = rows % S1
+    if VARLEN:
+        q_row = tl.load(KVInfo + KV_INFO * b + 4, mask=row_ok, other=0) + s
+        row_ok = row_ok & (s < tl.load(KVInfo + KV_INFO * b, mask=row_ok, other=0))
+        o_row = q_row * sos + n * soh
+        l_row = q_row * N + n
+    else:
+        o_row = b * sob + n * soh + s * sos
+        l_row = rows
     tl.store(Out + o_row[:, None] + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
     if STORE_LSE:
-        lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), float("-inf"))
+        lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), lse_none)
         lse = tl.where(padded, float("inf"), lse)
-        tl.store(Lse + rows, lse, mask=row_ok)
+        tl.store(Lse + l_row, lse, mask=row_ok)

@@ -1,22 +1,23 @@
-"""Attention backends for model libraries: :mod:`.transformers` and :mod:`.diffusers`.
+"""Attention backends for model libraries (:mod:`.transformers`, :mod:`.diffusers`) and the route for
+existing callers of torch_npu's fused infer attention (:mod:`.torch_npu`).
 
-Both integrations end in :func:`attend`, which calls :func:`pasa_npu.fused_attention` on the
-model's (B, N, S, D) query/key/value, and both translate the library's mask into FIA's boolean mask
-(True = masked out) with :func:`fia_mask`. This module imports neither library; each integration
-module imports its own library when it is imported.
+The model-library integrations end in :func:`attend`, which calls :func:`pasa_npu.fused_attention` on
+the model's (B, N, S, D) query/key/value, and translate the library's mask into FIA's boolean mask
+(True = masked out) with :func:`fia_mask`. This module imports none of those libraries; each
+integration module imports its own library when it is imported.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from ..interface import BACKENDS, fused_attention
 from ..precision import DEFAULT_PRECISION, get_allocation
 
-__all__ = ["PasaSettings", "fia_mask", "attend", "MASKED_BIAS"]
+__all__ = ["PasaSettings", "fia_mask", "attend", "check_finite", "compressed_causal_mask", "MASKED_BIAS"]
 
 #: An additive mask entry at or below this value means "masked out". Libraries write −inf,
 #: ``torch.finfo(dtype).min`` (transformers' eager masks) or −10000 (diffusers' UNet masks);
@@ -50,6 +51,33 @@ class PasaSettings:
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend must be None or one of {BACKENDS}, got {self.backend!r}")
 
+    def options(self) -> dict:
+        """These settings as :func:`pasa_npu.fused_attention`'s keyword arguments."""
+        return asdict(self)
+
+
+_COMPRESSED_CAUSAL: dict[torch.device, torch.Tensor] = {}
+
+
+def compressed_causal_mask(device: torch.device) -> torch.Tensor:
+    """FIA's compressed causal mask (2048 × 2048, True above the diagonal) on ``device``, made once per
+    device: sparse modes 2-4 require it and take their band from the mode."""
+    mask = _COMPRESSED_CAUSAL.get(device)
+    if mask is None:
+        mask = _COMPRESSED_CAUSAL[device] = torch.ones(2048, 2048, dtype=torch.bool, device=device).triu_(1)
+    return mask
+
+
+def check_finite(where: str, settings: PasaSettings, **tensors: torch.Tensor) -> None:
+    """Refuse NaN/Inf in a model's attention inputs. ``where`` names the layer: in a model a non-finite
+    input means an earlier layer already overflowed, which is worth saying rather than 'query contains NaN'."""
+    for name, t in tensors.items():
+        if t.numel() and not bool(torch.isfinite(t).all()):
+            raise ValueError(
+                f"{where}: the {name} holds NaN or Inf, which pasa-npu refuses. In a model this usually means an "
+                f"earlier layer overflowed in FP16 (precision={settings.precision!r}); PASA's allocations "
+                "'pasa_fp32' and 'pasa' remove the bias that makes FP16 attention overflow")
+
 
 def fia_mask(mask: torch.Tensor | None, *, keep_is_true: bool = True) -> torch.Tensor | None:
     """FIA's boolean mask (True = masked out) from a model library's attention mask.
@@ -81,19 +109,12 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_ma
     K/V heads shared, not repeated) with FIA's bool ``atten_mask`` (True = masked out) broadcastable
     to (B, N, S1, S2). Returns (B, S1, N, D) in the query's dtype.
 
-    ``where`` names the layer in the error raised for non-finite inputs: in a model those mean an
-    earlier layer already overflowed, which is worth saying rather than 'query contains NaN'.
+    ``where`` names the layer in the error raised for non-finite inputs (:func:`check_finite`).
     """
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if t.numel() and not bool(torch.isfinite(t).all()):
-            raise ValueError(
-                f"{where}: the {name} holds NaN or Inf, which pasa-npu refuses. In a model this usually means an "
-                f"earlier layer overflowed in FP16 (precision={settings.precision!r}); PASA's allocations "
-                "'pasa_fp32' and 'pasa' remove the bias that makes FP16 attention overflow")
+    check_finite(where, settings, query=query, key=key, value=value)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     out, _ = fused_attention(
         query, key, value, atten_mask=atten_mask, num_heads=query.shape[1], num_key_value_heads=key.shape[1],
-        input_layout="BNSD_BSND", scale=float(scale), precision=settings.precision, beta=settings.beta,
-        block_kv=settings.block_kv, backend=settings.backend, safety_net=settings.safety_net)
+        input_layout="BNSD_BSND", scale=float(scale), **settings.options())
     return out

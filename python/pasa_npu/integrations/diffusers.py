@@ -33,7 +33,7 @@ import torch
 
 from ..interface import fused_attention
 from ..precision import DEFAULT_PRECISION
-from . import PasaSettings, attend, fia_mask
+from . import PasaSettings, attend, compressed_causal_mask, fia_mask
 
 __all__ = ["PasaAttnProcessor", "install", "register_backend", "BACKEND_NAME"]
 
@@ -118,7 +118,6 @@ def install(model: torch.nn.Module, **settings) -> int:
 
 # fused_attention's keywords for every call of the backend; register_backend sets them.
 _BACKEND_OPTIONS: dict = {}
-_COMPRESSED_CAUSAL: dict[torch.device, torch.Tensor] = {}
 
 
 def register_backend(**fused_attention_options) -> str:
@@ -206,10 +205,7 @@ def _pasa_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_c
     if is_causal:
         if attn_mask is not None:
             raise ValueError("is_causal cannot be combined with attn_mask")
-        device = query.device
-        if device not in _COMPRESSED_CAUSAL:
-            _COMPRESSED_CAUSAL[device] = torch.ones(2048, 2048, dtype=torch.bool, device=device).triu_(1)
-        kwargs.update(sparse_mode=2, atten_mask=_COMPRESSED_CAUSAL[device])  # SDPA's is_causal: top-left
+        kwargs.update(sparse_mode=2, atten_mask=compressed_causal_mask(query.device))  # SDPA's is_causal: top-left
     else:
         kwargs.update(atten_mask=_dispatch_mask(attn_mask, b, heads, s1, s2))
     out, lse = fused_attention(query, key, value, input_layout="BSND", num_heads=heads, num_key_value_heads=kv_heads,
