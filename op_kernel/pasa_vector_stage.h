@@ -151,7 +151,7 @@ private:
         PipeBarrier<PIPE_V>();
         v_.Broadcast(v_.tmp1);
         v_.RowBroadcast(RowOp::DIV, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
             Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
         } else {
@@ -188,7 +188,7 @@ private:
     __aicore__ inline void WriteFinal(const Task& k) {
         const uint32_t rows = v_.rows, valid = v_.valid, d = v_.d;
         LocalTensor<half> o = v_.outQue.template AllocTensor<half>();
-        if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc, (T)1, (int32_t)(rows * d));
+        if constexpr (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc, (T)1, (int32_t)(rows * d));
         else Cast(o, v_.oAcc, RoundMode::CAST_RINT, rows * d);
         PipeBarrier<PIPE_V>();
         if (valid < rows) Duplicate(o[valid * d], (half)0, (int32_t)((rows - valid) * d));  // padded rows
@@ -215,7 +215,7 @@ private:
         const uint32_t rows = v_.rows, d = v_.d;
         for (uint32_t i = 0; i < rows; ++i) {
             LocalTensor<float> o = v_.outQue.template AllocTensor<float>();
-            if (sizeof(T) == 2) Cast(o, v_.oAcc[i * d], RoundMode::CAST_NONE, d);
+            if constexpr (sizeof(T) == 2) Cast(o, v_.oAcc[i * d], RoundMode::CAST_NONE, d);
             else Muls(o, v_.oAcc[i * d].template ReinterpretCast<float>(), 1.0f, (int32_t)d);
             v_.outQue.EnQue(o);
             o = v_.outQue.template DeQue<float>();
