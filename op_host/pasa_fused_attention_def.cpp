@@ -13,8 +13,8 @@
 //   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND"),
 //            num_key_value_heads, sparse_mode (0-4), inner_precise (0-3, accepted for compatibility; the
 //            allocation is `precision`), block_size (PageAttention's page length, 0 without a block_table),
-//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision ("pasa",
-//            "pasa_fp32", "fp16_fp32" or "pasa_rs": the tiling key)
+//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision (an allocation
+//            of pasa::KernelAllocations(), default pasa::kDefaultPrecision: the tiling key)
 // The tiling itself is pasa::ComputeTiling (op_host/pasa_tiling.cpp): the same code the host model runs
 // in CI, so this file only translates the gert context to pasa::TilingInput and the result back.
 #include <cstdint>
@@ -237,7 +237,7 @@ public:
         this->Attr("block_size").AttrType(OPTIONAL).Int(0);
         this->Attr("softmax_lse_flag").AttrType(OPTIONAL).Bool(false);
         this->Attr("beta").AttrType(OPTIONAL).Float(-1.0);          // < 0: pasa::DefaultBeta(128, scale)
-        this->Attr("precision").AttrType(OPTIONAL).String("pasa_fp32");  // "pasa" | "pasa_fp32" | "fp16_fp32" | "pasa_rs"
+        this->Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision);  // a pasa::KernelAllocations() name
 
         this->SetInferShape(ge::InferShapePasaFusedAttention).SetInferDataType(ge::InferDataTypePasaFusedAttention);
         this->AICore().SetTiling(optiling::PasaFusedAttentionTiling).AddConfig("ascend910b");

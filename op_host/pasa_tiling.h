@@ -1,22 +1,10 @@
 // Host tiling of the PASA fused-attention kernel: plain C++17, no CANN header.
 //
-// Stability: the fields and functions below are the interface that the host-model module
-// (python/csrc/npu_host_model.cpp), the op definition's tiling registration
-// (op_host/pasa_fused_attention_def.cpp), the grid tests (op_host/tests/test_tiling.cpp) and the
-// kernel rely on. Changes are additive only, listed here:
-//   2026-11-22  initial version.
-//   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
-//   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
-//               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
-//   2026-11-23  precision "fp16_fp32" (PASA_TILING_KEY_FLASH_FP16_SCORE): no K' region, no M slot, no
-//               pre-pass items; beta, invariance and M's entries 0.
-//   2026-11-23  PageAttention: TilingInput::blockTableShape / blockSize, the PasaTilingData fields
-//               hasBlockTable, pageSize, maxBlocksPerSeq, kvPageStride, and CheckBlockTable.
-//   2026-11-23  precision "pasa_rs" (PASA_TILING_KEY_ROW_SHIFTED): the key pre-pass (column sums, u and K^,
-//               K' with one more column), rs* constants, kShiftCols, pasa_rs's workspace regions and slots.
-//   2026-11-23  the stacked AIC <-> AIV handshake: PasaTilingData::kvStack and preLaunch, PasaSlotRing in
-//               pasa_tiling_data.h; wsScoreSlot, wsProbSlot and wsPvSlot are the bytes of one block slot of
-//               PasaSlotRing(t) per core (two before).
+// The fields and functions below are the interface that the host-model module (python/csrc/npu_host_model.cpp),
+// the op definition's tiling registration (op_host/pasa_fused_attention_def.cpp), the grid tests
+// (op_host/tests/test_tiling.cpp) and the kernel rely on; changes to them are additive. What an allocation asks of
+// the plan comes from its kernel policy (op_kernel/pasa_allocation.h, through KernelAllocations()), the sizes of
+// the on-chip buffers from op_kernel/pasa_buffer_plan.h, both shared with the kernel.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -24,9 +12,24 @@
 #include <string>
 #include <vector>
 
+#include "../op_kernel/pasa_allocation.h"
 #include "../op_kernel/pasa_tiling_data.h"
 
 namespace pasa {
+
+// The allocation used where none is named (the op's `precision` attribute, TilingInput): python/pasa_npu/precision.py's
+// DEFAULT_PRECISION (tests/test_npu_backend.py checks that they agree).
+constexpr const char* kDefaultPrecision = "pasa_rs";
+
+// An allocation the kernel runs: its policy (op_kernel/pasa_allocation.h) as plain values, one per row of
+// PASA_KERNEL_ALLOCATIONS.
+struct AllocationTraits : pasa_kernel::PolicyTraits {
+    const char* name;
+    uint32_t tilingKey;
+};
+const std::vector<AllocationTraits>& KernelAllocations();
+// The allocation named `precision`; throws std::invalid_argument naming the accepted ones.
+const AllocationTraits& FindAllocation(const std::string& precision);
 
 // What the toolchain keeps for itself in a mixed kernel on Atlas A2: the vector APIs' scratch from
 // TMP_UB_OFFSET = 184 KB to the end of the 192 KB UB (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
@@ -70,7 +73,7 @@ struct TilingInput {
     // shape only): CheckBlockTable checks them where they are on the host.
     std::vector<int64_t> blockTableShape;
     int64_t blockSize = 0;
-    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32", "fp16_fp32" (FlashAttention, no shift) or "pasa_rs"
+    std::string precision = kDefaultPrecision;  // a name of KernelAllocations()
     PlatformInfo platform;
 };
 

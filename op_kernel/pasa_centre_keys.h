@@ -77,7 +77,7 @@ __aicore__ inline void KeySumsPrepass(const PasaTilingData& t, CubeOps& cube, GM
     CrossCoreWaitFlag(FLAG_PREPASS_DONE);  // every core's are
 }
 
-// AIV side. Queues lent by the softmax stage: inQue (VECIN) and outQue (VECOUT) hold a 128 x 16 FP16 strip
+// AIV side. Queues lent by the vector stage (AivRows): inQue (VECIN) and outQue (VECOUT) hold a 128 x 16 FP16 strip
 // each, smallQue (VECOUT) 32 FP16; `vecs` is FP32 scratch of at least 11 x 64 values, `bits` at least 96
 // bytes of compare results.
 template <class InQ, class OutQ, class SmallQ>

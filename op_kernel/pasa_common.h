@@ -18,14 +18,19 @@
 #define PASA_COMMON_H
 
 #include "kernel_operator.h"
+#include "pasa_allocation.h"
+#include "pasa_buffer_plan.h"
 #include "pasa_tiling_data.h"
 
 namespace pasa_kernel {
 using namespace AscendC;
 
-constexpr uint32_t BLOCK_KV = 128;     // keys per KV block (n of M); the tiling fixes it
-constexpr uint32_t ROW_VEC = 128;      // padded length of a per-row vector (rows per AIV <= 64)
-constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
+// The allocation's state type (pasa_allocation.h STATE_BYTES): the softmax arithmetic, the row state, O, and
+// P V out of the Fixpipe.
+template <uint32_t BYTES> struct StateType;
+template <> struct StateType<2> { using Type = half; };
+template <> struct StateType<4> { using Type = float; };
+template <class Policy> using ElementAccumulator = typename StateType<Policy::STATE_BYTES>::Type;
 
 // Cross-core flag ids. Atlas A2 has 16 per core (0..15), and SyncAll's hardware barrier takes 11..14
 // (CrossCoreSetFlag docs, 约束说明), so the kernel keeps to 0..10. Every flag is waited as often as it is

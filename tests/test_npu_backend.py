@@ -56,8 +56,8 @@ def _problem(**kw):
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision):
     why = npu.BACKEND.supports(_problem(precision=precision))
-    assert why == (f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs'), not "
-                   f"{precision!r}")
+    assert why == ("the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs', "
+                   f"'fp32_frame'), not {precision!r}")
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel implements"):
         q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
         pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", precision=precision, backend="npu")
@@ -331,6 +331,48 @@ def test_the_kernels_tiling_keys_are_the_allocations():
                 npu.tiling(call)
         else:
             assert npu.tiling(call)["tiling_key"] == alloc.kernel_key
+
+
+@needs_host_model
+def test_the_kernels_copies_of_shared_constants_are_the_packages():
+    """What the C++ side restates of python/pasa_npu (op_kernel/pasa_allocation.h's allocation table and policies,
+    op_host's default precision, pasa_rs's reshift thresholds, fp32_frame's frame rules) equals the Python statement: a change on one side
+    alone fails here. The β solver's port is checked in test_npu_host_model.py."""
+    from pasa_npu import blockwise
+    from pasa_npu.precision import ALLOCATIONS, DEFAULT_PRECISION
+
+    module = npu.host_model()
+    kernel = {a["name"]: a for a in module.kernel_allocations()}
+    assert set(kernel) == {n for n, a in ALLOCATIONS.items() if a.kernel_key is not None}
+    for name, policy in kernel.items():
+        alloc = ALLOCATIONS[name]
+        assert policy["tiling_key"] == alloc.kernel_key, name
+        # the score type is S's (or S''s) out of the cube; the state type is also P V's and O's
+        assert policy["score_bytes"] == {"float16": 2, "float32": 4}[alloc.score], name
+        assert alloc.output == alloc.state, name
+        assert policy["state_bytes"] == {"float16": 2, "float32": 4}[alloc.state], name
+        # the framed allocation sums O and l on the cube, from V with a column of ones appended
+        assert policy["sums_on_cube"] == alloc.framed, name
+        assert policy["value_extra_cols"] == (16 if alloc.framed else 0), name
+        assert policy["prepass"] == ("shift_matrix" if alloc.shifted else "centred_keys" if alloc.row_shifted
+                                     else "none"), name
+        assert policy["scale"] == ("in_shift_matrix" if alloc.shifted else "pow2_and_rho" if alloc.row_shifted
+                                   else "on_scores"), name
+        assert (policy["handshake"] == "per_block_rounds") == alloc.row_shifted, name
+    assert len({a["tiling_key"] for a in kernel.values()}) == len(kernel)
+    assert module.DEFAULT_PRECISION == DEFAULT_PRECISION
+    assert (module.RESHIFT_AT, module.RESHIFT_RELEVANCE) == (blockwise.RESHIFT_AT, blockwise.RESHIFT_RELEVANCE)
+    assert ((module.FRAME_UP, module.FRAME_DOWN, module.FRAME_DOWN_BLOCKS, module.FRAME_DROP_LIMIT)
+            == (blockwise.FRAME_UP, blockwise.FRAME_DOWN, blockwise.FRAME_DOWN_BLOCKS, blockwise.FRAME_DROP_LIMIT))
+
+
+def test_the_op_definition_takes_the_tilings_default_precision():
+    """The CANN op definition (never compiled here) names its default precision through pasa::kDefaultPrecision,
+    the constant the previous test holds equal to the package's default."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "op_host" / "pasa_fused_attention_def.cpp").read_text()
+    assert 'Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision)' in text
 
 
 def test_a_device_whose_kernel_cannot_take_the_call_warns_once_and_runs_the_reference(monkeypatch):

@@ -195,8 +195,9 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(wsPartialLseOffset) PASA_FIELD(workspaceBytes) PASA_FIELD(ubBytes) PASA_FIELD(l1Bytes)
     PASA_FIELD(l0aBytes) PASA_FIELD(l0bBytes) PASA_FIELD(l0cBytes)
     PASA_FIELD(kShiftCols) PASA_FIELD(rsScalePow2) PASA_FIELD(rsRho) PASA_FIELD(rsRelevance) PASA_FIELD(rsReshiftAt)
-    PASA_FIELD(wsKSumOffset) PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot) PASA_FIELD(wsCentreProdSlot)
-    PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot)
+    PASA_FIELD(wsKSumOffset) PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot)
+    PASA_FIELD(wsCentreProdSlot) PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot) PASA_FIELD(frameDropLimit)
+    PASA_FIELD(wsFinalSegmentSlot) PASA_FIELD(wsVerdictSlot)
 #undef PASA_FIELD
     return d;
 }
@@ -338,17 +339,23 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     std::memcpy(outArr.mutable_data(), out.data(), out.bytes());
     py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
-    if (counters)
+    if (counters) {
+        // Status words 1 and 2 (the epilogue's, pasa_vector_stage.h), named as the golden model's counters:
+        // fp32_frame's moved rows and closed tiles, else pasa_rs's reshifted and recomputed rows (0 for the others).
+        const bool framed = pasa::FindAllocation(c.in.precision).sumsOnCube;
+        const char* word1 = framed ? "moved_row_blocks" : "reshifted_row_blocks";
+        const char* word2 = framed ? "moved_tile_blocks" : "recomputed_row_blocks";
         for (size_t i = 0; i < coreCounters.size(); ++i) {
             py::dict d = CountersDict(coreCounters[i]);
-            if (i >= r.blockDim) {  // an AIV: pasa_rs's row counts from its status words (0 for the others)
+            if (i >= r.blockDim) {  // an AIV
                 uint32_t words[3];
                 std::memcpy(words, ws.data() + pasa::StatusWordOffset(t, uint32_t(i - r.blockDim)), sizeof(words));
-                d["reshifted_row_blocks"] = words[1];
-                d["recomputed_row_blocks"] = words[2];
+                d[word1] = words[1];
+                d[word2] = words[2];
             }
             counters->append(d);
         }
+    }
     return py::make_tuple(outArr, lseArr, OverflowStatus(ws, t, r.blockDim));
 }
 
@@ -438,4 +445,38 @@ PYBIND11_MODULE(_npu_host_model, m) {
         "with these fields.");
     m.def("default_beta", &pasa::DefaultBeta, py::arg("block_kv"), py::arg("scale"),
           "pasa::DefaultBeta: the C++ port of pasa_npu.beta.default_beta (scale <= 0: no scale).");
+    m.def(
+        "kernel_allocations",
+        [] {
+            static const char* prepass[] = {"none", "shift_matrix", "centred_keys"};
+            static const char* scale[] = {"on_scores", "in_shift_matrix", "pow2_and_rho"};
+            static const char* handshake[] = {"stacked", "per_block_rounds"};
+            py::list out;
+            for (const pasa::AllocationTraits& a : pasa::KernelAllocations()) {
+                py::dict d;
+                d["name"] = a.name;
+                d["tiling_key"] = a.tilingKey;
+                d["state_bytes"] = a.stateBytes;
+                d["prepass"] = prepass[static_cast<uint32_t>(a.prepass)];
+                d["scale"] = scale[static_cast<uint32_t>(a.scale)];
+                d["handshake"] = handshake[static_cast<uint32_t>(a.handshake)];
+                d["score_bytes"] = a.scoreBytes;
+                d["key_extra_cols"] = a.keyExtraCols;
+                d["value_extra_cols"] = a.valueExtraCols;
+                d["sums_on_cube"] = a.sumsOnCube;
+                d["state_row_vectors"] = a.stateRowVectors;
+                d["fp32_row_vectors"] = a.fp32RowVectors;
+                out.append(d);
+            }
+            return out;
+        },
+        "The allocations the kernel runs (op_kernel/pasa_allocation.h's PASA_KERNEL_ALLOCATIONS), each policy as "
+        "a dict, in table order.");
+    m.attr("DEFAULT_PRECISION") = pasa::kDefaultPrecision;
+    m.attr("RESHIFT_AT") = pasa_kernel::RowShiftedFamily::RESHIFT_AT;
+    m.attr("RESHIFT_RELEVANCE") = pasa_kernel::RowShiftedFamily::RESHIFT_RELEVANCE;
+    m.attr("FRAME_UP") = pasa_kernel::FramedFamily::FRAME_UP;
+    m.attr("FRAME_DOWN") = pasa_kernel::FramedFamily::FRAME_DOWN;
+    m.attr("FRAME_DOWN_BLOCKS") = pasa_kernel::FramedFamily::FRAME_DOWN_BLOCKS;
+    m.attr("FRAME_DROP_LIMIT") = pasa_kernel::FramedFamily::FRAME_DROP_LIMIT;
 }
