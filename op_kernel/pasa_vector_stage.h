@@ -192,24 +192,57 @@ private:
         PipeBarrier<PIPE_V>();
         if (valid < rows) Duplicate(o[valid * d], (half)0, (int32_t)((rows - valid) * d));  // padded rows
         v_.outQue.EnQue(o);
+        if (k.lseStride != 1) {
+            o = v_.outQue.template DeQue<half>();
+            WriteRows(k, o);
+            WriteStridedLse(k, valid, rows);
+            return;
+        }
         LocalTensor<float> lt = v_.lseQue.template AllocTensor<float>();
         Muls(lt, v_.fa, 1.0f, (int32_t)ROW_VEC);
         Duplicate(lt[ROW_VEC], PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
         v_.lseQue.EnQue(lt);
         o = v_.outQue.template DeQue<half>();
-        DataCopyParams cp((uint16_t)rows, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
-        DataCopy(outGm_[v_.FirstRowOffset(k)], o, cp);
-        v_.outQue.FreeTensor(o);
+        WriteRows(k, o);
         lt = v_.lseQue.template DeQue<float>();
-        const uint64_t base = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0;
+        const uint64_t base = k.lseFirst + v_.r0;
         if (valid > 0) DataCopyPad(lseGm_[base], lt, DataCopyExtParams(1, valid * 4, 0, 0, 0));
         if (valid < rows)
             DataCopyPad(lseGm_[base + valid], lt[ROW_VEC], DataCopyExtParams(1, (rows - valid) * 4, 0, 0, 0));
         v_.lseQue.FreeTensor(lt);
     }
 
+    // This AIV's output rows (o, dequeued from outQue) to attention_out, the layout's row stride apart.
+    __aicore__ inline void WriteRows(const Task& k, LocalTensor<half>& o) {
+        const uint32_t d = v_.d;
+        DataCopyParams cp((uint16_t)v_.rows, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
+        DataCopy(outGm_[v_.FirstRowOffset(k)], o, cp);
+        v_.outQue.FreeTensor(o);
+    }
+
+    // TND: the tile's rows are N entries apart in softmax_lse (pasa_tiling_data.h). Each value goes to a 32-byte
+    // block of its own (Brcb; rows blocks fit the output buffer of rows x D halves), one burst of 4 bytes per
+    // block: the valid rows' lse (fa), then the padded rows' +inf.
+    __aicore__ inline void WriteStridedLse(const Task& k, uint32_t valid, uint32_t rows) {
+        const uint64_t first = k.lseFirst + (uint64_t)v_.r0 * k.lseStride;
+        Duplicate(v_.fb, PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
+        PipeBarrier<PIPE_V>();
+        const LocalTensor<float> src[2] = {v_.fa, v_.fb};
+        const uint32_t begin[2] = {0, valid}, count[2] = {valid, rows - valid};
+        for (uint32_t part = 0; part < 2; ++part) {
+            if (count[part] == 0) continue;
+            LocalTensor<float> spread = v_.outQue.template AllocTensor<float>();
+            Brcb(spread, src[part], (uint8_t)((count[part] + 7) / 8), BrcbRepeatParams(1, 8));
+            v_.outQue.EnQue(spread);
+            spread = v_.outQue.template DeQue<float>();
+            DataCopyPad(lseGm_[first + (uint64_t)begin[part] * k.lseStride], spread,
+                        DataCopyExtParams(count[part], 4, 0, (k.lseStride - 1) * 4, 0));
+            v_.outQue.FreeTensor(spread);
+        }
+    }
+
     // Split-KV: this split's normalised O (FP32) and its lse, per row, for the combine. Splits exist
-    // only for decode (S1 = 1), so the rows are one head's query, or the packed heads of a GQA group.
+    // only for decode (S1 = 1, not TND), so the rows are one head's query, or the packed heads of a GQA group.
     __aicore__ inline void WritePartial(const Task& k) {
         const uint32_t rows = v_.rows, d = v_.d;
         for (uint32_t i = 0; i < rows; ++i) {
@@ -218,7 +251,7 @@ private:
             else Muls(o, v_.oAcc[i * d].template ReinterpretCast<float>(), 1.0f, (int32_t)d);
             v_.outQue.EnQue(o);
             o = v_.outQue.template DeQue<float>();
-            const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0 + i;
+            const uint64_t g = k.lseFirst + v_.r0 + i;
             DataCopy(partOGm_[(g * t_->kvSplits + k.split) * d], o, d);
             v_.outQue.FreeTensor(o);
         }
@@ -228,7 +261,7 @@ private:
         Brcb(spread, v_.fa, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
         v_.outQue.EnQue(spread);
         spread = v_.outQue.template DeQue<float>();
-        const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0;
+        const uint64_t g = k.lseFirst + v_.r0;
         DataCopyPad(partLseGm_[g * t_->kvSplits + k.split], spread,
                     DataCopyExtParams(rows, 4, 0, (t_->kvSplits - 1) * 4, 0));
         v_.outQue.FreeTensor(spread);

@@ -186,7 +186,7 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(baseK) PASA_FIELD(kvStack) PASA_FIELD(preLaunch) PASA_FIELD(sparseMode) PASA_FIELD(hasMask)
     PASA_FIELD(bandMode) PASA_FIELD(preTokens)
     PASA_FIELD(nextTokens) PASA_FIELD(maskBatch) PASA_FIELD(maskHeads) PASA_FIELD(maskBatchStride)
-    PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv)
+    PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv) PASA_FIELD(queryTokens)
     PASA_FIELD(hasBlockTable) PASA_FIELD(pageSize) PASA_FIELD(maxBlocksPerSeq) PASA_FIELD(kvPageStride)
     PASA_FIELD(blockDim) PASA_FIELD(packedHeads) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
     PASA_FIELD(tasksPerCore) PASA_FIELD(prepassItems) PASA_FIELD(prepassPerCore) PASA_FIELD(combineRowsPerAiv)
@@ -293,7 +293,9 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     auto seqKv = OptionalInput("actual_seq_lengths_kv", c.actualSeqKv);
     auto table = OptionalInput("block_table", c.blockTable);
     GmBuffer out("attention_out", c.query.nbytes());
-    const size_t lseCount = size_t(t.batch) * t.numHeads * t.seqQ;
+    const std::vector<int64_t> lseShape = pasa::LseShape(t);
+    size_t lseCount = 1;
+    for (int64_t dim : lseShape) lseCount *= size_t(dim);
     GmBuffer lse("softmax_lse", lseCount * sizeof(float));
     GmBuffer ws("workspace", r.workspaceBytes);
     GmBuffer tiling("tiling", sizeof(PasaTilingData), &t);
@@ -337,7 +339,7 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
 
     py::array outArr(py::dtype("float16"), ShapeOf(c.query));
     std::memcpy(outArr.mutable_data(), out.data(), out.bytes());
-    py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
+    py::array_t<float> lseArr(lseShape);
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
     if (counters) {
         // Status words 1 and 2 (the epilogue's, pasa_vector_stage.h), named as the golden model's counters:
@@ -418,7 +420,7 @@ PYBIND11_MODULE(_npu_host_model, m) {
             "Launch the kernel: FP16 query/key/value (C-contiguous, the layout's shape; with an int32 block_table "
             "(B, max_blocks_per_seq) and block_size, key/value are the paged caches), uint8 mask (1|B, 1|N, MS1, "
             "MS2) or None, int64 per-batch lengths or None; beta < 0 = the kernel's default. Returns "
-            "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1), overflow: the kernel's "
+            "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1) (TND: (T, N)), overflow: the kernel's "
             "status words report an Inf in S').");
     DefCount(m);
     DefCall(m, "tiling", [](const Call& c) { return TilingDict(Tiling(c.in)); },

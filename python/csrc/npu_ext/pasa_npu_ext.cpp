@@ -117,7 +117,7 @@ aclTensor* Describe(const at::Tensor& t) {
                            dims.size(), t.data_ptr());
 }
 
-// (attention_out, softmax_lse (B, N, S1, 1) FP32) of the deployed op. Inputs are checked and normalised by
+// (attention_out, softmax_lse (B, N, S1, 1), TND (T, N, 1), FP32) of the deployed op. Inputs are checked and normalised by
 // python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling). PageAttention:
 // blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
 // entries stay on the device unchecked, as FIA leaves them (pasa_npu's check_inputs checks them before).
@@ -139,13 +139,18 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
                 "pasa_npu._npu_ext: block_table must be a contiguous int32 tensor");
 
     at::Tensor out = at::empty_like(query);
-    int64_t b, n, s1;
-    if (inputLayout == "BNSD") {
-        b = query.size(0); n = query.size(1); s1 = query.size(2);
-    } else {  // BSH, BSND
-        b = query.size(0); n = numHeads; s1 = query.size(1);
+    at::Tensor lse;
+    if (inputLayout == "TND") {  // (T, N, 1)
+        lse = at::empty({query.size(0), query.size(1), 1}, query.options().dtype(at::kFloat));
+    } else {
+        int64_t b, n, s1;
+        if (inputLayout == "BNSD") {
+            b = query.size(0); n = query.size(1); s1 = query.size(2);
+        } else {  // BSH, BSND
+            b = query.size(0); n = numHeads; s1 = query.size(1);
+        }
+        lse = at::empty({b, n, s1, 1}, query.options().dtype(at::kFloat));
     }
-    at::Tensor lse = at::empty({b, n, s1, 1}, query.options().dtype(at::kFloat));
 
     aclTensor* q = Describe(query);
     aclTensor* k = Describe(key);
