@@ -336,7 +336,7 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTra
            p.baseK >= 16 && l0cFits;
 }
 
-// The largest query block whose plan fits, with the longest stack of the handshake that fits beside it (the
+// The largest query block whose plan fits (up to the family's MAX_BLOCK_Q), with the longest stack of the handshake that fits beside it (the
 // AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
 // single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
 // smaller query block re-reads K and V). The work split may shorten the stacks (SplitWork).
@@ -349,7 +349,8 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
         for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(s.S2, BLOCK_KV)); stack >= 1; --stack)
             rings.push_back({stack, kPreLaunch});
     rings.push_back({1, 1});
-    for (uint32_t bq : {128u, 64u, 32u, 16u}) {
+    for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
+        if (bq > a.maxBlockQ) continue;
         for (const Ring& r : rings) {
             t.kvStack = r.kvStack;
             t.preLaunch = r.preLaunch;
@@ -466,7 +467,7 @@ void LayoutWorkspace(PasaTilingData& t, const AllocationTraits& a, const Shapes&
     }
     if (a.sumsOnCube) {
         t.wsFinalSegmentSlot = slot(segmentBytes);
-        t.wsVerdictSlot = slot((2ull * t.preLaunch + 2) * 2 * 64);
+        t.wsVerdictSlot = slot((2ull * t.preLaunch + 2) * 64);
     }
     t.wsCoreStride = AlignUp(coreBytes, kWsAlign);
     off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);

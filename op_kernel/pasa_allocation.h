@@ -26,6 +26,9 @@
 //   SUMS_ON_CUBE          O and l accumulate in L0C across blocks, closed as segments (fp32_frame): no P V per
 //                         block through the vector cores, an accumulator in L0C beside S
 //   PROB_BUFFERS          buffers of the AIVs' P queue
+//   MAX_BLOCK_Q           the largest query block the family's components take (128: an AIV's rows fit its score
+//                         tiles; fp32_frame: 256, its AIVs take their rows in tiles of AIV_TILE_ROWS and its AIC
+//                         its P V in row halves); the host takes the largest that fits
 //   WORK_COLS             columns of the AIVs' work tile (the row max's first fold, the mask's cast)
 //   STATE_ROW_VECTORS     row vectors of the state type the epilogue keeps (PASA: F, its block mean, the two
 //                         corrections)
@@ -64,6 +67,7 @@ struct FamilyDefaults {
     static constexpr bool MERGE_WEIGHTS = true;
     static constexpr bool SUMS_ON_CUBE = false;
     static constexpr uint32_t PROB_BUFFERS = 2;
+    static constexpr uint32_t MAX_BLOCK_Q = 128;
     static constexpr uint32_t WORK_COLS = 128;
     static constexpr uint32_t STATE_ROW_VECTORS = 0;
     static constexpr uint32_t FP32_ROW_VECTORS = 0;
@@ -123,6 +127,7 @@ struct FramedFamily : FamilyDefaults {
     static constexpr bool MERGE_WEIGHTS = false;
     static constexpr bool SUMS_ON_CUBE = true;
     static constexpr uint32_t PROB_BUFFERS = 1;
+    static constexpr uint32_t MAX_BLOCK_Q = 256;  // where Q (256 x D FP16) fits an L0A half: D <= 64
     static constexpr uint32_t WORK_COLS = 64;
     // ones, has, known, low, move, the segments' frame, the segment's l; a frame version per block slot, and one
     static constexpr uint32_t FP32_ROW_VECTORS = 8;
@@ -183,7 +188,7 @@ struct PolicyTraits {
     Handshake handshake;
     uint32_t keyExtraCols, valueExtraCols;
     bool mergeWeights, sumsOnCube;
-    uint32_t probBuffers, workCols;
+    uint32_t probBuffers, maxBlockQ, workCols;
     uint32_t stateRowVectors, fp32RowVectors, fp32RowVectorsPerSlot;
 };
 
@@ -200,6 +205,7 @@ PASA_HOST_AICORE inline PolicyTraits TraitsOf() {
     t.mergeWeights = Policy::MERGE_WEIGHTS;
     t.sumsOnCube = Policy::SUMS_ON_CUBE;
     t.probBuffers = Policy::PROB_BUFFERS;
+    t.maxBlockQ = Policy::MAX_BLOCK_Q;
     t.workCols = Policy::WORK_COLS;
     t.stateRowVectors = Policy::STATE_ROW_VECTORS;
     t.fp32RowVectors = Policy::FP32_ROW_VECTORS;

@@ -12,7 +12,9 @@
 namespace pasa_kernel {
 
 constexpr uint32_t BLOCK_KV = 128;              // keys per KV block (n of M); the tiling fixes it
-constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 64)
+constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 128)
+constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles: more rows per AIV
+                                                // (a query block of 256) are taken in tiles of this many
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
@@ -49,20 +51,23 @@ struct AivUbPlan {
 };
 
 // rowsPerAiv rows of D columns, `ring` block slots (PasaSlotRing), and the policy's traits (pasa_allocation.h).
+// The tiles of a block (scores, P, mask, work, compare bits) hold at most AIV_TILE_ROWS rows; O, the outputs and
+// the row vectors all of the AIV's rows.
 PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDim, uint32_t ring,
                                             const PolicyTraits& a) {
     AivUbPlan p;
     const uint32_t rows = rowsPerAiv, st = a.stateBytes;
-    p.scoreBytes = rows * BLOCK_KV * a.scoreBytes;
-    p.probBytes = rows * BLOCK_KV * 2;
+    const uint32_t tile = rows < AIV_TILE_ROWS ? rows : AIV_TILE_ROWS;
+    p.scoreBytes = tile * BLOCK_KV * a.scoreBytes;
+    p.probBytes = tile * BLOCK_KV * 2;
     p.probBuffers = a.probBuffers;
     p.pvBytes = a.sumsOnCube ? (headDim > 64 ? headDim : 64) * 4 : rows * headDim * st;
-    p.maskBytes = rows * BLOCK_KV;
+    p.maskBytes = tile * BLOCK_KV;
     p.outBytes = rows * headDim * 2 > headDim * 4 ? rows * headDim * 2 : headDim * 4;
     p.lseBytes = 2 * ROW_VEC * 4;
-    p.tileBytes = rows * a.workCols * st;
-    p.fp32TileBytes = st == 4 && a.scoreBytes == 2 ? rows * BLOCK_KV * 4 : 0;
-    p.bitsBytes = (rows * BLOCK_KV / 8 + 31) / 32 * 32;
+    p.tileBytes = tile * a.workCols * st;
+    p.fp32TileBytes = st == 4 && a.scoreBytes == 2 ? tile * BLOCK_KV * 4 : 0;
+    p.bitsBytes = (tile * BLOCK_KV / 8 + 31) / 32 * 32;
     p.oBytes = rows * headDim * st;
     p.stateVectors = SHARED_STATE_ROW_VECTORS + a.stateRowVectors + (a.mergeWeights ? 2 * ring : 0);
     p.brcbBytes = rows * 32;
@@ -73,15 +78,20 @@ PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDi
 }
 
 // One AIC's L1 (pasa_cube_ops.h CubeOps): the query tile, then double-buffered K (or K'), V and P (or M, L)
-// tiles. Q and K carry D + KEY_EXTRA_COLS columns, V tiles the wider of those and D + VALUE_EXTRA_COLS.
+// tiles, and the VALUE_EXTRA_COLS columns the V tiles share (fp32_frame's column of ones: 128 x 16, loaded once).
+// Q, K and V carry D + KEY_EXTRA_COLS columns (V: K's pre-pass borrows its buffers); a P tile has the query
+// block's rows, M and L tiles 128.
 struct AicL1Plan {
-    uint32_t qBytes, kBytes, vBytes, pBytes;
-    PASA_HOST_AICORE inline uint64_t Total() const { return qBytes + 2ull * kBytes + 2ull * vBytes + 2ull * pBytes; }
+    uint32_t qBytes, kBytes, vBytes, pBytes, valueExtraBytes;
+    PASA_HOST_AICORE inline uint64_t Total() const {
+        return qBytes + 2ull * kBytes + 2ull * vBytes + 2ull * pBytes + valueExtraBytes;
+    }
 };
 PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
-    const uint32_t keyCols = headDim + a.keyExtraCols, valueCols = headDim + a.valueExtraCols;
-    const uint32_t vCols = valueCols > keyCols ? valueCols : keyCols;
-    return AicL1Plan{blockQ * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * vCols * 2, BLOCK_KV * BLOCK_KV * 2};
+    const uint32_t keyCols = headDim + a.keyExtraCols;
+    const uint32_t pRows = blockQ > BLOCK_KV ? blockQ : BLOCK_KV;
+    return AicL1Plan{blockQ * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * keyCols * 2, pRows * BLOCK_KV * 2,
+                     BLOCK_KV * a.valueExtraCols * 2};
 }
 
 // One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,

@@ -30,6 +30,7 @@ public:
         pipe->InitBuffer(l0b_, 2, L0_HALF_BYTES);
         pipe->InitBuffer(l0c_, l0c.scoreBuffers, l0c.scoreBufferBytes);
         if (l0c.accBytes > 0) pipe->InitBuffer(sums_, 1, l0c.accBytes);
+        if (l1.valueExtraBytes > 0) pipe->InitBuffer(valueExtraL1_, 1, l1.valueExtraBytes);
     }
 
     TQue<TPosition::A1, 1> qL1_;   // the query block (pasa_rs: Q^ and its augmented column)
@@ -37,6 +38,7 @@ public:
     TQue<TPosition::B1, 1> vL1_;   // V
     TQue<TPosition::A1, 1> pL1_;   // P (M of PASA's pre-pass, a stripe of L in pasa_rs's)
     TQue<TPosition::CO1, 1> sums_;  // fp32_frame's [O | l], summed across the blocks of a segment
+    TQue<TPosition::B1, 1> valueExtraL1_;  // fp32_frame's column of ones beside every V tile (128 x 16, NZ)
 
     // rows x cols FP16 from GM (row stride srcStride elements) into a fresh L1 tile of `que` in NZ
     // with rowsPad rows; rows [rows, rowsPad) repeat row rows-1 so that no operand row is garbage
@@ -166,16 +168,20 @@ public:
     }
 
     // C (m x n, an NZ tile of m rows in L0C) = A2 B2, or C += A2 B2 where init is false (the sum rounded once to
-    // FP32 per call, added to C in FP32).
+    // FP32 per call, added to C in FP32). A small tile is ordered before the next Mmad, which may accumulate into
+    // it, unless the caller says that the next one does not (`ordered` false: it writes other columns of L0C, and a
+    // later call orders both).
     __aicore__ inline void Multiply(const LocalTensor<float>& c, const LocalTensor<half>& a2,
-                                    const LocalTensor<half>& b2, uint32_t m, uint32_t n, uint32_t k, bool init) {
+                                    const LocalTensor<half>& b2, uint32_t m, uint32_t n, uint32_t k, bool init,
+                                    bool ordered = true) {
         MmadParams mm;
         mm.m = m;
         mm.n = n;
         mm.k = k;
         mm.cmatrixInitVal = init;
         Mmad(c, a2, b2, mm);
-        if ((m / FRACTAL) * (n / FRACTAL) < 10) PipeBarrier<PIPE_M>();  // small tiles: order the K accumulation
+        if (ordered && (m / FRACTAL) * (n / FRACTAL) < 10) PipeBarrier<PIPE_M>();  // small tiles: order the K
+                                                                                    // accumulation
     }
 
     __aicore__ inline TQue<TPosition::A2, 1>& L0A() { return l0a_; }

@@ -14,6 +14,7 @@ class FlashSoftmax {
 public:
     using T = ElementAccumulator<Policy>;
     static constexpr bool WEIGHTS_PV = false;
+    static constexpr bool CHECKS_OVERFLOW = true;
 
     __aicore__ inline void Init(AivRows<T>* rows, const PasaTilingData* t, GM_ADDR, GM_ADDR, uint32_t) {
         v_ = rows;

@@ -16,6 +16,8 @@
 // G_acc = G_seg, G_seg being the frames the segment was summed against: the frame version in force before the
 // block that closed it, or, for the task's last segment, the current one. O/l and lse = FP32(scale G_acc) + ln l
 // are then the stage's (m = scale G_acc).
+// An AIV with more rows than its tiles hold (a query block of 256: 128 rows) takes each block in row tiles of
+// AIV_TILE_ROWS (AivRows::EnterTile); each tile keeps its own frame versions, and its lanes of the row vectors.
 //
 // The rings. Frames: a version per move, kept while a segment summed against it may still be merged: the merges
 // trail the moves by at most a block-slot ring (PasaSlotRing) of blocks, so ring + 1 versions. Verdict words: an
@@ -35,6 +37,9 @@ namespace pasa_kernel {
 template <class Policy>
 class FramedSoftmax {
 public:
+    // Nothing to check: S is FP32 from FP16 inputs, P <= exp(FRAME_UP), and O, l and G_acc are FP32 sums of them.
+    static constexpr bool CHECKS_OVERFLOW = false;
+
     // Its FP32_ROW_VECTORS and, per block slot, a frame version.
     __aicore__ inline void Init(AivRows<float>* rows, const PasaTilingData* t, GM_ADDR, GM_ADDR workspace,
                                 uint32_t core) {
@@ -68,48 +73,29 @@ public:
 
     __aicore__ inline void BeginTask(const Task&) {
         taskStack0_ = stacksSent_;
-        version_ = 0;
+        for (uint32_t i = 0; i < MAX_TILES; ++i) version_[i] = 0;
         merged_ = false;
+        lanes_ = v_->rows > (uint32_t)LANES ? 2 * LANES : LANES;
     }
 
     // No frame, nothing below it, nothing merged yet.
     __aicore__ inline void ResetRows() {
-        Duplicate(known_, 0.0f, LANES);
-        Duplicate(low_, 0.0f, LANES);
-        Duplicate(Frame(0), 0.0f, LANES);
-        Duplicate(accFrame_, 0.0f, LANES);
+        Duplicate(known_, 0.0f, lanes_);
+        Duplicate(low_, 0.0f, lanes_);
+        Duplicate(Frame(0, 0), 0.0f, lanes_);
+        Duplicate(accFrame_, 0.0f, lanes_);
     }
 
+    // Block j of this AIV's rows, tile by tile; a move in a row of any tile sets the block's bit of the verdict.
     __aicore__ inline void Block(const Task& k, uint32_t j) {
         AivRows<float>& v = *v_;
-        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
-        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
-        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
-        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
-        v.sQue.EnQue(s);
-        s = v.sQue.template DeQue<float>();
-        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
-        v.RowMax(v.mBlk, s);
-        versionAt_[j % PasaSlotRing(*t_)] = version_;
-        if (Decide() > 0) {
-            verdict_ |= 1u << (j % t_->kvStack);
-            Move();
+        bool moved = false;
+        for (uint32_t r = 0; r < v.aivRows; r += v.tileRows) {
+            v.EnterTile(r);
+            if (TileBlock(k, j, r)) moved = true;
         }
-        // P = FP16(exp(scale (S - G))) against the moved frames
-        v.Broadcast(Frame(version_));
-        v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
-        PipeBarrier<PIPE_V>();
-        Muls(s, s, scale_, cnt);
-        PipeBarrier<PIPE_V>();
-        Exp(s, s, cnt);
-        PipeBarrier<PIPE_V>();
-        LocalTensor<half> p = v.pQue.template AllocTensor<half>();
-        Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
-        v.pQue.EnQue(p);
-        v.sQue.FreeTensor(s);
-        p = v.pQue.template DeQue<half>();
-        DataCopy(v.slots.Prob(j)[(uint64_t)v.r0 * BLOCK_KV], p, v.rows * BLOCK_KV);
-        v.pQue.FreeTensor(p);
+        v.LeaveTile();
+        if (moved) verdict_ |= 1u << (j % t_->kvStack);
     }
 
     // The stack's moves to the AIC (before the stage's P_READY), one word of this AIV's in the verdict ring.
@@ -131,11 +117,11 @@ public:
         for (uint32_t j = st.first; j < st.end; ++j) {
             if (((closes >> (j - st.first)) & 1u) == 0) continue;
             if (v_->sub == 0) ++tileCloses_;
-            if (j > 0) Merge(slots_.Segment(j), Frame(versionAt_[j % PasaSlotRing(*t_)]));
+            if (j > 0) MergeSegment(slots_.Segment(j), j % PasaSlotRing(*t_), false);
         }
         if (st.end == k.nBlocks) {
-            Merge(slots_.finalSegment, Frame(version_));
-            Muls(v_->m, accFrame_, scale_, LANES);
+            MergeSegment(slots_.finalSegment, 0, true);
+            Muls(v_->m, accFrame_, scale_, lanes_);
         }
     }
 
@@ -143,9 +129,6 @@ public:
     __aicore__ inline void LoadLseTerms() {}
     __aicore__ inline void ScaleLseTerms() {}
     __aicore__ inline void AddLseTerms() {}
-
-    // FP32 scores of FP16 inputs are finite: m = scale G_acc is.
-    __aicore__ inline void FiniteRows() { v_->FiniteRunningMax(); }
 
     // Word 1: the (valid row, KV block) pairs whose frame moved (the first key of a row counts); word 2, from the
     // first AIV: the (tile, KV block) pairs that closed a segment (the golden model's moved_row_blocks and, for a
@@ -156,22 +139,62 @@ public:
     }
 
 private:
-    // Rows per AIV are at most 64 (blockQ <= 128): the frame's row vectors take one FP32 repeat.
+    // A row tile's lanes of the row vectors: one FP32 repeat (tiles of at most AIV_TILE_ROWS = 64 rows).
     static constexpr int32_t LANES = 64;
+    static constexpr uint32_t MAX_TILES = ROW_VEC / AIV_TILE_ROWS;
 
-    __aicore__ inline LocalTensor<float> Frame(uint32_t version) { return frames_[(version % versions_) * ROW_VEC]; }
+    // The frames of the row tile at row r (its lanes r on) in frame version `version` of that tile.
+    __aicore__ inline LocalTensor<float> Frame(uint32_t r, uint32_t version) {
+        return frames_[(version % versions_) * ROW_VEC + r];
+    }
+    __aicore__ inline uint32_t TileOf(uint32_t r) const { return r / v_->tileRows; }
+
+    // Block j of the row tile at row r (AivRows::EnterTile'd): S, masks, row max, the frames' moves, P to the AIC.
+    // Returns whether a valid row of the tile moved.
+    __aicore__ inline bool TileBlock(const Task& k, uint32_t j, uint32_t r) {
+        AivRows<float>& v = *v_;
+        const uint32_t tile = TileOf(r);
+        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
+        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
+        v.sQue.EnQue(s);
+        s = v.sQue.template DeQue<float>();
+        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        v.RowMax(v.mBlk, s);
+        versionAt_[tile][j % PasaSlotRing(*t_)] = version_[tile];
+        const bool moved = Decide(r) > 0;
+        if (moved) Move(r);
+        // P = FP16(exp(scale (S - G))) against the moved frames
+        v.Broadcast(Frame(r, version_[tile]));
+        v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
+        PipeBarrier<PIPE_V>();
+        Muls(s, s, scale_, cnt);
+        PipeBarrier<PIPE_V>();
+        Exp(s, s, cnt);
+        PipeBarrier<PIPE_V>();
+        LocalTensor<half> p = v.pQue.template AllocTensor<half>();
+        Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
+        v.pQue.EnQue(p);
+        v.sQue.FreeTensor(s);
+        p = v.pQue.template DeQue<half>();
+        DataCopy(v.slots.Prob(j)[(uint64_t)v.r0 * BLOCK_KV], p, v.rows * BLOCK_KV);
+        v.pQue.FreeTensor(p);
+        return moved;
+    }
 
     // has, low and move of the block (S's row max in mBlk against the current frame); returns the valid rows that
     // move. low' = has ? (known and top < -FRAME_DOWN ? low + 1 : 0) : low; move = has and (not known, or
     // top > FRAME_UP, or low' >= FRAME_DOWN_BLOCKS). tmp1 = top, tmp2 = up, fb = low + 1 where far below, fc = 1 -
     // known; compare bits at bits[0], [32], [64].
-    __aicore__ inline uint32_t Decide() {
+    __aicore__ inline uint32_t Decide(uint32_t r) {
         AivRows<float>& v = *v_;
         const LocalTensor<uint8_t> key = v.bits, below = v.bits[32], up = v.bits[64];
+        const LocalTensor<float> low = low_[r], known = known_[r];
         CompareScalar(key, v.mBlk, NegInf<float>(), CMPMODE::NE, LANES);
-        Sub(v.tmp1, v.mBlk, Frame(version_), LANES);
-        Adds(v.fb, low_, 1.0f, LANES);
-        Sub(v.fc, ones_, known_, LANES);
+        Sub(v.tmp1, v.mBlk, Frame(r, version_[TileOf(r)]), LANES);
+        Adds(v.fb, low, 1.0f, LANES);
+        Sub(v.fc, ones_, known, LANES);
         PipeBarrier<PIPE_V>();
         Select(has_, key, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
@@ -182,11 +205,11 @@ private:
         Select(v.fb, below, v.fb, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         Select(v.tmp2, up, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // up, or no frame yet
         PipeBarrier<PIPE_V>();
-        Mul(v.fb, v.fb, known_, LANES);
+        Mul(v.fb, v.fb, known, LANES);
         PipeBarrier<PIPE_V>();
-        Select(low_, key, v.fb, low_, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         PipeBarrier<PIPE_V>();
-        CompareScalar(below, low_, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
+        CompareScalar(below, low, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
         PipeBarrier<PIPE_V>();
         Select(v.tmp2, below, ones_, v.tmp2, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         PipeBarrier<PIPE_V>();
@@ -199,12 +222,14 @@ private:
 
     // The moving rows' new frame, a new version: a row that had a frame moves to max(m, G - the drop limit), the
     // others to m; low 0 on the moving rows; every moving row has a frame from now on.
-    __aicore__ inline void Move() {
+    __aicore__ inline void Move(uint32_t r) {
         AivRows<float>& v = *v_;
-        const LocalTensor<float> frame = Frame(version_), moved = Frame(version_ + 1);
+        uint32_t& version = version_[TileOf(r)];
+        const LocalTensor<float> frame = Frame(r, version), moved = Frame(r, version + 1);
+        const LocalTensor<float> low = low_[r], known = known_[r];
         const LocalTensor<uint8_t> hadFrame = v.bits, moving = v.bits[32], staying = v.bits[64];
         Adds(v.fb, frame, -dropLimit_, LANES);
-        CompareScalar(hadFrame, known_, 0.5f, CMPMODE::GT, LANES);
+        CompareScalar(hadFrame, known, 0.5f, CMPMODE::GT, LANES);
         CompareScalar(moving, move_, 0.5f, CMPMODE::GT, LANES);
         CompareScalar(staying, move_, 0.5f, CMPMODE::LT, LANES);
         PipeBarrier<PIPE_V>();
@@ -213,10 +238,10 @@ private:
         Select(v.fb, hadFrame, v.fb, v.mBlk, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         PipeBarrier<PIPE_V>();
         Select(moved, moving, v.fb, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
-        Select(low_, staying, low_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
-        Max(known_, known_, move_, LANES);
+        Select(low, staying, low, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        Max(known, known, move_, LANES);
         PipeBarrier<PIPE_V>();
-        ++version_;
+        ++version;
     }
 
     // The stack's close verdicts: both AIVs' words (written before their P_READY; the AIC set PV_READY after it
@@ -233,18 +258,31 @@ private:
         return closes;
     }
 
-    // acc = FP32(FP32(a acc) + seg) for O (the stage's oAcc, rows x D) and l, a = exp(FP32(scale FP32(G_acc -
-    // G_seg))) or 0 where nothing was summed yet (l = 0); G_acc = G_seg. seg: the segment's rows of [O | l]
-    // (D + 16 FP32 each) in GM; its O in row chunks through S's queue, its l column through the mask queue.
-    __aicore__ inline void Merge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame) {
+    // A segment into every row tile's O and l: summed against the frames in force before block slot `slot`'s
+    // block, or, for the task's last segment (final), against the current ones.
+    __aicore__ inline void MergeSegment(const GlobalTensor<float>& seg, uint32_t slot, bool final) {
+        AivRows<float>& v = *v_;
+        for (uint32_t r = 0; r < v.aivRows; r += v.tileRows) {
+            v.EnterTile(r);
+            const uint32_t tile = TileOf(r);
+            const LocalTensor<float> segFrame = Frame(r, final ? version_[tile] : versionAt_[tile][slot]);
+            if (!merged_) FirstMerge(seg, segFrame, r);  // nothing summed yet: a = 0 and acc = 0, so acc = seg
+            else Merge(seg, segFrame, r);
+        }
+        v.LeaveTile();
+        merged_ = true;
+    }
+
+    // acc = FP32(FP32(a acc) + seg) for O (the stage's oAcc, rows x D) and l of the row tile at row r, a =
+    // exp(FP32(scale FP32(G_acc - G_seg))) or 0 where nothing was summed yet (l = 0); G_acc = G_seg. seg: the
+    // segment's rows of [O | l] (D + 16 FP32 each) in GM; its O in row chunks through S's queue, its l column
+    // through the mask queue.
+    __aicore__ inline void Merge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame, uint32_t r) {
         AivRows<float>& v = *v_;
         const uint32_t d = v.d, cols = d + Policy::VALUE_EXTRA_COLS, rows = v.rows;
-        if (!merged_) {  // nothing summed yet: a = 0 and acc = 0 on every row, so acc = seg
-            FirstMerge(seg, segFrame);
-            return;
-        }
-        Sub(v.tmp1, accFrame_, segFrame, LANES);
-        CompareScalar(v.bits, v.l, 0.0f, CMPMODE::NE, LANES);
+        const LocalTensor<float> l = v.l[r], accFrame = accFrame_[r], oAcc = v.oAcc[r * d];
+        Sub(v.tmp1, accFrame, segFrame, LANES);
+        CompareScalar(v.bits, l, 0.0f, CMPMODE::NE, LANES);
         PipeBarrier<PIPE_V>();
         Muls(v.tmp1, v.tmp1, scale_, LANES);
         PipeBarrier<PIPE_V>();
@@ -253,46 +291,45 @@ private:
         Select(v.tmp1, v.bits, v.tmp1, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);  // a
         PipeBarrier<PIPE_V>();
         v.Broadcast(v.tmp1);
-        const uint32_t chunk = MinU(rows, v.rm * BLOCK_KV / d);  // rows of O a buffer of S's queue holds
-        for (uint32_t r = 0; r < rows; r += chunk) {
-            const uint32_t n = MinU(chunk, rows - r);
+        const uint32_t chunk = MinU(rows, v.tileRows * BLOCK_KV / d);  // rows of O a buffer of S's queue holds
+        for (uint32_t i = 0; i < rows; i += chunk) {
+            const uint32_t n = MinU(chunk, rows - i);
             LocalTensor<float> o = v.sQue.template AllocTensor<float>();
-            DataCopy(o, seg[(uint64_t)(v.r0 + r) * cols],
+            DataCopy(o, seg[(uint64_t)(v.r0 + i) * cols],
                      DataCopyParams((uint16_t)n, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
             v.sQue.EnQue(o);
             o = v.sQue.template DeQue<float>();
-            v.RowBroadcast(RowOp::MUL, v.oAcc[r * d], v.oAcc[r * d], v.bc[r * 8], n, d);
+            v.RowBroadcast(RowOp::MUL, oAcc[i * d], oAcc[i * d], v.bc[i * 8], n, d);
             PipeBarrier<PIPE_V>();
-            Add(v.oAcc[r * d], v.oAcc[r * d], o, (int32_t)(n * d));
+            Add(oAcc[i * d], oAcc[i * d], o, (int32_t)(n * d));
             PipeBarrier<PIPE_V>();
             v.sQue.FreeTensor(o);
         }
         LocalTensor<float> lcol = LoadLColumn(seg);
         WholeReduceSum<float>(segL_, lcol, 1, (int32_t)rows, 1, 1, 1);
-        Mul(v.l, v.tmp1, v.l, LANES);
+        Mul(l, v.tmp1, l, LANES);
         PipeBarrier<PIPE_V>();
-        Add(v.l, v.l, segL_, LANES);
-        Muls(accFrame_, segFrame, 1.0f, LANES);
+        Add(l, l, segL_, LANES);
+        Muls(accFrame, segFrame, 1.0f, LANES);
         PipeBarrier<PIPE_V>();
         v.maskQue.FreeTensor(lcol);
     }
 
-    // Merge's first segment of a task: O, l and G_acc take the segment's.
-    __aicore__ inline void FirstMerge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame) {
+    // Merge's first segment of a task: O, l and G_acc of the row tile at row r take the segment's.
+    __aicore__ inline void FirstMerge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame, uint32_t r) {
         AivRows<float>& v = *v_;
         const uint32_t d = v.d, cols = d + Policy::VALUE_EXTRA_COLS, rows = v.rows;
         SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // O's buffer was zeroed by the vector pipe
         WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
-        DataCopy(v.oAcc, seg[(uint64_t)v.r0 * cols],
+        DataCopy(v.oAcc[r * d], seg[(uint64_t)v.r0 * cols],
                  DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
         LocalTensor<float> lcol = LoadLColumn(seg);
-        WholeReduceSum<float>(v.l, lcol, 1, (int32_t)rows, 1, 1, 1);
-        Muls(accFrame_, segFrame, 1.0f, LANES);
+        WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
+        Muls(accFrame_[r], segFrame, 1.0f, LANES);
         SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
         WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
         PipeBarrier<PIPE_V>();
         v.maskQue.FreeTensor(lcol);
-        merged_ = true;
     }
 
     // The segment's l column of this AIV's rows: a 32-byte block from column D of each row (dequeued from the mask
@@ -311,8 +348,10 @@ private:
     const PasaTilingData* t_;
     float scale_ = 0.0f, dropLimit_ = 0.0f;
     uint32_t core_ = 0, versions_ = 1;
-    uint32_t version_ = 0;              // the current frame version of the task
-    uint32_t versionAt_[16] = {};       // block slot j % PasaSlotRing -> the frame version in force before block j
+    uint32_t lanes_ = LANES;            // lanes of this AIV's rows in its row vectors (64 or 128)
+    uint32_t version_[MAX_TILES] = {};  // per row tile, the current frame version of the task
+    uint32_t versionAt_[MAX_TILES][16] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
+                                              // force before block j
     uint32_t verdict_ = 0;              // the open stack's moves (bit b: its block b)
     uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first
     uint32_t movedRows_ = 0, tileCloses_ = 0;   // the status words 1 and 2

@@ -16,6 +16,7 @@ class PasaSoftmax {
 public:
     using T = ElementAccumulator<Policy>;
     static constexpr bool WEIGHTS_PV = true;
+    static constexpr bool CHECKS_OVERFLOW = true;
 
     // Its STATE_ROW_VECTORS (4): F, the block mean and the two corrections.
     __aicore__ inline void Init(AivRows<T>* rows, const PasaTilingData* t, GM_ADDR, GM_ADDR, uint32_t) {

@@ -21,6 +21,7 @@ template <class Policy>
 class RowShiftedSoftmax {
 public:
     static constexpr bool WEIGHTS_PV = true;
+    static constexpr bool CHECKS_OVERFLOW = true;
 
     // Its FP32_ROW_VECTORS (13): C_j, lv_j, psi_j for two blocks, C_1, psi_1, E, the redo and reshift flags, the
     // block max in block 1's frame, the moved psi.

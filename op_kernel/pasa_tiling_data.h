@@ -65,7 +65,7 @@ struct PasaTilingData {
     // ---- framed FlashAttention constants ("fp32_frame"; 0 for the other allocations) ----
     float frameDropLimit;      // FRAME_DROP_LIMIT / scale rounded to FP32 (units of Q K): the most a frame moves down
     // ---- blocks ----
-    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128)
+    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128; fp32_frame 256 for D <= 64)
     uint32_t blockKv;          // KV block length n (128)
     uint32_t numQBlocks;       // ceil(S1 / blockQ)
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)
@@ -125,7 +125,8 @@ struct PasaTilingData {
     uint64_t wsRequestSlot;    // the AIVs' requests to the AIC: uint32 [2 parities][2 AIVs], 64 B apart
     // fp32_frame per-core slots, after the rings and the column of ones (128 x 16 FP16, in M's place)
     uint64_t wsFinalSegmentSlot;  // the task's last segment, [O | l] FP32 blockQ x (D + 16)
-    uint64_t wsVerdictSlot;       // the AIVs' close verdicts: uint32 [2 preLaunch + 2 stacks][2 AIVs], 64 B apart
+    uint64_t wsVerdictSlot;       // the AIVs' close verdicts: uint32 [2 preLaunch + 2 stacks][2 AIVs], a stack's two
+                                  // in one 64-byte line, 32 B apart
     uint64_t wsPartialOffset;  // split-KV partials: O/l FP32 [B*N*S1][kvSplits][D], then lse FP32 [B*N*S1][kvSplits]
     uint64_t wsPartialLseOffset;
     uint64_t workspaceBytes;   // total user workspace

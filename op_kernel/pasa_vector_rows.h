@@ -3,7 +3,8 @@
 // slots) and the row operations every softmax is made of, in the roundings of python/pasa_npu/blockwise.py. The
 // stage (pasa_vector_stage.h) and the allocation's softmax epilogue (pasa_softmax_*.h) work on one AivRows.
 // Rows are independent; the AIV with sub-block index 0 takes the first ceil(rows/2) rows of the query block, the
-// other the rest.
+// other the rest. A block's tiles hold tileRows rows (AIV_TILE_ROWS, or fewer): an AIV with more rows (a query
+// block of 256) takes a block in row tiles (EnterTile), its row vectors and O hold all its rows.
 #ifndef PASA_VECTOR_ROWS_H
 #define PASA_VECTOR_ROWS_H
 
@@ -24,6 +25,7 @@ public:
         sub = subBlock;
         d = t->headDim;
         rm = t->blockQ / 2;
+        tileRows = MinU(rm, AIV_TILE_ROWS);
         ring = PasaSlotRing(*t);
         const AivUbPlan plan = PlanAivUb(rm, d, ring, traits);
         pipe->InitBuffer(sQue, 2, plan.scoreBytes);
@@ -69,6 +71,23 @@ public:
         r0 = sub == 0 ? 0 : first;
         rows = sub == 0 ? first : k.tileRows - first;
         valid = k.rowsValid > r0 ? MinU(k.rowsValid - r0, rows) : 0;
+        aivR0 = r0;
+        aivRows = rows;
+        aivValid = valid;
+    }
+
+    // The row tile of this AIV's rows that starts at its row c0 (a multiple of tileRows) as r0, rows and valid, for
+    // the tile operations (scores, masks, row max, P); LeaveTile gives them back all of the AIV's rows. The row
+    // vectors and O are the caller's to offset by c0.
+    __aicore__ inline void EnterTile(uint32_t c0) {
+        r0 = aivR0 + c0;
+        rows = MinU(tileRows, aivRows - c0);
+        valid = aivValid > c0 ? MinU(aivValid - c0, rows) : 0;
+    }
+    __aicore__ inline void LeaveTile() {
+        r0 = aivR0;
+        rows = aivRows;
+        valid = aivValid;
     }
 
     // Block j's slot in the rings (the GM slots, alpha, gamma).
@@ -280,18 +299,23 @@ public:
     }
 
     // The valid rows where the 0/1 flag vector `flags` is 1 (rows past the valid ones count for nothing): one
-    // vector sum over the first `valid` lanes into sum[0] (exact: at most 64 ones) and one scalar read, not one
-    // read per row.
+    // vector sum over the first `valid` lanes into sum[0] (exact: at most 128 ones) and one scalar read, not one
+    // read per row. Beyond 64 valid rows the flags' second repeat is first added onto the first (flags change).
     __aicore__ inline uint32_t CountValidRows(const LocalTensor<float>& flags, const LocalTensor<float>& sum) {
         if (valid == 0) return 0;
-        WholeReduceSum<float>(sum, flags, (int32_t)valid, 1, 1, 1, 8);
+        if (valid > 64) {
+            Add(flags, flags, flags[64], (int32_t)(valid - 64));
+            PipeBarrier<PIPE_V>();
+        }
+        WholeReduceSum<float>(sum, flags, (int32_t)MinU(valid, 64), 1, 1, 1, 8);
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
         return (uint32_t)sum.GetValue(0);
     }
 
     const PasaTilingData* t;
-    uint32_t sub, d, rm, ring, r0 = 0, rows = 0, valid = 0;
+    uint32_t sub, d, rm, tileRows, ring, r0 = 0, rows = 0, valid = 0;
+    uint32_t aivR0 = 0, aivRows = 0, aivValid = 0;  // all of this AIV's rows of the task (SelectRows)
     TQue<TPosition::VECIN, 1> sQue, pvQue, maskQue;
     TQue<TPosition::VECOUT, 1> pQue, outQue, lseQue;
     LocalTensor<T> sT, pT, work, oAcc, bc;

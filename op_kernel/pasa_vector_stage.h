@@ -18,6 +18,7 @@
 //   MergeStack(k, st)   the sums stay on the cube (SUMS_ON_CUBE), the stack's closed segments into O and l
 //   LoadLseTerms(), ScaleLseTerms(), AddLseTerms()   its terms of lse = m + ln l (+ ...), in the stage's FP32
 //                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence
+//   CHECKS_OVERFLOW     whether its state can leave the finite range (fp32_frame's cannot: no check), and then
 //   FiniteRows()        bits = the rows whose state stayed finite (the overflow check)
 //   WriteStatusWords(s) its words of the status block beyond word 0
 //
@@ -167,7 +168,7 @@ private:
         softmax_.AddLseTerms();
         Select(v_.fa, v_.bits, v_.fa, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
-        CheckOverflow();
+        if constexpr (Softmax::CHECKS_OVERFLOW) CheckOverflow();
         if (t_->kvSplits == 1) WriteFinal(k);
         else WritePartial(k);
     }

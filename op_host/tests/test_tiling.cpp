@@ -129,7 +129,10 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
 
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
-    CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= 128);
+    CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
+    // fp32_frame takes 256 query rows where Q stays in an L0A half beside P (D <= 64), the others at most 128
+    CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256 && d.D <= 64));
+    if (framed && d.D <= 64) CHECK(t.blockQ == 256);
     // decode with GQA: a task's rows are its KV head's group of query heads
     const uint32_t packedHeads = d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1;
     CHECK(t.packedHeads == packedHeads);
@@ -293,11 +296,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
     if (framed) {
         // per core, after the slots and the strip of ones: the task's last segment [O | l], then the ring of
-        // the AIVs' close verdicts, one 64-byte word per AIV and stack, 2 preLaunch + 2 stacks deep
+        // the AIVs' close verdicts, a 64-byte line per stack (a 32-byte word per AIV), 2 preLaunch + 2 stacks deep
         const uint64_t fixed = slotMin + (uint64_t)t.blockKv * 16 * 2;
         CHECK(fixed <= t.wsFinalSegmentSlot);
         CHECK(t.wsFinalSegmentSlot + pvSlot <= t.wsVerdictSlot);
-        CHECK(t.wsVerdictSlot + (2ull * t.preLaunch + 2) * 2 * 64 <= t.wsCoreStride);
+        CHECK(t.wsVerdictSlot + (2ull * t.preLaunch + 2) * 64 <= t.wsCoreStride);
         CHECK(t.wsFinalSegmentSlot % 64 == 0 && t.wsVerdictSlot % 64 == 0);
     } else {
         CHECK(t.wsFinalSegmentSlot == 0 && t.wsVerdictSlot == 0);
