@@ -8,7 +8,8 @@
 //            1 = masked out), actual_seq_lengths, actual_seq_lengths_kv (optional int64, B values; TND:
 //            required, cumulative, B = their count; with a block_table the key lengths are each batch's own),
 //            block_table (optional int32 (B, max_blocks_per_seq): PageAttention; key/value are then caches
-//            (num_blocks, block_size, Nkv*D) or (num_blocks, Nkv, block_size, D))
+//            (num_blocks, block_size, Nkv*D) or (num_blocks, Nkv, block_size, D)), learnable_sink (optional
+//            FP32 (N,): FIA v2's sink logit per query head; the binding converts BF16)
 //   outputs  attention_out (query's shape and layout, FP16), softmax_lse (FP32 (B, N, S1, 1), TND (T, N, 1), always
 //            written; the binding returns FIA's placeholder when softmax_lse_flag is false)
 //   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND", "TND"),
@@ -32,7 +33,9 @@
 
 namespace {
 // Input, output and attribute indices (the order of the declarations in the OpDef below).
-enum Input : size_t { QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV, BLOCK_TABLE };
+enum Input : size_t {
+    QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV, BLOCK_TABLE, LEARNABLE_SINK
+};
 enum Output : size_t { ATTENTION_OUT = 0, SOFTMAX_LSE };
 enum Attr : size_t {
     NUM_HEADS = 0, SCALE, PRE_TOKENS, NEXT_TOKENS, INPUT_LAYOUT, NUM_KEY_VALUE_HEADS, SPARSE_MODE,
@@ -150,6 +153,8 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     // block_table is not value-dependent either).
     const gert::StorageShape* blockTable = ctx->GetOptionalInputShape(BLOCK_TABLE);
     if (blockTable != nullptr) in.blockTableShape = Dims(blockTable->GetStorageShape());
+    const gert::StorageShape* sink = ctx->GetOptionalInputShape(LEARNABLE_SINK);
+    if (sink != nullptr) in.learnableSinkShape = Dims(sink->GetStorageShape());
     const int64_t innerPrecise = *attrs->GetAttrPointer<int64_t>(INNER_PRECISE);
     if (innerPrecise < 0 || innerPrecise > 3) {
         std::fprintf(stderr, "%s: inner_precise must be one of 0, 1, 2, 3, got %lld\n", kOpName, (long long)innerPrecise);
@@ -235,6 +240,8 @@ public:
         this->Input("actual_seq_lengths_kv").ParamType(OPTIONAL).ValueDepend(OPTIONAL).DataTypeList({ge::DT_INT64})
             .FormatList({ge::FORMAT_ND}).AutoContiguous();
         this->Input("block_table").ParamType(OPTIONAL).DataTypeList({ge::DT_INT32}).FormatList({ge::FORMAT_ND})
+            .AutoContiguous();
+        this->Input("learnable_sink").ParamType(OPTIONAL).DataTypeList({ge::DT_FLOAT}).FormatList({ge::FORMAT_ND})
             .AutoContiguous();
         this->Output("attention_out").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT16}).FormatList({ge::FORMAT_ND});
         this->Output("softmax_lse").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT}).FormatList({ge::FORMAT_ND});

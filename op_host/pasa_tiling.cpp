@@ -225,6 +225,9 @@ const AllocationTraits& ReadOptions(const TilingInput& in, const Shapes& s) {
     } else if (hasMask) {
         Bad("input_layout TND takes no atten_mask: sparse_mode 0 without a mask, or 2, 3, 4 (the band from indices)");
     }
+    const auto& sink = in.learnableSinkShape;
+    if (!sink.empty() && (sink.size() != 1 || sink[0] != s.N))
+        Bad("learnable_sink must be 1-D (num_heads,) = (" + std::to_string(s.N) + ",): one logit per query head");
     const PlatformInfo& pl = in.platform;
     if (pl.aicNum < 1 || pl.aivNum != 2 * pl.aicNum) Bad("platform: aivNum must be 2 * aicNum >= 2 (KERNEL_TYPE_MIX_AIC_1_2)");
     return alloc;
@@ -262,6 +265,7 @@ void FillShapes(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
     }
     t.hasActualSeqQ = !DecodeBranch(s) && !in.actualSeqLengths.empty();  // FIA ignores them for decode
     t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
+    t.hasSink = !in.learnableSinkShape.empty();
 }
 
 // The allocation's tiling key and constants: the scale as its rule applies it, and K' one strip wider where the

@@ -75,6 +75,8 @@ struct TilingInput {
     // shape only): CheckBlockTable checks them where they are on the host.
     std::vector<int64_t> blockTableShape;
     int64_t blockSize = 0;
+    // FIA v2's learnable_sink: FP32 (N,), one logit per query head; empty = no sink.
+    std::vector<int64_t> learnableSinkShape;
     std::string precision = kDefaultPrecision;  // a name of KernelAllocations()
     PlatformInfo platform;
 };
@@ -86,6 +88,7 @@ struct TilingInput {
 //                    actualSeqLengths when S1 == 1 (FIA's decode rule).
 //   blockTable       nullptr, or int32 (B, maxBlocksPerSeq), contiguous: the pages of each batch's keys;
 //                    the kernel reads entries [0, ceil(actualSeqLengthsKv[b] / blockSize)) of row b.
+//   learnableSink    nullptr, or FP32 (N,): each row's sink joins its softmax once, in the true scale.
 //   softmaxLse       FP32 (B, N, S1) (TND: (T, N)), always written: the true-scale lse; -inf for a valid
 //                    row with no kept key (FIA: LSE_NO_KEY), +inf for a padded row past
 //                    actual_seq_lengths (FIA: 3e+99 -> +inf). Output rows of both kinds are 0.

@@ -86,6 +86,8 @@ struct PasaTilingData {
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
     uint32_t hasActualSeqKv;
     uint32_t queryTokens;      // TND: T, the query's rows (the last batch's tiles run to it); 0 otherwise
+    // ---- FIA v2's learnable_sink: FP32 (N,), one logit per query head in the true scale ----
+    uint32_t hasSink;          // 1: each row's sink joins its state once (pasa_vector_stage.h JoinSink, or the combine)
     // ---- PageAttention (FIA's block_table and block_size): key/value are caches of pages ----
     // Caches (num_blocks, pageSize, Nkv*D): kvPageStride = pageSize*Nkv*D, kvHeadStride = D, kvRowStride = Nkv*D;
     // (num_blocks, Nkv, pageSize, D): kvPageStride = Nkv*pageSize*D, kvHeadStride = pageSize*D, kvRowStride = D.

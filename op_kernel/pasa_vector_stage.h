@@ -17,7 +17,9 @@
 //   WEIGHTS_PV          O = alpha O + gamma P V (a local softmax per block, merged) or O = alpha O + P V; or, where
 //   MergeStack(k, st)   the sums stay on the cube (SUMS_ON_CUBE), the stack's closed segments into O and l
 //   LoadLseTerms(), ScaleLseTerms(), AddLseTerms()   its terms of lse = m + ln l (+ ...), in the stage's FP32
-//                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence
+//                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence; with
+//                       a learnable sink, back to back before the join: fa = the row's true-scale maximum (the
+//                       allocation's frame moved back: PASA's I F, pasa_rs's rho (C_1 + psi_1), fp32_frame's scale G)
 //   CHECKS_OVERFLOW     whether its state can leave the finite range (fp32_frame's cannot: no check), and then
 //   FiniteRows()        bits = the rows whose state stayed finite (the overflow check)
 //   WriteStatusWords(s) its words of the status block beyond word 0
@@ -40,8 +42,8 @@ public:
     using T = ElementAccumulator<Policy>;
     using Softmax = typename Policy::template Softmax<Policy>;
 
-    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR out,
-                                GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
+    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR sink,
+                                GM_ADDR out, GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
         t_ = t;
         v_.Init(t, pipe, mask, workspace, core, sub, TraitsOf<Policy>());
         softmax_.Init(&v_, t, query, workspace, core);
@@ -50,6 +52,7 @@ public:
         statusGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + t->wsStatusOffset));
         partOGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialOffset));
         partLseGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialLseOffset));
+        if (t->hasSink) sinkGm_.SetGlobalBuffer((__gm__ float*)sink);
     }
 
     // The rows' buffers, lent to the AIV stages outside the task loop (the pre-passes, the split-KV combine).
@@ -142,35 +145,101 @@ private:
     }
 
     // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l and the epilogue's terms, in FP32,
-    // -inf for l = 0.
+    // -inf for l = 0; with a learnable sink (and no split: the combine adds it there), the sink joined first.
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
+        const bool join = t_->hasSink && t_->kvSplits == 1;
         CompareScalar(v_.bits, v_.l, (T)0, CMPMODE::NE, ROW_VEC);
         PipeBarrier<PIPE_V>();
+        if (join) JoinSink(k);
         Select(v_.tmp1, v_.bits, v_.l, (T)1, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
         v_.Broadcast(v_.tmp1);
         v_.RowBroadcast(RowOp::DIV, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
-        if (sizeof(T) == 2) {
-            Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
-            Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
-        } else {
-            Muls(v_.fa, v_.m.template ReinterpretCast<float>(), 1.0f, rv);
-            Muls(v_.fb, v_.l.template ReinterpretCast<float>(), 1.0f, rv);
-        }
-        softmax_.LoadLseTerms();
+        if (!join) LoadMax();
+        if (sizeof(T) == 2) Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
+        else Muls(v_.fb, v_.l.template ReinterpretCast<float>(), 1.0f, rv);
+        if (!join) softmax_.LoadLseTerms();
         PipeBarrier<PIPE_V>();
         Ln(v_.fb, v_.fb, rv);
-        softmax_.ScaleLseTerms();
+        if (!join) softmax_.ScaleLseTerms();
         PipeBarrier<PIPE_V>();
         Add(v_.fa, v_.fa, v_.fb, rv);
         PipeBarrier<PIPE_V>();
-        softmax_.AddLseTerms();
+        if (!join) softmax_.AddLseTerms();
         Select(v_.fa, v_.bits, v_.fa, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
         if constexpr (Softmax::CHECKS_OVERFLOW) CheckOverflow();
         if (t_->kvSplits == 1) WriteFinal(k);
         else WritePartial(k);
+    }
+
+    // The sink joins the row state once, after the last block (blockwise._join_sink, the same in every allocation):
+    // fa holds the row's true-scale maximum m (FP32) and bits the rows with a key. As one more block of one key of
+    // weight e^s and value 0: top = max(m, s) in FP32 (m = -inf for a row with no key: fp32_frame's frame is 0
+    // there), a = e^{m - top} (0 for a row with no key) and c = e^{s - top} in FP32, rounded to T; l = T(T(a l) + c),
+    // O = T(a O); fa = top. A row with no key gets l = 1, O = 0: out 0, lse = s exactly.
+    __aicore__ inline void JoinSink(const Task& k) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        LoadMax();
+        softmax_.LoadLseTerms();
+        PipeBarrier<PIPE_V>();
+        softmax_.ScaleLseTerms();
+        PipeBarrier<PIPE_V>();
+        softmax_.AddLseTerms();
+        LoadSinks(k);
+        Select(v_.fa, v_.bits, v_.fa, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        Max(v_.fc, v_.fa, v_.fd, rv);
+        PipeBarrier<PIPE_V>();
+        Sub(v_.fa, v_.fa, v_.fc, rv);
+        Sub(v_.fd, v_.fd, v_.fc, rv);
+        PipeBarrier<PIPE_V>();
+        Select(v_.fa, v_.bits, v_.fa, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);  // no -inf - (-inf)
+        PipeBarrier<PIPE_V>();
+        Exp(v_.fa, v_.fa, rv);
+        Exp(v_.fd, v_.fd, rv);
+        PipeBarrier<PIPE_V>();
+        Select(v_.fa, v_.bits, v_.fa, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        if (sizeof(T) == 2) {
+            Cast(v_.tmp1.template ReinterpretCast<half>(), v_.fa, RoundMode::CAST_RINT, ROW_VEC);
+            Cast(v_.tmp2.template ReinterpretCast<half>(), v_.fd, RoundMode::CAST_RINT, ROW_VEC);
+        } else {
+            Muls(v_.tmp1.template ReinterpretCast<float>(), v_.fa, 1.0f, rv);
+            Muls(v_.tmp2.template ReinterpretCast<float>(), v_.fd, 1.0f, rv);
+        }
+        PipeBarrier<PIPE_V>();
+        Mul(v_.mBlk, v_.tmp1, v_.l, rv);
+        PipeBarrier<PIPE_V>();
+        Add(v_.l, v_.mBlk, v_.tmp2, rv);
+        v_.Broadcast(v_.tmp1);
+        v_.RowBroadcast(RowOp::MUL, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
+        Muls(v_.fa, v_.fc, 1.0f, rv);
+        CompareScalar(v_.bits, v_.l, (T)0, CMPMODE::NE, ROW_VEC);  // the golden model's l == 0 after the join
+        PipeBarrier<PIPE_V>();
+    }
+
+    // fa = the running maximum m in FP32.
+    __aicore__ inline void LoadMax() {
+        if (sizeof(T) == 2) Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
+        else Muls(v_.fa, v_.m.template ReinterpretCast<float>(), 1.0f, (int32_t)ROW_VEC);
+    }
+
+    // fd = the sinks of this AIV's rows: their head's, or, where the rows are a GQA group's heads (packed), one each.
+    __aicore__ inline void LoadSinks(const Task& k) {
+        if (k.positionStep == 1) {
+            Duplicate(v_.fd, sinkGm_.GetValue(k.n), (int32_t)ROW_VEC);
+        } else {
+            LocalTensor<float> s = v_.pvQue.template AllocTensor<float>();
+            DataCopyPad(s, sinkGm_[k.n + v_.r0], DataCopyExtParams(1, v_.rows * 4, 0, 0, 0),
+                        DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
+            v_.pvQue.EnQue(s);
+            s = v_.pvQue.template DeQue<float>();
+            Muls(v_.fd, s, 1.0f, (int32_t)v_.rows);
+            v_.pvQue.FreeTensor(s);
+        }
+        PipeBarrier<PIPE_V>();
     }
 
     // A valid row whose state did not stay finite (the epilogue's FiniteRows): flags in fd, their sum over the
@@ -273,7 +342,7 @@ private:
     Softmax softmax_;
     bool overflow_ = false;
     GlobalTensor<half> outGm_;
-    GlobalTensor<float> lseGm_, partOGm_, partLseGm_;
+    GlobalTensor<float> lseGm_, partOGm_, partLseGm_, sinkGm_;
     GlobalTensor<uint32_t> statusGm_;
 };
 

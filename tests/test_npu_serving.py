@@ -1,5 +1,6 @@
-"""The AscendC kernel on the serving path, run on the host model (backend="npu" on CPU tensors): TND queries
-with dense keys and with a block table, requests of every size mixed in one call."""
+"""The AscendC kernel on the serving path, run on the host model (npu_host_model.run: fused_attention's
+validation and translation, the kernel's raw result): TND queries with dense keys and with a block table,
+requests of every size mixed in one call, and FIA v2's learnable sinks."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _requests(seed, mean=1.0):
 
 def _kw(precision, mode, **extra):
     return dict(num_heads=N, num_key_value_heads=NKV, scale=D ** -0.5, softmax_lse_flag=True, precision=precision,
-                backend="npu", safety_net=False, **MODES[mode], **extra)
+                **MODES[mode], **extra)
 
 
 def _per_request(q, k, v, cq, ck, precision, mode, **extra):
@@ -72,7 +73,7 @@ def _per_request(q, k, v, cq, ck, precision, mode, **extra):
         qi = torch.zeros(1, max(rows, 2), N, D, dtype=torch.float16)
         qi[0, :rows] = q[q0:q1]
         lens = dict(actual_seq_lengths=[rows]) if rows == 1 else {}
-        out, lse = pasa_npu.fused_attention(qi, k[None, k0:k1].contiguous(), v[None, k0:k1].contiguous(),
+        out, lse = npu_host_model.run(qi, k[None, k0:k1].contiguous(), v[None, k0:k1].contiguous(),
                                             input_layout="BSND", **lens, **_kw(precision, mode, **extra))
         results.append((out[0, :rows], lse[0, :, :rows, 0].T))
     return results
@@ -97,11 +98,11 @@ def test_tnd_is_bit_identical_to_each_request_alone(precision, mode):
     q, k, v, cq, ck, kc, vc, table = _requests(seed=mode)
     requests = _per_request(q, k, v, cq, ck, precision, mode)
     kw = _kw(precision, mode, input_layout="TND", actual_seq_lengths=cq)
-    out, lse = pasa_npu.fused_attention(q, k, v, actual_seq_lengths_kv=ck, **kw)
+    out, lse = npu_host_model.run(q, k, v, actual_seq_lengths_kv=ck, **kw)
     _check_against_requests(out, lse, requests, cq)
     kv_lens = [c for _, c in REQUESTS]
-    out, lse = pasa_npu.fused_attention(q, kc, vc, actual_seq_lengths_kv=kv_lens, block_table=table,
-                                        block_size=PAGE, **kw)
+    out, lse = npu_host_model.run(q, kc, vc, actual_seq_lengths_kv=kv_lens, block_table=table, block_size=PAGE,
+                                  **kw)
     _check_against_requests(out, lse, requests, cq)
 
 
@@ -156,9 +157,103 @@ def test_the_tiling_refuses_bad_tnd_calls(change, match):
 def test_tnd_bad_requests_are_refused_before_launch():
     """The front end's TND checks hold for the kernel: decreasing lengths, a table too short for a request."""
     q, k, v, cq, ck, kc, vc, table = _requests(seed=0)
-    kw = _kw("pasa_rs", 3, input_layout="TND")
+    kw = dict(_kw("pasa_rs", 3, input_layout="TND"), backend="npu")
     with pytest.raises(ValueError, match=r"actual_seq_lengths must be cumulative"):
         pasa_npu.fused_attention(q, k, v, actual_seq_lengths=cq[::-1], actual_seq_lengths_kv=ck, **kw)
     with pytest.raises(ValueError, match=r"actual_seq_lengths_kv\[0\] = 200 must be in \[0, 192\]"):
         pasa_npu.fused_attention(q, kc, vc, actual_seq_lengths=cq, actual_seq_lengths_kv=[c for _, c in REQUESTS],
                                  block_table=table[:, :4], block_size=PAGE, **kw)
+
+
+# --- learnable sinks (FIA v2): the kernel against the golden model -----------------------------------------------
+
+#: Sinks from far below the rows' lse to far above it, one per query head.
+SINKS = torch.tensor([-3.0, 0.5, 4.0, 12.0])
+
+
+def _sink_inputs(s1, s2, d, seed):
+    """BNSD inputs (GQA 2:1, keys biased by 2 over several KV blocks) and a mask (sparse_mode 1) that hides every
+    key of query row 3 and some keys of the others."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, N, s1, d, generator=g).half()
+    k = (torch.randn(1, NKV, s2, d, generator=g) + 2).half()
+    v = torch.randn(1, NKV, s2, d, generator=g).half()
+    mask = torch.rand(1, 1, s1, s2, generator=g) < 0.2
+    mask[..., min(3, s1 - 1), :] = True
+    return q, k, v, mask
+
+
+def _kernel_and_golden(precision, q, k, v, mask, sink):
+    """(kernel out, lse) and (golden out, lse), the golden model configured as the kernel's tiling (its query block,
+    fp32_frame's group tile for packed decode) with the host model's FP32 exp and log (see test_npu_host_model)."""
+    from pasa_npu import golden
+    from test_npu_host_model import _model_exp_and_log
+
+    d = q.shape[-1]
+    kw = dict(num_heads=N, num_key_value_heads=NKV, input_layout="BNSD", scale=d ** -0.5, precision=precision)
+    extra = {} if mask is None else dict(atten_mask=mask, sparse_mode=1)
+    tiling = npu_host_model.tiling(q, k, v, learnable_sink=sink, **kw, **extra)
+    out, lse = npu_host_model.run(q, k, v, softmax_lse_flag=True, learnable_sink=sink, **kw, **extra)
+    with _model_exp_and_log():
+        g_out, g_lse = golden.attention(q.numpy(), k.numpy(), v.numpy(), precision=precision, scale=d ** -0.5,
+                                        block_q=tiling["blockQ"], mask=None if mask is None else mask.numpy(),
+                                        sink=None if sink is None else sink.numpy(),
+                                        group_tile=tiling["packedHeads"] > 1 and precision == "fp32_frame")
+    return (out.numpy(), lse[..., 0].numpy()), (g_out, g_lse), tiling
+
+
+@pytest.mark.parametrize("shape", ["prefill", "decode"])
+@pytest.mark.parametrize("precision", npu_host_model.PRECISIONS)
+def test_sinks_join_as_the_golden_model_joins_them(precision, shape):
+    """The sink joins each allocation's finalisation as the golden model's _join_sink does: where the kernel
+    equals the golden model bit for bit without a sink, it does with one; elsewhere (PASA's FP16 arithmetic,
+    a split KV) it is no further from it with a sink than without (4 FP16 ulps, the host-model matrix's bound).
+    Prefill: 40 rows over 300 keys, a row with every key masked (out 0, lse = its sink exactly). Decode: one
+    query row, a GQA group's heads packed into a task, the KV split across cores, the sink added once in the
+    combine."""
+    from test_npu_host_model import ulp_distance
+
+    s1, mask = (40, True) if shape == "prefill" else (1, False)
+    q, k, v, m = _sink_inputs(s1, 300, 64, seed=len(precision))
+    m = m if mask else None
+    (out, lse), (g_out, g_lse), tiling = _kernel_and_golden(precision, q, k, v, m, SINKS)
+    (out0, lse0), (g_out0, g_lse0), _ = _kernel_and_golden(precision, q, k, v, m, None)
+    assert not np.array_equal(out, out0)  # the sink matters here
+    scale = np.abs(v.numpy()).max() / 16
+    if np.array_equal(out0, g_out0) and np.array_equal(lse0, g_lse0):
+        assert np.array_equal(out, g_out) and np.array_equal(lse, g_lse)
+    else:
+        assert ulp_distance(out, g_out, scale).max() <= max(4, ulp_distance(out0, g_out0, scale).max())
+        assert np.abs(lse - g_lse).max() <= max(1e-4, 2 * np.abs(lse0 - g_lse0).max())
+    if shape == "prefill":
+        assert tiling["kvSplits"] == 1
+        assert np.all(out[0, :, 3] == 0) and np.array_equal(lse[0, :, 3], SINKS.numpy())
+        if precision in ("fp16_fp32", "pasa_rs", "fp32_frame"):  # bit-identical allocations (test_npu_host_model)
+            assert np.array_equal(out, g_out) and np.array_equal(lse, g_lse)
+    else:
+        assert tiling["kvSplits"] > 1 and tiling["packedHeads"] == N // NKV and tiling["hasSink"] == 1
+
+
+@pytest.mark.parametrize("precision", npu_host_model.PRECISIONS)
+def test_tnd_with_sinks_is_bit_identical_to_each_request_alone(precision):
+    """The mixed serving step of test_tnd_is_bit_identical_to_each_request_alone with sinks (bottom-right causal,
+    through the table): each request's rows those of the kernel on that request alone with the same sinks; the
+    request with no key attends to its sinks only (out 0, lse = the sinks)."""
+    q, k, v, cq, ck, kc, vc, table = _requests(seed=7)
+    requests = _per_request(q, k, v, cq, ck, precision, 3, learnable_sink=SINKS)
+    kw = _kw(precision, 3, input_layout="TND", actual_seq_lengths=cq, learnable_sink=SINKS)
+    out, lse = npu_host_model.run(q, kc, vc, actual_seq_lengths_kv=[c for _, c in REQUESTS], block_table=table,
+                                  block_size=PAGE, **kw)
+    _check_against_requests(out, lse, requests, cq)
+    no_key = slice(cq[-2], cq[-1])  # the last request has no key
+    assert torch.all(out[no_key] == 0) and torch.equal(lse[no_key, :, 0], SINKS.expand(2, N))
+
+
+def test_the_tiling_refuses_a_sink_of_the_wrong_shape():
+    from pasa_npu.backends import npu
+
+    q, k, v, _ = _sink_inputs(8, 20, 16, seed=0)
+    args = dict(input_layout="BNSD", num_heads=N, num_key_value_heads=NKV, scale=0.25, beta=-1.0, sparse_mode=0,
+                pre_tokens=2147483647, next_tokens=2147483647, precision="pasa_rs")
+    with pytest.raises(ValueError, match=r"learnable_sink must be 1-D \(num_heads,\) = \(4,\)"):
+        npu.host_model().tiling(q.numpy(), k.numpy(), v.numpy(), learnable_sink=np.zeros(3, np.float32), **args)

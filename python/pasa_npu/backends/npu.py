@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from ..problem import Problem
-from . import Refused
 
 __all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "host_model",
            "host_model_arguments", "launches_nothing", "lse_shape", "to_bnsd", "tiling", "unavailable_reason"]
@@ -44,7 +43,8 @@ class KernelCall:
     and value: the paged caches where there is a block table), the user's mask as (1|B, 1|N, S1, S2)
     bool or None, per-batch lengths or None (TND: the cumulative query lengths, and the cumulative key
     lengths or with a table each batch's own), the attributes (``block_size``: the page length, 0 without
-    a table), and PageAttention's (B, max_blocks_per_seq) int32 table or None."""
+    a table), PageAttention's (B, max_blocks_per_seq) int32 table or None, and FIA v2's learnable sink as a
+    float32 (N,) tensor or None."""
 
     query: torch.Tensor
     key: torch.Tensor
@@ -54,6 +54,7 @@ class KernelCall:
     actual_seq_lengths_kv: tuple[int, ...] | None
     attrs: dict
     block_table: torch.Tensor | None = None
+    learnable_sink: torch.Tensor | None = None
 
 
 def kernel_call(problem: Problem) -> KernelCall:
@@ -68,8 +69,9 @@ def kernel_call(problem: Problem) -> KernelCall:
                  precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
     table = None if problem.block_table is None else problem.block_table.to(torch.int32).contiguous()
+    sink = None if problem.sink is None else problem.sink.to(torch.float32).contiguous()
     return KernelCall(problem.query.contiguous(), problem.key.contiguous(), problem.value.contiguous(), mask,
-                      problem.q_lens, problem.kv_lens, attrs, table)
+                      problem.q_lens, problem.kv_lens, attrs, table, sink)
 
 
 class NpuBackend:
@@ -86,8 +88,6 @@ class NpuBackend:
                 f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
 
     def supports(self, problem: Problem) -> str | None:
-        if problem.sink is not None:
-            return Refused("the AscendC kernel does not implement FIA v2's learnable_sink yet")
         if problem.alloc.kernel_key is None:
             from ..precision import ALLOCATIONS
 
@@ -153,7 +153,7 @@ def launch_extension(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, None
         call.query, call.key, call.value, call.atten_mask,
         None if call.actual_seq_lengths is None else list(call.actual_seq_lengths),
         None if call.actual_seq_lengths_kv is None else list(call.actual_seq_lengths_kv), call.block_table,
-        inner_precise=0, **call.attrs)
+        call.learnable_sink, inner_precise=0, **call.attrs)
     return out, lse, None
 
 
@@ -177,7 +177,8 @@ def host_model_arguments(call: KernelCall):
                                                                       call.actual_seq_lengths_kv)]
     mask = None if call.atten_mask is None else call.atten_mask.to(torch.uint8).numpy()
     table = None if call.block_table is None else call.block_table.numpy()
-    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens, table), call.attrs
+    sink = None if call.learnable_sink is None else call.learnable_sink.numpy()
+    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens, table, sink), call.attrs
 
 
 @functools.lru_cache(maxsize=None)
