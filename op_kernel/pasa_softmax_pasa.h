@@ -63,7 +63,7 @@ public:
 
     // lse = m + ln l + I F: fc = F (FP32), then I F, then added.
     __aicore__ inline void LoadLseTerms() {
-        if (sizeof(T) == 2) Cast(v_->fc, f_, RoundMode::CAST_NONE, ROW_VEC);
+        if constexpr (sizeof(T) == 2) Cast(v_->fc, f_, RoundMode::CAST_NONE, ROW_VEC);
         else Muls(v_->fc, f_.template ReinterpretCast<float>(), 1.0f, (int32_t)ROW_VEC);
     }
     __aicore__ inline void ScaleLseTerms() { Muls(v_->fc, v_->fc, (float)inva_, (int32_t)ROW_VEC); }
@@ -125,7 +125,7 @@ private:
     __aicore__ inline void DivideByBlockIndex(const LocalTensor<T>& x, uint32_t j) {
         AivRows<T>& v = *v_;
         Duplicate(v.fb, (float)j, (int32_t)ROW_VEC);
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Cast(v.fa, x, RoundMode::CAST_NONE, ROW_VEC);
             PipeBarrier<PIPE_V>();
             Div(v.fa, v.fa, v.fb, (int32_t)ROW_VEC);

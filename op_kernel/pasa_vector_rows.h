@@ -118,7 +118,7 @@ public:
     // Row sums of x (rows x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
     // FP32 rows of 128 span two repeats: the first fold (c + 64) is an Add, the rest one WholeReduceSum.
     __aicore__ inline void TreeRowSum(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             WholeReduceSum<T>(dst, x, BLOCK_KV, rows, 1, 1, 8);
         } else {
             Add(x, x, x[64], 64, (uint8_t)rows, BinaryRepeatParams(1, 1, 1, 16, 16, 16));
@@ -131,7 +131,7 @@ public:
     // Row maxima of x (rows x n). FP32 rows of 128 span two repeats: their halves' maxima go to the work tile, 64
     // values a row (its rows 256 bytes apart), and one WholeReduceMax takes the rest.
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
             Max(work, x, x[64], 64, (uint8_t)rows, BinaryRepeatParams(1, 1, 1, 8, 16, 16));
@@ -154,7 +154,7 @@ public:
         const uint8_t repeats = row < 0 ? (uint8_t)rows : 1;
         const uint32_t rowOff = row < 0 ? 0 : (uint32_t)row * BLOCK_KV;
         const uint8_t rowBlocks = (uint8_t)(BLOCK_KV * sizeof(T) / 32);
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             if (ex[0] | ex[1]) Duplicate(s[rowOff], NegInf<T>(), ex, repeats, 1, rowBlocks);
         } else {
             for (uint32_t h = 0; h < 2; ++h) {
@@ -221,10 +221,13 @@ public:
         DataCopy(raw, slots.Score(j)[r0 * BLOCK_KV], rows * BLOCK_KV);
         sQue.EnQue(raw);
         raw = sQue.template DeQue<half>();
-        if (sizeof(T) == 2) return raw.template ReinterpretCast<T>();
-        Cast(sT, raw, RoundMode::CAST_NONE, rows * BLOCK_KV);
-        PipeBarrier<PIPE_V>();
-        return sT;
+        if constexpr (sizeof(T) == 2) {
+            return raw.template ReinterpretCast<T>();
+        } else {  // no Cast<half, half> for the FP16 state: the A2 has none
+            Cast(sT, raw, RoundMode::CAST_NONE, rows * BLOCK_KV);
+            PipeBarrier<PIPE_V>();
+            return sT;
+        }
     }
 
     // P = exp(s - tmp1), row by row (tmp1: one value per row, written just before), into a fresh FP16 buffer of
@@ -244,7 +247,7 @@ public:
             PipeBarrier<PIPE_V>();
         }
         LocalTensor<half> p = pQue.template AllocTensor<half>();
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Exp(p.template ReinterpretCast<T>(), s, cnt);
             PipeBarrier<PIPE_V>();
             TreeRowSum(lBlk, p.template ReinterpretCast<T>());

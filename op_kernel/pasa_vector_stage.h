@@ -157,7 +157,7 @@ private:
         v_.Broadcast(v_.tmp1);
         v_.RowBroadcast(RowOp::DIV, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
         if (!join) LoadMax();
-        if (sizeof(T) == 2) Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
+        if constexpr (sizeof(T) == 2) Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
         else Muls(v_.fb, v_.l.template ReinterpretCast<float>(), 1.0f, rv);
         if (!join) softmax_.LoadLseTerms();
         PipeBarrier<PIPE_V>();
@@ -202,7 +202,7 @@ private:
         PipeBarrier<PIPE_V>();
         Select(v_.fa, v_.bits, v_.fa, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
-        if (sizeof(T) == 2) {
+        if constexpr (sizeof(T) == 2) {
             Cast(v_.tmp1.template ReinterpretCast<half>(), v_.fa, RoundMode::CAST_RINT, ROW_VEC);
             Cast(v_.tmp2.template ReinterpretCast<half>(), v_.fd, RoundMode::CAST_RINT, ROW_VEC);
         } else {
@@ -222,7 +222,7 @@ private:
 
     // fa = the running maximum m in FP32.
     __aicore__ inline void LoadMax() {
-        if (sizeof(T) == 2) Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
+        if constexpr (sizeof(T) == 2) Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
         else Muls(v_.fa, v_.m.template ReinterpretCast<float>(), 1.0f, (int32_t)ROW_VEC);
     }
 
@@ -257,7 +257,7 @@ private:
     __aicore__ inline void WriteFinal(const Task& k) {
         const uint32_t rows = v_.rows, valid = v_.valid, d = v_.d;
         LocalTensor<half> o = v_.outQue.template AllocTensor<half>();
-        if (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc, (T)1, (int32_t)(rows * d));
+        if constexpr (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc, (T)1, (int32_t)(rows * d));
         else Cast(o, v_.oAcc, RoundMode::CAST_RINT, rows * d);
         PipeBarrier<PIPE_V>();
         if (valid < rows) Duplicate(o[valid * d], (half)0, (int32_t)((rows - valid) * d));  // padded rows
@@ -317,7 +317,7 @@ private:
         const uint32_t rows = v_.rows, d = v_.d;
         for (uint32_t i = 0; i < rows; ++i) {
             LocalTensor<float> o = v_.outQue.template AllocTensor<float>();
-            if (sizeof(T) == 2) Cast(o, v_.oAcc[i * d], RoundMode::CAST_NONE, d);
+            if constexpr (sizeof(T) == 2) Cast(o, v_.oAcc[i * d], RoundMode::CAST_NONE, d);
             else Muls(o, v_.oAcc[i * d].template ReinterpretCast<float>(), 1.0f, (int32_t)d);
             v_.outQue.EnQue(o);
             o = v_.outQue.template DeQue<float>();

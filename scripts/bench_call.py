@@ -120,7 +120,7 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
     import pstats
 
     from pasa_npu import interface
-    from pasa_npu.backends import triton as triton_backend
+    from pasa_npu.backends import triton_launch
     from pasa_npu.problem import call_signature
 
     lines = ["| shape | precision | eager wall | host: call | signature | plan: Python, allocations | plan: launches "
@@ -149,15 +149,15 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
                     interface._fused_attention = real
                 plan = interface._PLANS[call_signature(q, k, v, seen["options"])]
                 stages = [_host_per_call(lambda: call_signature(q, k, v, seen["options"]), calls, repeats)]
-                launch = triton_backend._Launch.__call__
+                launch = triton_launch.Launch.__call__
                 # The plan's Python and allocations alone.
-                triton_backend._Launch.__call__ = lambda self, tensors, **options: None
+                triton_launch.Launch.__call__ = lambda self, tensors, **options: None
                 def planned():  # no mask, table, sink or device lengths
                     return plan.run(q, k, v, None, None, None, None)
                 try:
                     stages.append(_host_per_call(planned, calls, repeats))
                 finally:
-                    triton_backend._Launch.__call__ = launch
+                    triton_launch.Launch.__call__ = launch
                 stages.append(_host_per_call(planned, calls, repeats) - stages[-1])
                 cells += stages + [cells[3] - sum(stages)]
 

@@ -164,7 +164,7 @@ def main(argv=None):
     for part, b, s1, s2 in shapes:
         kv_bytes = 2 * b * s2 * KV_HEADS * D * 2
         # Caches, their dense copies and the gathered ones: about 3× the K/V bytes; the query and output,
-        # 2× the query bytes; plus headroom (pasa_rs's frame table: up to 1 GiB).
+        # 2× the query bytes; plus headroom.
         need = 3 * kv_bytes + 4 * b * HEADS * s1 * D + 2**31
         if need > torch.cuda.mem_get_info()[0]:
             skipped.append({"part": part, "batch": b, "s1": s1, "kv": s2, "reason": f"needs ~{need / 2**30:.1f} GiB"})

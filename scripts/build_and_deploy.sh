@@ -8,7 +8,7 @@ set -euo pipefail
 
 # Exit codes (distinct, so that callers and tests can tell the failures apart).
 readonly E_USAGE=2 E_NO_CANN=10 E_CANN_VERSION=11 E_NO_TORCH_NPU=12 E_NO_NPU=13 E_NO_ASC_CMAKE=14
-readonly E_BUILD=20 E_INSTALL=21 E_EXTENSION=22 E_CHECK=23
+readonly E_BUILD=20 E_INSTALL=21 E_EXTENSION=22 E_CHECK=23 E_HEADERS=24
 # The custom-op build flow cann/CMakeLists.txt follows (asc-devkit examples/01_simd_cpp_api/02_features/
 # 99_acl_based/00_acl_compilation/custom_op) needs CANN >= 9.0.0 on Atlas A2 (its README), as do the tiling's
 # CalcTschNumBlocks / SetSimdNumBlocks (renamed after 8.5.0: asc-devkit docs/zh/api/附录/接口变更说明.md).
@@ -44,8 +44,9 @@ Prerequisites (exit code when missing): CANN toolkit >= $MIN_CANN_MAJOR.$MIN_CAN
 ASCEND_CANN_PACKAGE_PATH or ASCEND_HOME_PATH (source <cann>/set_env.sh) ($E_NO_CANN; an older or
 unreadable version: $E_CANN_VERSION; no asc-config.cmake: $E_NO_ASC_CMAKE), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
 npu-smi ($E_NO_NPU, unless --build-only).
-Failures later: build $E_BUILD, package install $E_INSTALL, extension $E_EXTENSION, on-device check $E_CHECK;
-bad options $E_USAGE.
+Failures later: op_kernel/ or op_host/ not compiling against the toolkit's headers (scripts/check_ascendc_headers.sh
+--cann, the type-check CI reasons about, here with the toolkit's own tikicpulib headers) $E_HEADERS, build $E_BUILD,
+package install $E_INSTALL, extension $E_EXTENSION, on-device check $E_CHECK; bad options $E_USAGE.
 EOF
 }
 
@@ -132,6 +133,11 @@ else
     die $E_NO_NPU "no NPU: npu-smi is missing or 'npu-smi info' fails (check the driver; use --build-only" \
         "to build and install without a device)"
 fi
+
+# ---- type-check against the toolkit's headers -------------------------------------------------------------------
+# The check of scripts/check_ascendc_headers.sh (its include list and flags, every tiling key, AIC and AIV, op_host/)
+# against this toolkit: a misuse of the API is reported at our line before bisheng sees the kernel.
+run $E_HEADERS bash "$ROOT/scripts/check_ascendc_headers.sh" --cann "$CANN" --build-dir "$BUILD_DIR/header_check"
 
 # ---- build the op package -----------------------------------------------------------------------------------
 run $E_BUILD cmake -S "$ROOT/cann" -B "$BUILD_DIR" -DASCEND_CANN_PACKAGE_PATH="$CANN" \

@@ -51,6 +51,11 @@ if [[ "$1" == "-m" && "$2" == "pip" ]]; then exit "${FAKE_PIP_RC:-0}"; fi
 if [[ "$1" == *npu_check.py ]]; then exit "${FAKE_CHECK_RC:-0}"; fi
 exit 0
 """
+# The header check's compiler (scripts/check_ascendc_headers.sh --cann): logs to its own file.
+FAKE_CXX = r"""#!/usr/bin/env bash
+echo "cxx $*" >> "$FAKE_CXX_LOG"
+exit "${FAKE_CXX_RC:-0}"
+"""
 FAKE_NPU_SMI = r"""#!/usr/bin/env bash
 echo "npu-smi $*" >> "$FAKE_LOG"
 exit "${FAKE_NPU_SMI_RC:-0}"
@@ -81,6 +86,12 @@ class World:
         if asc_cmake:  # where asc-devkit installs the config find_package(ASC) reads
             (info_dir / "lib64" / "cmake").mkdir(parents=True)
             (info_dir / "lib64" / "cmake" / "asc-config.cmake").write_text("# fake\n")
+        # the toolkit's headers where the header check looks for them (its asc/ tree, tikicpulib, include/)
+        for d in ("asc/include", "tools/tikicpulib/lib/include", "include"):
+            (self.cann / d).mkdir(parents=True, exist_ok=True)
+        (self.cann / "asc" / "include" / "kernel_operator.h").write_text("")
+        _exe(self.bin / "fakecxx", FAKE_CXX)
+        self.cxx_log = tmp / "cxx.txt"
         _exe(self.bin / "cmake", FAKE_CMAKE)
         if npu_smi:
             _exe(self.bin / "npu-smi", FAKE_NPU_SMI)
@@ -90,6 +101,7 @@ class World:
         self.env = {
             "PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(tmp), "ASCEND_HOME_PATH": str(self.cann),
             "FAKE_LOG": str(self.log), "FAKE_RUN_TEMPLATE": str(self.run_template),
+            "CXX": "fakecxx", "FAKE_CXX_LOG": str(self.cxx_log),
         }
 
     def run(self, *args: str, **fake_env: str) -> subprocess.CompletedProcess:
@@ -113,7 +125,7 @@ def test_help_documents_options_and_exit_codes():
     assert res.returncode == 0
     for word in ("--install-path", "--dry-run", "--build-only", "--python", "ASCEND_HOME_PATH", "npu-smi"):
         assert word in res.stdout
-    for code in ("10", "11", "12", "13", "14", "20", "21", "22", "23"):
+    for code in ("10", "11", "12", "13", "14", "20", "21", "22", "23", "24"):
         assert f"({code}" in res.stdout or f" {code}," in res.stdout or f" {code}" in res.stdout
 
 
@@ -213,8 +225,10 @@ def test_dry_run_prints_every_step_and_runs_none(world):
     res = world.run("--dry-run", "--install-path", str(inst))
     assert res.returncode == 0, res.stderr
     lines = [line for line in res.stdout.splitlines() if line.startswith("+ ")]
-    assert lines[0].startswith(f"+ cmake -S {ROOT}/cann -B {world.build_dir}")
-    assert lines[1].startswith(f"+ cmake --build {world.build_dir} --target binary package")
+    assert lines[0] == (f"+ bash {ROOT}/scripts/check_ascendc_headers.sh --cann {world.cann} "
+                        f"--build-dir {world.build_dir}/header_check")
+    assert lines[1].startswith(f"+ cmake -S {ROOT}/cann -B {world.build_dir}")
+    assert lines[2].startswith(f"+ cmake --build {world.build_dir} --target binary package")
     assert any(f"custom_opp_<os>_<arch>.run --install-path={inst}" in line for line in lines)
     assert any("PASA_BUILD_NPU_EXT=1" in line and "pip install --no-build-isolation" in line for line in lines)
     assert lines[-1].endswith("scripts/npu_check.py")
@@ -235,6 +249,16 @@ def test_full_run_with_an_npu(world):
                              f"ASCEND_CUSTOM_OPP_PATH={vendor}:")
     assert ran[4].startswith(f"python {ROOT}/scripts/npu_check.py | ")
     assert len(ran) == 5 and "matches the golden model" in res.stdout
+    # before the build, the header check compiled the kernel and op_host/ against the toolkit's own headers
+    compiled = world.cxx_log.read_text()
+    assert "op_kernel/pasa_fused_attention.cpp" in compiled and "op_host/pasa_tiling.cpp" in compiled
+    assert f"-isystem{world.cann}/tools/tikicpulib/lib/include" in compiled
+
+
+def test_a_kernel_that_does_not_compile_against_the_toolkits_headers_stops_before_the_build(world):
+    res = world.run("--install-path", str(world.tmp / "opp"), FAKE_CXX_RC="1")
+    assert res.returncode == 24 and "check_ascendc_headers.sh" in res.stderr
+    assert world.ran() == []  # nothing built or installed
 
 
 def test_relative_install_path_is_made_absolute(world):

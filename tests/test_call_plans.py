@@ -217,15 +217,13 @@ def test_calls_a_plan_cannot_stand_for_are_not_planned(change, monkeypatch):
 def test_a_bound_launch_goes_back_through_triton_when_its_tensors_change(monkeypatch):
     """A plan's launch holds the compiled kernel for the dtypes and alignment it first saw (the launch tests
     in test_triton_launch.py cover the cache underneath)."""
-    from test_triton_launch import _Kernel
+    from test_triton_launch import _Kernel, fast_launch
 
-    monkeypatch.setattr(tb, "_INTERPRET", False)
-    monkeypatch.setattr(tb, "_hooked", lambda: False)
-    monkeypatch.setattr(tb, "_COMPILED", {})
-    monkeypatch.setattr(tb, "_current_device", lambda: 0)
-    monkeypatch.setattr(tb, "_raw_stream", lambda device: 77)
+    from pasa_npu.backends import triton_launch
+
+    fast_launch(monkeypatch)
     kernel = _Kernel()
-    launch = tb._Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+    launch = triton_launch.Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
     a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
     launch((a, b))
     launch((a, b))

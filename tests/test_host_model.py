@@ -71,6 +71,10 @@ MISUSE = {
     "misuse_vector_write_after_write_strided": f"{AIV0}: Adds: Adds (test_sync.cpp:",
     "misuse_scalar_read_without_v_s": f"{AIV0}: LocalTensor::GetValue: LocalTensor::GetValue (test_sync.cpp:",
     "misuse_pipe_barrier_s": f"{AIV0}: PipeBarrier<PIPE_S>: test_sync.cpp:",
+    "misuse_cast_round_mode_the_pair_lacks": f"{AIV0}: Cast: half -> float has no CAST_RINT on Atlas A2; it takes "
+    "CAST_NONE",
+    "misuse_compare_int32_other_than_eq": f"{AIV0}: CompareScalar: Atlas A2 compares int32_t with CMPMODE::EQ only; "
+    "other modes take half or float",
 }
 
 # The rest of a message whose start names a source line: the range, the other instruction, the missing sync.

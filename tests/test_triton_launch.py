@@ -1,5 +1,7 @@
-"""The Triton backend's launch path (``backends.triton._launch``): a repeated specialisation goes straight
-to the compiled kernel's launcher; anything Triton specialises on that changes goes back through Triton.
+"""The Triton backend's launch path (``backends.triton_launch``): a repeated specialisation goes straight
+to the compiled kernel's launcher; anything Triton specialises on that changes goes back through Triton,
+and so does every launch where the fast path does not apply (another Triton release, a compiled kernel
+without the internals it reads).
 
 A stand-in kernel records each launch (CPU tensors: only their addresses and dtypes matter here); the
 GPU tests (test_triton_gpu.py) check the real launches' results, misaligned views included.
@@ -12,63 +14,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from pasa_npu.backends import triton as tb  # noqa: E402
-
-
-class _Compiled:
-    """What Triton's launch returns: a kernel whose ``run`` launches it."""
-
-    packed_metadata = ("meta",)
-    function = 1234
-
-    def __init__(self, launches):
-        self.launches = launches
-
-    def run(self, *args):
-        self.launches.append(("direct", args))
-
-
-class _Kernel:
-    """A stand-in for a @triton.jit kernel K(A, B, n, x, m, D: constexpr, BLOCK: constexpr)."""
-
-    arg_names = ["A", "B", "n", "x", "m", "D", "BLOCK"]
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.launches.append(("triton", grid, args, kwargs))
-            return _Compiled(self.launches)
-        return launch
-
-
-@pytest.fixture
-def kernel(monkeypatch):
-    monkeypatch.setattr(tb, "_INTERPRET", False)
-    monkeypatch.setattr(tb, "_hooked", lambda: False)
-    monkeypatch.setattr(tb, "_COMPILED", {})
-    monkeypatch.setattr(tb, "_current_device", lambda: 0)
-    monkeypatch.setattr(tb, "_raw_stream", lambda device: 77)
-    return _Kernel()
-
-
-def _call(kernel, a, b, n=32, x=0.5, m=3, block=64):
-    # The constexprs in another order than the signature's: the launcher passes them in its order.
-    tb._launch(kernel, (2, 3, 1), (a, b), (n, x, m), num_warps=4, BLOCK=block, D=16)
-
-
-def _kinds(kernel):
-    return [entry[0] for entry in kernel.launches]
-
-
-def test_a_repeated_specialisation_launches_the_compiled_kernel_directly(kernel):
-    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
-    _call(kernel, a, b)
-    assert kernel.launches[0] == ("triton", (2, 3, 1), (a, b, 32, 0.5, 3), dict(BLOCK=64, D=16, num_warps=4))
-    _call(kernel, a, b, n=48, x=0.25, m=19)  # same residues mod 16, none is 1; another float
-    assert kernel.launches[1] == ("direct", (2, 3, 1, 77, 1234, ("meta",), None, None, None, a.data_ptr(),
-                                             b.data_ptr(), 48, 0.25, 19, 16, 64))
+from pasa_npu.backends import triton_launch as launcher  # noqa: E402
 
 
 class _Launcher:
@@ -88,13 +34,73 @@ class _Launcher:
         self.launches.append(("c", args))
 
 
+class _Compiled:
+    """What Triton's launch returns: a kernel whose ``run`` launches it (a kernel that needs global scratch, so
+    that ``run`` itself is called)."""
+
+    packed_metadata = ("meta",)
+    function = 1234
+
+    def __init__(self, launches):
+        self.run = _Launcher(launches, 128)
+
+
+class _Kernel:
+    """A stand-in for a @triton.jit kernel K(A, B, n, x, m, D: constexpr, BLOCK: constexpr)."""
+
+    arg_names = ["A", "B", "n", "x", "m", "D", "BLOCK"]
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(("triton", grid, args, kwargs))
+            return _Compiled(self.launches)
+        return launch
+
+
+def fast_launch(monkeypatch):
+    """The fast path as on a GPU with a Triton release it was checked against, with no launch hook."""
+    monkeypatch.setattr(launcher, "_FAST", True)
+    monkeypatch.setattr(launcher, "_INTERPRET", False)
+    monkeypatch.setattr(launcher, "_hooked", lambda: False)
+    monkeypatch.setattr(launcher, "_COMPILED", {})
+    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "_raw_stream", lambda device: 77)
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    fast_launch(monkeypatch)
+    return _Kernel()
+
+
+def _call(kernel, a, b, n=32, x=0.5, m=3, block=64):
+    # The constexprs in another order than the signature's: the launcher passes them in its order.
+    launcher.launch(kernel, (2, 3, 1), (a, b), (n, x, m), num_warps=4, BLOCK=block, D=16)
+
+
+def _kinds(kernel):
+    return [entry[0] for entry in kernel.launches]
+
+
+def test_a_repeated_specialisation_launches_the_compiled_kernel_directly(kernel):
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    _call(kernel, a, b)
+    assert kernel.launches[0] == ("triton", (2, 3, 1), (a, b, 32, 0.5, 3), dict(BLOCK=64, D=16, num_warps=4))
+    _call(kernel, a, b, n=48, x=0.25, m=19)  # same residues mod 16, none is 1; another float
+    assert kernel.launches[1] == ("direct", (2, 3, 1, 77, 1234, ("meta",), None, None, None, a.data_ptr(),
+                                             b.data_ptr(), 48, 0.25, 19, 16, 64))
+
+
 @pytest.mark.parametrize("scratch", [0, 128])
 def test_a_launcher_whose_kernel_needs_no_scratch_is_called_through_its_c_function(kernel, scratch):
     a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
     _call(kernel, a, b)
-    compiled = tb._COMPILED[next(iter(tb._COMPILED))][0]
+    compiled = launcher._COMPILED[next(iter(launcher._COMPILED))][0]
     compiled.run = _Launcher(kernel.launches, scratch)
-    tb._COMPILED[next(iter(tb._COMPILED))] = (compiled, (16, 64))
+    launcher._COMPILED[next(iter(launcher._COMPILED))] = (compiled, (16, 64))
     _call(kernel, a, b, n=48)
     tail = (a.data_ptr(), b.data_ptr(), 48, 0.5, 3, 16, 64)
     if scratch:  # the launcher object allocates the scratch
@@ -108,7 +114,7 @@ def test_a_plans_launch_checks_alignment_but_not_dtypes_it_is_promised(kernel):
     """``same_dtypes``: a plan's tensors have the dtypes it was made for, so the launch skips comparing them;
     an address with another residue still goes back through Triton."""
     a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
-    launch = tb._Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+    launch = launcher.Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
     launch((a, b))
     launch((a, b), same_dtypes=True)
     launch((a[1:], b), same_dtypes=True)
@@ -136,7 +142,7 @@ def test_what_triton_specialises_on_goes_back_through_triton(kernel, change):
     elif change == "constexpr":
         _call(kernel, a, b, block=128)
     else:
-        tb._launch(kernel, (2, 3, 1), (a, b), (32, 0.5, 3), num_warps=8, BLOCK=64, D=16)
+        launcher.launch(kernel, (2, 3, 1), (a, b), (32, 0.5, 3), num_warps=8, BLOCK=64, D=16)
     assert _kinds(kernel) == ["triton", "direct", "triton"]
     _call(kernel, a, b)  # the first specialisation is still cached
     assert _kinds(kernel) == ["triton", "direct", "triton", "direct"]
@@ -144,11 +150,11 @@ def test_what_triton_specialises_on_goes_back_through_triton(kernel, change):
 
 def test_launch_hooks_and_the_interpreter_take_tritons_path(kernel, monkeypatch):
     a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
-    monkeypatch.setattr(tb, "_hooked", lambda: True)
+    monkeypatch.setattr(launcher, "_hooked", lambda: True)
     _call(kernel, a, b)
     _call(kernel, a, b)
-    monkeypatch.setattr(tb, "_hooked", lambda: False)
-    monkeypatch.setattr(tb, "_INTERPRET", True)
+    monkeypatch.setattr(launcher, "_hooked", lambda: False)
+    monkeypatch.setattr(launcher, "_INTERPRET", True)
     _call(kernel, a, b)
     assert _kinds(kernel) == ["triton"] * 3
 
@@ -156,4 +162,27 @@ def test_launch_hooks_and_the_interpreter_take_tritons_path(kernel, monkeypatch)
 def test_scalars_must_follow_the_pointers(kernel):
     a = torch.zeros(64, dtype=torch.float16)
     with pytest.raises(TypeError, match="pointers come first"):
-        tb._launch(kernel, (1, 1, 1), (a,), (a, 1, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+        launcher.launch(kernel, (1, 1, 1), (a,), (a, 1, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+
+
+def test_a_triton_release_the_fast_path_was_not_checked_against_launches_through_triton(kernel, monkeypatch):
+    """Another Triton release, whose launcher may take other arguments: every launch is Triton's own."""
+    monkeypatch.setattr(launcher, "_FAST", False)
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    for _ in range(3):
+        _call(kernel, a, b)
+    assert _kinds(kernel) == ["triton"] * 3
+
+
+def test_a_compiled_kernel_without_the_internals_read_launches_through_triton_from_then_on(kernel):
+    """A compiled kernel whose launcher lacks what the fast path reads (here an object of another form): the
+    launch goes through Triton's own path with the same arguments, and so do the launch's later calls."""
+    a, b = torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float32)
+    launch = launcher.Launch(kernel, (2, 3, 1), (32, 0.5, 3), num_warps=4, BLOCK=64, D=16)
+    launch((a, b))
+    compiled = launcher._COMPILED[next(iter(launcher._COMPILED))][0]
+    compiled.run = lambda *args: kernel.launches.append(("direct", args))
+    launch((a, b))
+    launch((a, b))
+    assert _kinds(kernel) == ["triton"] * 3
+    assert kernel.launches[1] == kernel.launches[2] == kernel.launches[0]

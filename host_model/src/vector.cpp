@@ -207,3 +207,25 @@ template float ConvertRounded<float>(double, AscendC::RoundMode);
 template int32_t ConvertRounded<int32_t>(double, AscendC::RoundMode);
 
 }  // namespace ascendc_model
+
+namespace ascendc_model::a2 {
+
+void CheckCastMode(const char* dst, const char* src, uint32_t modes, bool countFormPair, AscendC::RoundMode mode,
+                   bool countForm) {
+    static const char* const kModeNames[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL",
+                                             "CAST_ROUND", "CAST_TRUNC", "CAST_ODD"};
+    const std::string pair = std::string(src) + " -> " + dst;
+    if (countForm && !countFormPair)
+        Fail("Cast", pair + " is not one of the count form's conversions on Atlas A2 (CheckCastDatatype)");
+    if (modes == 0)
+        Fail("Cast", pair + (std::string(dst) == "half" ? " is a dequantisation (SetDeqScale), not modelled"
+                                                       : " is not supported on Atlas A2"));
+    if ((modes >> static_cast<uint32_t>(mode) & 1u) == 0) {
+        std::string ok;
+        for (uint32_t m = 0; m < 7; ++m)
+            if (modes >> m & 1u) ok += std::string(ok.empty() ? "" : ", ") + kModeNames[m];
+        Fail("Cast", pair + " has no " + kModeNames[static_cast<uint32_t>(mode)] + " on Atlas A2; it takes " + ok);
+    }
+}
+
+}  // namespace ascendc_model::a2

@@ -255,6 +255,22 @@ HM_CASE(misuse_vector_operand_misaligned) {
     });
 }
 
+// Atlas A2 converts half -> float only with CAST_NONE (asc-devkit dav_c220 CastIntrinsicsImpl).
+HM_CASE(misuse_cast_round_mode_the_pair_lacks) {
+    OnAiv([] {
+        Ub ub(4096);
+        Cast(ub.At<float>(0, 128), ub.At<half>(1024, 128), RoundMode::CAST_RINT, 128);
+    });
+}
+
+// Atlas A2 compares int32_t with CMPMODE::EQ only (asc-devkit dav_c220 CheckVcmpvsDtype).
+HM_CASE(misuse_compare_int32_other_than_eq) {
+    OnAiv([] {
+        Ub ub(4096);
+        CompareScalar(ub.At<uint8_t>(0, 64), ub.At<int32_t>(1024, 64), int32_t(0), CMPMODE::LT, 64);
+    });
+}
+
 HM_CASE(vec_reduce_sum_fold) {
     // WholeReduceSum on half rows (mask 128 and 100) and ReduceSum over 300: saved for numpy's fold.
     const auto x = hm_test::RandomHalf(512, -30, 40, 14);

@@ -2,6 +2,7 @@
 // bit i%8 of byte i/8, repeats packed one after another) and Select (bit 1 takes src0, bit 0 takes
 // src1 or the scalar; in the mask/repeat form repeat r reads bits r*lanes .. r*lanes + lanes - 1).
 #pragma once
+#include "host_model/a2_types.h"
 #include "host_model/vector_iter.h"
 
 namespace ascendc_model {
@@ -70,6 +71,9 @@ namespace AscendC {
 template <typename T, typename U>
 void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
              uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Compare", T, ASCENDC_A2_COMPARE);
+    ASCENDC_A2_REQUIRE("Compare", U, ASCENDC_A2_COMPARE_MASK);
+    ascendc_model::a2::CheckCompareMode<T>("Compare", cmpMode);
     const auto it = ascendc_model::VecIter::Count("Compare", count, site);
     const auto b = ascendc_model::Operand("Compare", "src1", src1, it);
     ascendc_model::CompareOp("Compare", dst, src0, it, {}, cmpMode,
@@ -79,6 +83,9 @@ template <typename T, typename U, bool isSetMask = true>
 void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
              const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& p,
              ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Compare", T, ASCENDC_A2_COMPARE);
+    ASCENDC_A2_REQUIRE("Compare", U, ASCENDC_A2_COMPARE_MASK);
+    ascendc_model::a2::CheckCompareMode<T>("Compare", cmpMode);
     const auto it = ascendc_model::VecIter::Continuous("Compare", mask, repeatTime, sizeof(T), site);
     const auto b = ascendc_model::Operand("Compare", "src1", src1, it, {p.src1BlkStride, p.src1RepStride});
     ascendc_model::CompareOp("Compare", dst, src0, it, {p.src0BlkStride, p.src0RepStride}, cmpMode,
@@ -87,6 +94,9 @@ void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalT
 template <typename T, typename U>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
                    uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("CompareScalar", T, ASCENDC_A2_COMPARE);
+    ASCENDC_A2_REQUIRE("CompareScalar", U, ASCENDC_A2_COMPARE_SCALAR_MASK);
+    ascendc_model::a2::CheckCompareMode<T>("CompareScalar", cmpMode);
     const double s = double(src1Scalar);
     ascendc_model::CompareOp("CompareScalar", dst, src0, ascendc_model::VecIter::Count("CompareScalar", count, site),
                              {}, cmpMode, [s](uint64_t, uint32_t) { return s; });
@@ -95,6 +105,9 @@ template <typename T, typename U, bool isSetMask = true>
 void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
                    const uint64_t mask, uint8_t repeatTime, const UnaryRepeatParams& p,
                    ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("CompareScalar", T, ASCENDC_A2_COMPARE);
+    ASCENDC_A2_REQUIRE("CompareScalar", U, ASCENDC_A2_COMPARE_SCALAR_MASK);
+    ascendc_model::a2::CheckCompareMode<T>("CompareScalar", cmpMode);
     const double s = double(src1Scalar);
     ascendc_model::CompareOp("CompareScalar", dst, src0,
                              ascendc_model::VecIter::Continuous("CompareScalar", mask, repeatTime, sizeof(T), site),
@@ -105,6 +118,8 @@ template <typename T, typename U>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
             const LocalTensor<T>& src1, SELMODE selMode, uint32_t count,
             ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Select", T, ASCENDC_A2_SELECT);
+    ASCENDC_A2_REQUIRE("Select", U, ASCENDC_A2_SELECT_MASK);
     if (selMode != SELMODE::VSEL_TENSOR_TENSOR_MODE)
         ascendc_model::Fail("Select", "a tensor src1 needs SELMODE::VSEL_TENSOR_TENSOR_MODE");
     const auto it = ascendc_model::VecIter::Count("Select", count, site);
@@ -115,6 +130,8 @@ void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const Loca
 template <typename T, typename U>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
             SELMODE selMode, uint32_t count, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Select", T, ASCENDC_A2_SELECT);
+    ASCENDC_A2_REQUIRE("Select", U, ASCENDC_A2_SELECT_MASK);
     if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE)
         ascendc_model::Fail("Select", "a scalar src1 needs SELMODE::VSEL_TENSOR_SCALAR_MODE");
     ascendc_model::SelectOp("Select", dst, selMask, src0, ascendc_model::VecIter::Count("Select", count, site),
@@ -126,6 +143,8 @@ template <typename T, typename U, bool isSetMask = true>
 void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
             const LocalTensor<T>& src1, SELMODE selMode, uint64_t mask, uint8_t repeatTime,
             const BinaryRepeatParams& p, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Select", T, ASCENDC_A2_SELECT);
+    ASCENDC_A2_REQUIRE("Select", U, ASCENDC_A2_SELECT_MASK);
     const auto it = ascendc_model::VecIter::Continuous("Select", mask, repeatTime, sizeof(T), site);
     if (selMode == SELMODE::VSEL_TENSOR_TENSOR_MODE) {
         const auto b = ascendc_model::Operand("Select", "src1", src1, it, {p.src1BlkStride, p.src1RepStride});

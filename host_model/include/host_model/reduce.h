@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "host_model/a2_types.h"
 #include "host_model/vector_iter.h"
 
 namespace AscendC {
@@ -139,6 +140,7 @@ void ReduceCount(const std::string& api, const AscendC::LocalTensor<T>& dst, con
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask, const int32_t repeatTime,  \
               const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride ORDER_PARAM,     \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, ASCENDC_A2_FLOATING);                                                         \
         ascendc_model::WholeReduce(#NAME, dst, src,                                                                \
                                    ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),   \
                                    dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)},                 \
@@ -148,6 +150,7 @@ void ReduceCount(const std::string& api, const AscendC::LocalTensor<T>& dst, con
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[],                         \
               const int32_t repeatTime, const int32_t dstRepStride, const int32_t srcBlkStride,                    \
               const int32_t srcRepStride ORDER_PARAM, ascendc_model::Site site = ascendc_model::Site::Here()) {   \
+        ASCENDC_A2_REQUIRE(#NAME, T, ASCENDC_A2_FLOATING);                                                         \
         ascendc_model::WholeReduce(#NAME, dst, src,                                                                \
                                    ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),         \
                                    dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)},                 \
@@ -184,6 +187,7 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
 template <typename T>
 void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint8_t repeatTime, const BrcbRepeatParams& p,
           ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Brcb", T, ASCENDC_A2_FILL);
     const std::string api = "Brcb";
     if (repeatTime == 0) return;
     constexpr uint32_t e = 32 / sizeof(T);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "host_model/a2_types.h"
 #include "host_model/vector_iter.h"
 
 namespace ascendc_model {
@@ -55,11 +56,12 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
 }  // namespace ascendc_model
 
 // Defines the count form and both mask forms of an elementwise API from one lambda body.
-#define ASCENDC_MODEL_BINARY(NAME, EXPR)                                                                           \
+#define ASCENDC_MODEL_BINARY(NAME, TYPES, EXPR)                                                                    \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,                   \
               const int32_t& count,                                                                                \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::BinaryOp(#NAME, dst, src0, src1, ascendc_model::VecIter::Count(#NAME, count, site),         \
                                 BinaryRepeatParams(), [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });   \
     }                                                                                                              \
@@ -67,6 +69,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask,    \
               const uint8_t repeatTime, const BinaryRepeatParams& p,                                               \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::BinaryOp(#NAME, dst, src0, src1,                                                            \
                                 ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site), p,   \
                                 [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });                         \
@@ -75,15 +78,17 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask[],  \
               const uint8_t repeatTime, const BinaryRepeatParams& p,                                               \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::BinaryOp(#NAME, dst, src0, src1,                                                            \
                                 ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site), p,         \
                                 [](T a, T b) { return ascendc_model::RoundTo<T>(EXPR); });                         \
     }
 
-#define ASCENDC_MODEL_UNARY(NAME, EXPR)                                                                            \
+#define ASCENDC_MODEL_UNARY(NAME, TYPES, EXPR)                                                                     \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count,                          \
     ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count, site), {}, {},         \
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }                                                                                                              \
@@ -91,6 +96,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask, const uint8_t repeatTime,       \
               const UnaryRepeatParams& p,                                                                          \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
                                ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),       \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
@@ -100,16 +106,18 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask[], const uint8_t repeatTime,     \
               const UnaryRepeatParams& p,                                                                          \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
                                ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),             \
                                ascendc_model::DstStride(p), ascendc_model::SrcStride(p),                           \
                                [](T x) { return ascendc_model::RoundTo<T>(EXPR); });                               \
     }
 
-#define ASCENDC_MODEL_SCALAR(NAME, EXPR)                                                                           \
+#define ASCENDC_MODEL_SCALAR(NAME, TYPES, EXPR)                                                                    \
     template <typename T>                                                                                          \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,    \
     ascendc_model::Site site = ascendc_model::Site::Here()) {                                                      \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         const double s = static_cast<double>(scalarValue);                                                         \
         ascendc_model::UnaryOp(#NAME, dst, src, ascendc_model::VecIter::Count(#NAME, count, site), {}, {},         \
                                [s](T x) { return ascendc_model::RoundTo<T>(EXPR); });                              \
@@ -118,6 +126,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask,           \
               const uint8_t repeatTime, const UnaryRepeatParams& p,                                                \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         const double s = static_cast<double>(scalarValue);                                                         \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
                                ascendc_model::VecIter::Continuous(#NAME, mask, repeatTime, sizeof(T), site),       \
@@ -128,6 +137,7 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask[],         \
               const uint8_t repeatTime, const UnaryRepeatParams& p,                                                \
               ascendc_model::Site site = ascendc_model::Site::Here()) {                                            \
+        ASCENDC_A2_REQUIRE(#NAME, T, TYPES);                                                                       \
         const double s = static_cast<double>(scalarValue);                                                         \
         ascendc_model::UnaryOp(#NAME, dst, src,                                                                    \
                                ascendc_model::VecIter::Bits(#NAME, mask, repeatTime, sizeof(T), site),             \
@@ -138,34 +148,36 @@ void DuplicateOp(const AscendC::LocalTensor<T>& dst, T value, const VecIter& it,
 namespace AscendC {
 
 // Binary: a, b are the lane values of src0, src1.
-ASCENDC_MODEL_BINARY(Add, double(a) + double(b))
-ASCENDC_MODEL_BINARY(Sub, double(a) - double(b))
-ASCENDC_MODEL_BINARY(Mul, double(a) * double(b))
-ASCENDC_MODEL_BINARY(Div, double(a) / double(b))
-ASCENDC_MODEL_BINARY(Max, (a > b ? double(a) : double(b)))
-ASCENDC_MODEL_BINARY(Min, (a < b ? double(a) : double(b)))
+ASCENDC_MODEL_BINARY(Add, ASCENDC_A2_ARITHMETIC, double(a) + double(b))
+ASCENDC_MODEL_BINARY(Sub, ASCENDC_A2_ARITHMETIC, double(a) - double(b))
+ASCENDC_MODEL_BINARY(Mul, ASCENDC_A2_ARITHMETIC, double(a) * double(b))
+ASCENDC_MODEL_BINARY(Div, ASCENDC_A2_FLOATING, double(a) / double(b))
+ASCENDC_MODEL_BINARY(Max, ASCENDC_A2_ARITHMETIC, (a > b ? double(a) : double(b)))
+ASCENDC_MODEL_BINARY(Min, ASCENDC_A2_ARITHMETIC, (a < b ? double(a) : double(b)))
 // Unary: x is the lane value of src.
-ASCENDC_MODEL_UNARY(Exp, std::exp(double(x)))
-ASCENDC_MODEL_UNARY(Ln, std::log(double(x)))
-ASCENDC_MODEL_UNARY(Abs, std::fabs(double(x)))
-ASCENDC_MODEL_UNARY(Sqrt, std::sqrt(double(x)))
-ASCENDC_MODEL_UNARY(Reciprocal, 1.0 / double(x))
-ASCENDC_MODEL_UNARY(Relu, (double(x) > 0 ? double(x) : 0.0))
+ASCENDC_MODEL_UNARY(Exp, ASCENDC_A2_FLOATING, std::exp(double(x)))
+ASCENDC_MODEL_UNARY(Ln, ASCENDC_A2_FLOATING, std::log(double(x)))
+ASCENDC_MODEL_UNARY(Abs, ASCENDC_A2_FLOATING, std::fabs(double(x)))
+ASCENDC_MODEL_UNARY(Sqrt, ASCENDC_A2_FLOATING, std::sqrt(double(x)))
+ASCENDC_MODEL_UNARY(Reciprocal, ASCENDC_A2_FLOATING, 1.0 / double(x))
+ASCENDC_MODEL_UNARY(Relu, ASCENDC_A2_RELU, (double(x) > 0 ? double(x) : 0.0))
 // Vector-scalar: x is the lane value, s the scalar.
-ASCENDC_MODEL_SCALAR(Adds, double(x) + s)
-ASCENDC_MODEL_SCALAR(Muls, double(x) * s)
-ASCENDC_MODEL_SCALAR(Maxs, (double(x) > s ? double(x) : s))
-ASCENDC_MODEL_SCALAR(Mins, (double(x) < s ? double(x) : s))
+ASCENDC_MODEL_SCALAR(Adds, ASCENDC_A2_ARITHMETIC, double(x) + s)
+ASCENDC_MODEL_SCALAR(Muls, ASCENDC_A2_ARITHMETIC, double(x) * s)
+ASCENDC_MODEL_SCALAR(Maxs, ASCENDC_A2_ARITHMETIC, (double(x) > s ? double(x) : s))
+ASCENDC_MODEL_SCALAR(Mins, ASCENDC_A2_ARITHMETIC, (double(x) < s ? double(x) : s))
 
 template <typename T>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count,
 ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Duplicate", T, ASCENDC_A2_FILL);
     ascendc_model::DuplicateOp(dst, scalarValue, ascendc_model::VecIter::Count("Duplicate", count, site), {});
 }
 template <typename T, bool isSetMask = true>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask, const uint8_t repeatTime,
                const uint16_t dstBlockStride, const uint8_t dstRepeatStride,
                ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Duplicate", T, ASCENDC_A2_FILL);
     ascendc_model::DuplicateOp(dst, scalarValue,
                                ascendc_model::VecIter::Continuous("Duplicate", mask, repeatTime, sizeof(T), site),
                                {dstBlockStride, dstRepeatStride});
@@ -174,6 +186,7 @@ template <typename T, bool isSetMask = true>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask[], const uint8_t repeatTime,
                const uint16_t dstBlockStride, const uint8_t dstRepeatStride,
                ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("Duplicate", T, ASCENDC_A2_FILL);
     ascendc_model::DuplicateOp(dst, scalarValue,
                                ascendc_model::VecIter::Bits("Duplicate", mask, repeatTime, sizeof(T), site),
                                {dstBlockStride, dstRepeatStride});
@@ -183,12 +196,16 @@ void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask[],
 template <typename T, typename U>
 void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count,
 ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::a2::RequireCastPair<T, U>();
+    ascendc_model::a2::CheckCastMode<T, U>(roundMode, true);
     ascendc_model::CastOp(dst, src, roundMode, ascendc_model::VecIter::Count("Cast", count, site), {}, {});
 }
 template <typename T, typename U, bool isSetMask = true>
 void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask,
           const uint8_t repeatTime, const UnaryRepeatParams& p,
           ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::a2::RequireCastPair<T, U>();
+    ascendc_model::a2::CheckCastMode<T, U>(roundMode, false);
     ascendc_model::CastOp(dst, src, roundMode,
                           ascendc_model::VecIter::Continuous("Cast", mask, repeatTime, ascendc_model::Widest<T, U>(),
                                                              site),
@@ -198,6 +215,8 @@ template <typename T, typename U, bool isSetMask = true>
 void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask[],
           const uint8_t repeatTime, const UnaryRepeatParams& p,
           ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::a2::RequireCastPair<T, U>();
+    ascendc_model::a2::CheckCastMode<T, U>(roundMode, false);
     ascendc_model::CastOp(dst, src, roundMode,
                           ascendc_model::VecIter::Bits("Cast", mask, repeatTime, ascendc_model::Widest<T, U>(), site),
                           ascendc_model::DstStride(p), ascendc_model::SrcStride(p));

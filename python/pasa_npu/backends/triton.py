@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import os
-from itertools import repeat
 
 import torch
 
@@ -42,8 +40,9 @@ from . import run_jobs
 #: KV block lengths the kernel accepts for the shifted allocations (M is block_kv × block_kv).
 BLOCK_KV: tuple[int, ...] = (16, 32, 64, 128, 256)
 SHIFT_MODES: tuple[str, ...] = ("prepass", "fused")
-#: The most FP32 values pasa_rs's pre-pass frame table may hold (1 GiB; int32 offsets stay valid).
-_FRAME_LIMIT = 1 << 28
+#: The most FP32 values pasa_rs's frame table holds for one launch (512 MiB): past it, the kernel is launched
+#: over ranges of query tiles in turn, each with the table to itself.
+_FRAME_LIMIT = 1 << 27
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
@@ -53,166 +52,7 @@ try:
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
-try:
-    from triton import knobs as _knobs
-except ImportError:  # no triton, or one before 3.4 (its launch hooks lived elsewhere): Triton's launch only
-    _knobs = None
-
-
-# ============================================================================================
-# launching
-# ============================================================================================
-
-#: (kernel, device, constexprs, warps, stages, the tensors' and scalars' specialisation, or the scalars'
-#: values) -> (compiled kernel, its constexpr arguments in signature order). Bounded: emptied when full
-#: (entries are references).
-_COMPILED: dict[tuple, tuple] = {}
-_COMPILED_LIMIT = 4096
-#: Per (kernel, the scalars' types): the getter of the int scalars, or None where there are none.
-_INT_GETTERS: dict[tuple, operator.itemgetter | None] = {}
-_INT32 = 1 << 31
-_DTYPE = operator.attrgetter("dtype")
-try:  # what Triton's own launch reads, without torch.cuda's Python wrappers
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
-    from torch._C import _cuda_getDevice as _current_device
-except ImportError:  # pragma: no cover - older or CPU-only builds
-    def _raw_stream(device: int) -> int:
-        return torch.cuda.current_stream(device).cuda_stream
-
-    def _current_device() -> int:
-        return torch.cuda.current_device()
-
-
-class _Launch:
-    """``kernel[grid](*tensors, *scalars, **constexprs)`` with the grid, scalars, constexprs, warps and
-    stages fixed when it is made, called with the tensors (every kernel here takes its pointers first, then
-    its scalars, then its constexprs), at a fraction of the host time of Triton's launch when it repeats.
-
-    Triton's ``kernel[grid](...)`` binds and specialises every argument in Python on each call (which
-    ints are 1 or multiples of 16, which pointers are 16-byte aligned, every dtype), builds its cache
-    key from that, and its launcher asks the driver for each tensor's device pointer: tens of µs per
-    launch, longer than a decode kernel runs. Here the first launch of each specialisation goes through
-    Triton (which compiles the kernel or finds it in its cache, and launches it), and the compiled kernel
-    is kept under a key that determines everything Triton specialises on: the tensors' dtypes and
-    addresses modulo 16, each int scalar modulo 16 and whether it is 1 (or, outside int32, its value),
-    the scalars' types (floats are never specialised), the constexprs, warps, stages and the current
-    device. It is also kept under the scalars' exact values, which a repeated call finds without
-    classifying its ints, and bound to this launch with the device, dtypes and address residues it was
-    found for: a call that matches them passes the tensors' addresses straight to the compiled kernel's
-    launcher, on the current stream as Triton does. Launch hooks (a profiler's) and the interpreter
-    take Triton's own path."""
-
-    __slots__ = ("kernel", "grid", "scalars", "constexprs", "num_warps", "num_stages", "_bound")
-
-    def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, *, num_warps: int,
-                 num_stages: int | None = None, **constexprs):
-        self.kernel, self.grid, self.scalars, self.constexprs = kernel, grid, scalars, constexprs
-        self.num_warps, self.num_stages = num_warps, num_stages
-        self._bound = None  # (device, dtypes, address residues, launcher, its leading arguments, the trailing ones)
-
-    def __call__(self, tensors: tuple, *, same_dtypes: bool = False) -> None:
-        """Launch over ``tensors``. ``same_dtypes``: the caller guarantees that they have the dtypes of the
-        tensors this launch was first called with (a plan's own contract), which then go unchecked."""
-        if _INTERPRET or _hooked():
-            _jit_launch(self.kernel, self.grid, tensors, self.scalars, self.num_warps, self.num_stages,
-                        self.constexprs)
-            return
-        device = _current_device()
-        ptrs = tuple(map(torch.Tensor.data_ptr, tensors))
-        residues = tuple(map(operator.mod, ptrs, repeat(16)))
-        bound = self._bound
-        if bound is None or bound[0] != device or bound[2] != residues \
-                or (not same_dtypes and bound[1] != tuple(map(_DTYPE, tensors))):
-            dtypes = tuple(map(_DTYPE, tensors))
-            hit = self._compiled(device, tensors, dtypes, residues)
-            if hit is None:
-                return  # launched by Triton
-            compiled, tail = hit
-            bound = self._bound = (device, dtypes, residues, *_launcher(compiled), (*self.scalars, *tail))
-        bound[3](*self.grid, _raw_stream(device), *bound[4], *ptrs, *bound[5])
-
-    def _compiled(self, device, tensors, dtypes, residues) -> tuple | None:
-        """The compiled kernel and its constexpr values for this specialisation, from the cache; or None
-        after launching through Triton (which compiles it), then caching it."""
-        kernel, scalars, constexprs = self.kernel, self.scalars, self.constexprs
-        types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
-        common = (id(kernel), device, tuple(constexprs.items()), self.num_warps, self.num_stages, types, dtypes,
-                  residues)
-        exact = (common, scalars)
-        hit = _COMPILED.get(exact)
-        if hit is None:
-            specialised = (common, _int_spec(kernel, types, scalars))
-            hit = _COMPILED.get(specialised)
-            if hit is None:
-                compiled = _jit_launch(kernel, self.grid, tensors, scalars, self.num_warps, self.num_stages,
-                                       constexprs)
-                names = kernel.arg_names[len(tensors) + len(scalars):]
-                if set(names) == set(constexprs) and hasattr(compiled, "packed_metadata"):
-                    _remember(specialised, (compiled, tuple(constexprs[name] for name in names)))
-                return None
-            _remember(exact, hit)
-        return hit
-
-
-def _launcher(compiled) -> tuple:
-    """How to launch a compiled kernel: (a callable, the arguments between the stream and the pointers).
-    Triton's launcher object (``compiled.run``) allocates the global and profile scratch a kernel may ask
-    for, then calls its C function ``launch``; where the kernel asks for neither, that function is called
-    directly, which costs less host time per launch (docs/benchmarks/call/notes.md)."""
-    run = compiled.run
-    launch = getattr(run, "launch", None)
-    no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
-    if launch is not None and no_scratch:
-        return launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                        compiled.packed_metadata, None, None, None)
-    return run, (compiled.function, compiled.packed_metadata, None, None, None)
-
-
-def _launch(kernel, grid: tuple[int, int, int], tensors: tuple, scalars: tuple, *, num_warps: int,
-            num_stages: int | None = None, **constexprs) -> None:
-    """One launch of ``kernel[grid](*tensors, *scalars, **constexprs)`` (see :class:`_Launch`)."""
-    _Launch(kernel, grid, scalars, num_warps=num_warps, num_stages=num_stages, **constexprs)(tensors)
-
-
-def _remember(key: tuple, entry: tuple) -> None:
-    if len(_COMPILED) >= _COMPILED_LIMIT:
-        _COMPILED.clear()
-    _COMPILED[key] = entry
-
-
-def _int_spec(kernel, types: tuple, scalars: tuple) -> tuple:
-    """What Triton specialises on in a kernel's int scalars (bools are not ints to Triton): each one's
-    residue modulo 16 and whether it is 1, or the values where one is outside int32."""
-    key = (id(kernel), types)
-    if key not in _INT_GETTERS:
-        if not set(types) <= {int, float, bool}:
-            raise TypeError(f"a kernel's scalars must be int, float or bool (pointers come first), got {types}")
-        positions = [i for i, t in enumerate(types) if t is int]
-        _INT_GETTERS[key] = operator.itemgetter(*positions) if positions else None
-    ints = _INT_GETTERS[key]
-    if ints is None:
-        return ()
-    vals = ints(scalars)
-    vals = vals if type(vals) is tuple else (vals,)
-    if -_INT32 <= min(vals) and max(vals) < _INT32:
-        return tuple(map(operator.mod, vals, repeat(16))), tuple(map(operator.eq, vals, repeat(1)))
-    return vals
-
-
-def _jit_launch(kernel, grid, tensors, scalars, num_warps, num_stages, constexprs):
-    """Triton's own launch; returns its compiled kernel (None under the interpreter)."""
-    options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
-    return kernel[grid](*tensors, *scalars, **constexprs, **options)
-
-
-def _hooked() -> bool:
-    """Whether a launch hook (a profiler's) is installed: Triton's launch then calls it with each launch's
-    metadata, so the launch takes Triton's path (as does a Triton without ``knobs``). Triton keeps the
-    hooks as a chain of calls (3.5 and later) or as one optional callable."""
-    if _knobs is None:
-        return True
-    hook = _knobs.runtime.launch_enter_hook
-    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
+from .triton_launch import Launch
 
 
 # Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
@@ -242,10 +82,12 @@ def is_available(device: torch.device | None = None) -> bool:
     return (device is None and torch.cuda.is_available()) or (_INTERPRET and (device is None or device.type == "cpu"))
 
 
-def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False) -> tuple[int, int, int, int]:
+def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False,
+            row_shifted: bool = False) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
     rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M and pasa_rs's centring
-    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V."""
+    depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with K and V;
+    ``row_shifted``: the allocation is pasa_rs."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
     if _INTERPRET:
         return 16, block_n, 4, 1
@@ -257,7 +99,8 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
     elif d_pad <= 128:
         block_m, warps, stages = 128, 8, 3
     else:
-        block_m, warps, stages = (128, 8, 2) if block_n <= 64 else (64, 8, 2)
+        # pasa_rs at D = 256 (one stage of 128-key tiles): 128 rows (docs/benchmarks/gpu_notes.md, item 11).
+        block_m, warps, stages = (128, 8, 2) if block_n <= 64 or row_shifted else (64, 8, 2)
     # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
     # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
     # must fit in shared memory.
@@ -401,20 +244,13 @@ class AttentionPlan:
         self.kv_info = kv_info
         g = n // nkv
         d_pad = max(16, _pow2(d))
-        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None)
+        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None, alloc.row_shifted)
         if config is not None:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
         tiles = _cdiv(g * s1, block_m)
-        # pasa_rs's pre-pass keeps every tile's frame terms for every KV block: S1·S2/BLOCK_N·2 FP32 per
-        # KV head, quadratic in the sequence. Past _FRAME_LIMIT elements (and int32 offsets) the fused
-        # form, which computes them block by block, runs instead.
-        frame_elems = b * nkv * tiles * 2 * n_blocks * block_m if alloc.row_shifted else 0
         if shift is None:
-            shift = "fused" if tiles == 1 or frame_elems > _FRAME_LIMIT else "prepass"
-        elif shift == "prepass" and frame_elems > _FRAME_LIMIT:
-            raise ValueError(f"shift='prepass' for precision={precision!r} needs a frame table of {frame_elems} FP32 "
-                             f"values here, more than {_FRAME_LIMIT}: use shift='fused' (or None)")
+            shift = "fused" if tiles == 1 else "prepass"
 
         if alloc.shifted:
             inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
@@ -424,22 +260,28 @@ class AttentionPlan:
         # Pre-pass results, one FP16 scratch allocation per call: K' (B, Nkv, blocks·BLOCK_N, D); pasa_rs's
         # u and K̄ per block (B, Nkv, blocks, 2, D) and each tile's FP32 frame terms for every block,
         # written and read back by its own program (B·Nkv, tiles, 2·blocks, BLOCK_M), each at a 16-byte
-        # aligned offset.
+        # aligned offset. The frame table grows as S1·S2: where it would pass _FRAME_LIMIT, the kernel runs
+        # over ranges of ``chunk`` query tiles (a multiple of 16, so that the ranges' first tiles are alike
+        # to Triton's specialisation) one launch after the other, reusing it.
         kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
         uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
-        frame_shape = (b * nkv, tiles, 2 * n_blocks, block_m) if prepass and alloc.row_shifted else None
+        frame_tile = b * nkv * 2 * n_blocks * block_m if uk_shape else 0  # frame terms per query tile
+        chunk = tiles
+        if frame_tile * tiles > _FRAME_LIMIT:
+            chunk = min(tiles, max(16, _FRAME_LIMIT // frame_tile // 16 * 16))
         uk_off = _align(math.prod(kp_shape)) if prepass else 0
         fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
-        self._scratch = (fr_off + 2 * math.prod(frame_shape) if frame_shape else uk_off) if prepass else 0
+        self._scratch = (fr_off + 2 * frame_tile * chunk if uk_shape else uk_off) if prepass else 0
         page_arg = page if paged else 1
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
             kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
-            self._prepass = _Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
+            self._prepass = Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
         # pasa_rs: Q̂ = Q·2^e in the kernel (exact) and ρ = scale/2^e in the softmax; the reshift's thresholds in
-        # units of Q̂·K (blockwise.row_shift_constants).
+        # units of Q̂·K (blockwise.row_shift_constants). ρ is the softmax's factor on the scores the kernel
+        # holds: the scale itself for fp32.
         q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
 
         self._has_mask = mask is not None
@@ -484,16 +326,18 @@ class AttentionPlan:
                                                         else self._info_off + 5 * b)
         self.workspace_bound = _workspace_bound(alloc, b, n, nkv, s1, d, n_blocks, block_n, tiles,
                                                 self._info_off is not None)
-        self._attend = _Launch(
-            _k.attention_kernel, (tiles, b * nkv, splits),
+        # The ranges of query tiles, the last (under a causal band, the longest rows) first.
+        self._attend = [Launch(
+            _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(scale), float(inva), float(shift_a), float(shift_b), q_mul, rho, reshift_at,
-             relevance, lo, hi, per_split, -math.inf if splits > 1 else float(lse_none)),
+             float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, lo, hi,
+             per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
             num_warps=warps, num_stages=stages)
+            for tile_lo in reversed(range(0, tiles, chunk))]
 
     def __call__(self, q, k, v, mask, block_table, sink=None, lengths=None, out=None, lse=None,
                  workspace=None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -533,11 +377,13 @@ class AttentionPlan:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         if self._combine is None:
-            self._attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info,
-                          sink), same_dtypes=True)
+            for attend in self._attend:
+                attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info,
+                        sink), same_dtypes=True)
         else:
-            self._attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info, sink),
-                         same_dtypes=True)
+            for attend in self._attend:
+                attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info, sink),
+                       same_dtypes=True)
             self._combine((parts, parts, out, q if lse is None else lse, sink, kv_info), same_dtypes=True)
         if self._varlen is not None:
             _pad_rows(out, lse, self._varlen[4], lengths)
@@ -555,7 +401,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     rows, KV blocks or heads; the same allocation): each part bounded by a function that grows with every
     dimension. The pre-pass tables (a call of several query tiles; the tile count grows with the rows): K'
     and pasa_rs's (u, K̄), and its frame table, the query tiles' rows padded by at most a tile (128 rows),
-    past _FRAME_LIMIT values the fused form runs instead. The split partials (a call of one query tile, at
+    and past _FRAME_LIMIT values a range of query tiles: 16 tiles (of at most 128 rows) or the most that
+    fit. The split partials (a call of one query tile, at
     most 128 rows, so S1 <= 128 / G): B·splits < 2·(⌈SMs / Nkv⌉ + B) (splits, a power of two, are below
     twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. And a device-lengths call's kv_info."""
     g = n // nkv
@@ -564,7 +411,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
         fp16 = _align(b * nkv * n_blocks * block_n * d)
         if alloc.row_shifted:
             fp16 = _align(fp16 + b * nkv * n_blocks * 2 * d)
-            fp16 += 2 * min(b * nkv * (g * s1 + 128) * 2 * n_blocks, _FRAME_LIMIT)
+            per_tile = b * nkv * 2 * n_blocks  # frame terms per row of a query tile
+            fp16 += 2 * min(per_tile * (g * s1 + 128), max(_FRAME_LIMIT, per_tile * 128 * 16))
     fp32 = 0
     split_rows = n * min(s1, 128 // g)
     if split_rows and n_blocks > 1:
@@ -650,7 +498,7 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
 
 def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1, s1: int = 1,
                     out_str: tuple[int, int, int] | None = None, lse: bool = True, lse_none: float = -math.inf,
-                    sink: bool = False, varlen: bool = False) -> _Launch:
+                    sink: bool = False, varlen: bool = False) -> Launch:
     """The combine kernel's launch over ``rows`` = B·N·S1 rows of ``splits`` contiguous FP32 partials of head
     dim ``d`` (their lse at element ``lse_off``), the output's (b, n, s1) strides ``out_str`` (None: rows
     of ``d`` contiguous values), the lse written where ``lse`` (``lse_none`` for a row with no key); with
@@ -658,10 +506,10 @@ def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1
     per program: with 64, one program looped over every split of a decode step's 32 rows
     (docs/benchmarks/call/notes.md)."""
     sob, soh, sos = (d, 0, 0) if out_str is None else out_str
-    return _Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1),
-                   (rows, splits, lse_off, n, s1, sob, soh, sos, float(lse_none)), num_warps=4, D=d,
-                   D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse, HAS_SINK=sink,
-                   VARLEN=varlen)
+    return Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1),
+                  (rows, splits, lse_off, n, s1, sob, soh, sos, float(lse_none)), num_warps=4, D=d,
+                  D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse, HAS_SINK=sink,
+                  VARLEN=varlen)
 
 
 def _computed() -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Triton kernels of the ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2
-from one loop.
+from one loop over KV blocks, each allocation a pair of stages called in it (its scores, its frame),
+with the masks and the merge into the row state shared.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
@@ -26,6 +27,8 @@ j entering through δ_j = (C_j − C_1) + (ψ_j − ψ_1); the true-scale lse = 
 Differences from the golden loop (same mathematics, other roundings; the tests bound them):
 * P is taken relative to the merged maximum (FlashAttention-2's form, one P·V accumulated into O)
   rather than to the block's own maximum followed by a rescale of P·V (Algorithm 1, lines 12-20);
+  with FP32 state it is exp2((S − (m_new − Δ))·c·log2 e), where c is the softmax's factor on the
+  scores held (1 for PASA's S', the scale for ``fp32``'s unscaled Q·Kᵀ, ρ for pasa_rs's S');
 * Q·Kᵀ and P·V accumulate in the tensor cores' order (the golden model accumulates exactly), row
   sums in FP32 in the order of the hardware's reduction tree, and K' = M·K is a·K + b·colsum(K) in
   FP32 (M = a·I + b·J), rounded once to FP16;
@@ -54,9 +57,8 @@ And for ``pasa_rs``:
   their true-scale lse; the golden model does not split). All rows of a tile visit the same blocks,
   so each row's ψ, excess and frame come from one sequence of blocks; a row with no key in the first
   visited block starts with no excess (ψ = lv), as in the golden model;
-* the reshift subtracts the move of ψ from the FP32 S − ψ still in registers, then rounds to FP16
-  (the golden model computes the product again: one FP32 rounding apart), and ψ is subtracted from
-  the FP32 product rather than put in the accumulator before it.
+* ψ (the reshifted ψ where a row reshifts) is subtracted from the FP32 product rather than put in
+  the accumulator before it (the golden model's product is exact, then rounded once).
 """
 
 from __future__ import annotations
@@ -80,10 +82,11 @@ def _round(x, STATE16: tl.constexpr):
 
 
 @triton.jit
-def _exp(x, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
-    """exp(x) rounded to the state type; x holds state-type values."""
+def _exp(x, scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
+    """exp(x·scale/log2(e)) = 2^(x·scale) rounded to the state type; x holds state-type values. With FP16
+    state ``scale`` is log2(e) (the FP16 product x·log2(e) enters ``ex2.approx.f16x2``)."""
     if STATE16:
-        y = (x * LOG2E).to(tl.float16)
+        y = (x * scale).to(tl.float16)
         if FP16_EXP:
             e = tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [y],
                                           dtype=tl.float16, is_pure=True, pack=2)
@@ -91,7 +94,7 @@ def _exp(x, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
             e = tl.exp2(y.to(tl.float32)).to(tl.float16)
         return e.to(tl.float32)
     else:
-        return tl.exp2(x * LOG2E)
+        return tl.exp2(x * scale)
 
 
 @triton.jit
@@ -163,6 +166,11 @@ def shift_keys_kernel(K, KP, Table, KVInfo, stt, S2, skb, skh, sks, shift_a, shi
 
 
 @triton.jit
+def _sum_max_min(sum_a, max_a, min_a, sum_b, max_b, min_b):
+    return sum_a + sum_b, tl.maximum(max_a, max_b), tl.minimum(min_a, min_b)
+
+
+@triton.jit
 def _centre_block(k, row_ok, n):
     """The ``pasa_rs`` pre-pass on one KV block of n keys (rows where ``row_ok``): K̄, the column
     mean rounded to FP16 (0 if not finite); the centring offset u; and K' = K − u in FP16, with no
@@ -175,11 +183,13 @@ def _centre_block(k, row_ok, n):
     neither max nor min, the sum leaves them out, and their K' rows are masked out of the scores."""
     # Max, min and K − u are exact in FP16, so only the sum needs FP32 (the block stays in FP16
     # registers). Only the sum is masked: max, min and K' need no select (see above), which would cost
-    # every decode step.
-    kbar = (tl.sum(tl.where(row_ok[:, None], k.to(tl.float32), 0.0), axis=0) / n).to(tl.float16).to(tl.float32)
+    # every decode step. One reduction of the three across the block's rows, whose threads exchange them
+    # together.
+    ksum, kmax, kmin = tl.reduce((tl.where(row_ok[:, None], k.to(tl.float32), 0.0), k, k), 0, _sum_max_min)
+    kbar = (ksum / n).to(tl.float16).to(tl.float32)
     kbar = tl.where(tl.abs(kbar) < float("inf"), kbar, 0.0)  # an Inf key: its score is ±Inf whatever the shift
-    kmax = tl.max(k, axis=0).to(tl.float32)
-    kmin = tl.min(k, axis=0).to(tl.float32)
+    kmax = kmax.to(tl.float32)
+    kmin = kmin.to(tl.float32)
     pos = kmin > 0.0
     neg = kmax < 0.0
     lo = tl.where(pos, kmax, -kmin) * 0.5
@@ -213,29 +223,14 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, uk_off,
 
 
 @triton.jit
-def _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
-                         BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
-    """Block ``blk`` centred here from K (head offset ``k_head``, rows through :func:`_last_key_rows`): its K'
-    (BLOCK_N, D_PAD) FP16 and each row's frame terms, FP32: C = Q̂·u, the centring's share of the
-    scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys (one product with a 16-row
-    operand: u, K̄ and zeros)."""
-    cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < S2
+def _rows(Ptr, head_off, Table, b, stt, cols, S2, sb, ss, D: tl.constexpr, D_PAD: tl.constexpr,
+          PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """Rows ``cols`` of one KV head of K or V (offset ``head_off``, rows through :func:`_kv_rows`), zeros past
+    the S2 keys and the D columns."""
     d = tl.arange(0, D_PAD)
-    k_rows, read = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
-    k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=read[:, None] & (d[None, :] < D), other=0.0)
-    kc, u, kbar = _centre_block(k, col_ok, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
-    r = tl.arange(0, 16)[:, None]
-    cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
-    r = tl.arange(0, 16)[None, :]
-    c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
-    return kc, c, tl.sum(tl.where(r == 1, cl, 0.0), axis=1) - c
-
-
-@triton.jit
-def _frame_terms(fr, blk, BLOCK_M: tl.constexpr):
-    """Block ``blk``'s frame terms C and Q̂·K̄ of each row, from the tile's table ``fr``."""
-    return tl.load(fr + (2 * blk) * BLOCK_M), tl.load(fr + (2 * blk + 1) * BLOCK_M)
+    ok = cols < S2
+    offs = _kv_rows(Table, b, stt, cols, ok, sb, ss, PAGED, PAGE)
+    return tl.load(Ptr + head_off + offs[:, None] + d[None, :], mask=ok[:, None] & (d[None, :] < D), other=0.0)
 
 
 @triton.jit
@@ -280,6 +275,166 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
     return s
 
 
+# --------------------------------------------------------------------------------------------------
+# The stages of one KV block, per allocation: its scores (the keys' side and the product), then its
+# frame (the block's row max and where it sits relative to the row state). FlashAttention-2 (``fp32``)
+# needs no frame stage; the masks between the two stages and the merge after them are shared.
+# --------------------------------------------------------------------------------------------------
+
+@triton.jit
+def _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
+               BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """FlashAttention-2's scores of block ``blk``: Q·Kᵀ in FP32, unscaled (the softmax's exp applies the
+    scale)."""
+    k = _rows(K, k_head, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, skb, sks, D, D_PAD, PAGED, PAGE)
+    return tl.dot(q, tl.trans(k))
+
+
+@triton.jit
+def _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
+                 D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, STATE16: tl.constexpr,
+                 FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """PASA's scores of block ``blk``: S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted
+    (K' = M·K from the pre-pass, or computed here when FUSED_SHIFT); and the block's pseudo-average, the
+    row mean of S' over all BLOCK_N columns (tail copies included), taken before any mask."""
+    cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, D_PAD)
+    d_ok = d[None, :] < D
+    if FUSED_SHIFT:
+        k_rows, _ = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
+        k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=d_ok, other=0.0)
+        kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
+    else:
+        kp = tl.load(KP + kp_base + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
+    s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
+    return s, _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
+
+
+@triton.jit
+def _pasa_frame(s, mean, f, j, inva, STATE16: tl.constexpr):
+    """PASA's frame of the j-th block a program visits: its row max, the Welford mean F_j = F + (S̄' − F)/j
+    and the corrections Δ'_prev = I·(F − F_j) of the row state and Δ'_cur = I·(S̄' − F_j) of the block to
+    the common reference I·F_j. Returns (max, Δ'_prev, Δ'_cur, F_j)."""
+    f_new = _round(f + _round(_round(mean - f, STATE16) / j, STATE16), STATE16)
+    d_prev = tl.where(j == 1.0, 0.0, _round(inva * _round(f - f_new, STATE16), STATE16))
+    d_cur = _round(inva * _round(mean - f_new, STATE16), STATE16)
+    return tl.max(s, axis=1), d_prev, d_cur, f_new
+
+
+@triton.jit
+def _rs_frame_table(fr, q, UK, uk_base, blk_lo, blk_hi, D: tl.constexpr, D_PAD: tl.constexpr,
+                    BLOCK_M: tl.constexpr):
+    """``pasa_rs``'s frame terms of every block a program visits, ahead of its loop, from the pre-pass's
+    (u, K̄) rows: one 16-column product per 8 blocks into the program's table ``fr`` (2·blocks rows of
+    BLOCK_M FP32: C = Q̂·u and Q̂·K̄ of each row), read back one block at a time by :func:`_rs_scores`."""
+    d = tl.arange(0, D_PAD)
+    r16 = tl.arange(0, 16)
+    for g in range(blk_lo, blk_hi, 8):
+        rk = 2 * g + r16
+        uk = tl.load(UK + uk_base + rk[:, None] * D + d[None, :], mask=(rk < 2 * blk_hi)[:, None] & (d[None, :] < D),
+                     other=0.0)
+        tl.store(fr[:, None] + rk[None, :] * BLOCK_M, tl.dot(q, tl.trans(uk)), mask=(rk < 2 * blk_hi)[None, :])
+    tl.debug_barrier()
+
+
+@triton.jit
+def _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr,
+               PAGE: tl.constexpr):
+    """``pasa_rs``'s scores of block ``blk``: Q̂·K'ᵀ in FP32 (the shift is subtracted by the frame stage)
+    with K' = K − u the block's centred keys, and each row's frame terms, FP32: C = Q̂·u, the centring's
+    share of the scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys. From the
+    pre-pass (K') and the program's frame table ``fr``; or FUSED_SHIFT, centred here from K, with the frame
+    terms from one product with a 16-row operand (u, K̄, zeros). Returns (Q̂·K'ᵀ, C, lv)."""
+    cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, D_PAD)
+    d_ok = d[None, :] < D
+    if FUSED_SHIFT:
+        k_rows, read = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
+        k = tl.load(K + k_head + k_rows[:, None] + d[None, :], mask=read[:, None] & d_ok, other=0.0)
+        kc, u, kbar = _centre_block(k, cols < S2, tl.minimum(S2 - blk * BLOCK_N, BLOCK_N))
+        r = tl.arange(0, 16)[:, None]
+        cl = tl.dot(q, tl.trans(tl.where(r == 0, u[None, :], tl.where(r == 1, kbar[None, :], 0.0)).to(tl.float16)))
+        r = tl.arange(0, 16)[None, :]
+        c = tl.sum(tl.where(r == 0, cl, 0.0), axis=1)
+        cbar = tl.sum(tl.where(r == 1, cl, 0.0), axis=1)
+    else:
+        kc = tl.load(KP + kp_base + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
+        c = tl.load(fr + (2 * blk) * BLOCK_M)
+        cbar = tl.load(fr + (2 * blk + 1) * BLOCK_M)
+    return tl.dot(q, tl.trans(kc)), c, cbar - c
+
+
+@triton.jit
+def _rs_excess(acc, lv):
+    """Block 1's row max above its mean: its masked Q̂·K'ᵀ ``acc`` with ψ at its mean lv, which starts the
+    running excess of :func:`_rs_frame`."""
+    psi0 = _row_shift(lv)
+    m_pre, _ = _fp16_max(tl.max(acc, axis=1) - psi0)
+    return (m_pre + psi0) - lv
+
+
+@triton.jit
+def _rs_frame(acc, c, lv, first, m, e_run, e_lag, c1, psi1, reshift_at, relevance):
+    """``pasa_rs``'s frame of a block from its masked FP32 Q̂·K'ᵀ ``acc`` and frame terms C, lv: the shift ψ
+    at lv plus the lag-2 running excess, S' = FP16(Q̂·K'ᵀ − ψ) (FP32 for the safety net's rows), the reshift
+    of rows whose block max lands far from ψ, and δ = (C − C_1) + (ψ − ψ_1), which moves the block into
+    the row state's frame (block 1's). ``first``: this is block 1, the first block the program visits,
+    whose C and ψ are C_1 and ψ_1. ``e_run`` is the running excess this block's ψ takes, ``e_lag`` the
+    previous block's excess, which enters it for the block after this one. Returns (S', its row max, δ,
+    and the next e_run, e_lag, C_1, ψ_1).
+
+    Every row max is taken once, of the product: FP32 rounding is monotonic, so the max of Q̂·K'ᵀ − ψ is
+    the product's max minus ψ, rounded, for any ψ; ψ is subtracted from the scores once, when it is
+    final."""
+    m_acc = tl.max(acc, axis=1)
+    # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag the
+    # cube/vector pipeline of the NPU needs, kept so that both round alike. A row with no unmasked key
+    # yet has no excess and uses ψ_j = lv_j. (The lag is carried as e_run and one block's excess: a
+    # second lag variable copied from the first stops Triton 3.6 from pipelining the loop's loads.)
+    psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
+    m_blk, redo = _fp16_max(m_acc - psi)
+    c1 = tl.where(first, c, c1)
+    psi1 = tl.where(first, psi, psi1)
+    # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the weight sit
+    # near the row max. A row whose block max lands further than ``reshift_at`` from 0, in a block that
+    # can matter (its max at most ``relevance`` below the running maximum, or above it), moves ψ by that
+    # max, and its S' is the product minus the new ψ (on the cube, the product computed again).
+    far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + ((c - c1) + (psi - psi1)) > m - relevance)
+    psi = tl.where(far, _row_shift(psi + m_blk), psi)
+    m_blk, redo = _fp16_max(m_acc - psi)
+    # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an extra
+    # column puts ψ in the accumulator); the one rounding that follows is to FP16, but for the safety
+    # net's rows.
+    s = acc - psi[:, None]
+    s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
+    return s, m_blk, (c - c1) + (psi - psi1), tl.maximum(e_run, e_lag), (m_blk + psi) - lv, c1, psi1
+
+
+@triton.jit
+def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
+    """Merge a block into the row state: the running max m moved by ``d_prev`` and the block's max
+    by ``d_cur`` into one frame; P = 2^(``exp_scale``·(S + d_cur − m_new)) relative to the merged maximum
+    (FlashAttention-2's form, one P·V accumulated into O), l and O rescaled by α = exp(m + d_prev − m_new).
+    Returns (m_new, l, O)."""
+    m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
+    seen = m_new != float("-inf")
+    m_safe = tl.where(seen, m_new, 0.0)
+    # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
+    alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), exp_scale, STATE16,
+                                FP16_EXP), 0.0)
+    # The subtraction before the multiply: the maximum's own score gets exactly 2^0 at any scale (one FMA,
+    # S·c − m·c, would round m·c and miss it by up to half its ulp: 2^k at large scales and scores).
+    p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), exp_scale, STATE16, FP16_EXP)
+    l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
+    if STATE16:
+        pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
+        o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
+    else:
+        o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
+    return m_new, l, o
+
+
 @triton.jit
 def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
     """A learnable sink joins the row state once, after the last block (:func:`pasa_npu.blockwise._join_sink`):
@@ -296,23 +451,29 @@ def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
 def attention_kernel(
     Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, Sink, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
-    NKV, S1, S2, G, scale, inva, shift_a, shift_b, q_mul, rho, reshift_at, relevance, band_lo, band_hi,
-    blocks_per_split, lse_none,
+    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, band_lo, band_hi,
+    blocks_per_split, tile_lo, lse_none,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr,
     HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr, FP16_EXP: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
     HAS_SINK: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """Grid (query tiles, B·NKV, splits). Out/Lse: the final FP16 output, contiguous (B, S1, N, D) with
-    OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not written unless
-    STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and lse (splits,
-    B, N, S1) of split ``program_id(2)``. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
-    its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, query tiles, 2·blocks, BLOCK_M) FP32 the
-    frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's program; ROW_SHIFT
-    without FUSED_SHIFT). UK, FR and Lse start at element ``uk_off``, ``fr_off`` and ``lse_off`` of
-    their pointers, FR's reinterpreted as FP32: one call's scratch (K', UK and FR; or the partial
-    outputs and lse) is one allocation.
+    """Grid (query tiles from tile_lo on, B·NKV, splits). Out/Lse: the final FP16 output, contiguous
+    (B, S1, N, D) with OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not
+    written unless STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and
+    lse (splits, B, N, S1) of split ``program_id(2)``. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
+    its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, the launch's query tiles, 2·blocks,
+    BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's
+    own program; ROW_SHIFT without FUSED_SHIFT), linear in the queries of one launch: a call whose table
+    would be large launches the kernel over a few ranges of query tiles in turn. UK, FR and Lse start at
+    element ``uk_off``, ``fr_off`` and ``lse_off`` of their pointers, FR's reinterpreted as FP32: one
+    call's scratch (K', UK and FR; or the partial outputs and lse) is one allocation.
+
+    ``sm_scale`` is the softmax's factor on the scores the loop holds: the scale for ``fp32`` (whose
+    Q·Kᵀ stays unscaled), ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries
+    the rest); unused by PASA, whose M carries its scale. ``reshift_at`` and ``relevance`` are pasa_rs's
+    reshift thresholds in units of Q̂·K (:func:`pasa_npu.blockwise.row_shift_constants`).
 
     PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
     int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
@@ -332,7 +493,8 @@ def attention_kernel(
     softmax's denominator once, in the final normalisation (:func:`_join_sink`); with SPLIT, in the
     combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial)."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_m = tile_lo + tile
     b = tl.program_id(1) // NKV
     hkv = tl.program_id(1) % NKV
     split = tl.program_id(2)
@@ -340,8 +502,6 @@ def attention_kernel(
     # The tables' and results' strides, from the call's S1 and S2 (a paged batch replaces them below).
     n_blocks = tl.cdiv(S2, BLOCK_N)
     spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
-    sft = 2 * n_blocks * BLOCK_M
-    sfb = tl.num_programs(0) * sft
     n_heads = NKV * G
     slb, slh, slp = n_heads * S1, S1, (tl.num_programs(1) // NKV) * n_heads * S1
     sob, soh, sos = n_heads * S1 * D, S1 * D, D
@@ -400,163 +560,71 @@ def attention_kernel(
         blk_lo = blk_lo + split * blocks_per_split
         blk_hi = tl.minimum(blk_hi, blk_lo + blocks_per_split)
 
+    # The row state, and each allocation's own.
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     o = tl.zeros([BLOCK_M, D_PAD], tl.float32)
-    cols0 = tl.arange(0, BLOCK_N)
-    m_base = b * smb
+    k_head = hkv * skh
+    kp_base = b * spb + hkv * sph
+    exp_scale = LOG2E
     if ROW_SHIFT:
-        k_head = hkv * skh
-        c_base = b * spb + hkv * sph
-        u_base = uk_off + b * sub + hkv * suh
-        rl2 = rho * LOG2E
         # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
         q = (q.to(tl.float32) * q_mul).to(tl.float16)
+        exp_scale = sm_scale * LOG2E
+        fr = (FR + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
+        fr = fr + tl.program_id(1).to(tl.int64) * (tl.num_programs(0) * 2 * n_blocks * BLOCK_M) \
+            + tile * (2 * n_blocks * BLOCK_M) + tl.arange(0, BLOCK_M)
         if not FUSED_SHIFT:
-            # The frame terms of every block this program visits, ahead of the loop: one 16-column
-            # product per 8 blocks (rows (u, K̄) of the pre-pass's UK) into this tile's slice of FR,
-            # read back one block at a time (two FP32 row vectors) by the loop.
-            fr = (FR + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
-            fr = fr + tl.program_id(1) * sfb + pid_m * sft + tl.arange(0, BLOCK_M)
-            r16 = tl.arange(0, 16)
-            for g in range(blk_lo, blk_hi, 8):
-                rk = 2 * g + r16
-                uk = tl.load(UK + u_base + rk[:, None] * D + d[None, :], mask=(rk < 2 * blk_hi)[:, None] & d_ok,
-                             other=0.0)
-                tl.store(fr[:, None] + rk[None, :] * BLOCK_M, tl.dot(q, tl.trans(uk)),
-                         mask=(rk < 2 * blk_hi)[None, :])
-            tl.debug_barrier()
-        # Block 1, the first block this program visits, a first time with ψ at its mean: how far
-        # its maximum lies above the mean starts the running excess. (A program that visits no
-        # block reads a valid one and uses nothing of it.)
+            _rs_frame_table(fr, q, UK, uk_off + b * sub + hkv * suh, blk_lo, blk_hi, D, D_PAD, BLOCK_M)
+        # Block 1, the first block this program visits, a first time with ψ at its mean: how far its
+        # maximum lies above the mean starts the running excess. (A program that visits no block reads a
+        # valid one and uses nothing of it.)
         first = tl.maximum(tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1), 0)
-        if FUSED_SHIFT:
-            kc, c, lv = _centred_block_fused(K, q, k_head, first, b, Table, stt, skb, sks, S2, D, D_PAD,
-                                                 BLOCK_N, PAGED, PAGE)
-        else:
-            kc = tl.load(KP + c_base + (first * BLOCK_N + cols0)[:, None] * D + d[None, :], mask=d_ok, other=0.0)
-            c, cbar = _frame_terms(fr, first, BLOCK_M)
-            lv = cbar - c
-        psi = _row_shift(lv)
-        # Q̂·K'ᵀ − ψ: the FP32 accumulator's product, then ψ subtracted in FP32 (on the cube, an
-        # extra column puts ψ in the accumulator); the one rounding that follows is to FP16.
-        s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], first, pos, head, row_ok, i_lo, i_hi,
-                    band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-        m_blk, _ = _fp16_max(tl.max(s, axis=1))
-        e_run = (m_blk + psi) - lv
-        e_lag1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        e_lag2 = e_lag1
+        acc, _, lv = _rs_scores(q, first, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
+                                BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
+        e_run = _rs_excess(_masked(acc, first, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb,
+                                   smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND), lv)
+        e_lag = tl.full([BLOCK_M], float("-inf"), tl.float32)
         c1 = tl.zeros([BLOCK_M], tl.float32)
         psi1 = c1
-        for blk in range(blk_lo, blk_hi):
-            cols = blk * BLOCK_N + cols0
-            if FUSED_SHIFT:
-                kc, c, lv = _centred_block_fused(K, q, k_head, blk, b, Table, stt, skb, sks, S2, D, D_PAD,
-                                                     BLOCK_N, PAGED, PAGE)
-            else:
-                kc = tl.load(KP + c_base + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
-                c, cbar = _frame_terms(fr, blk, BLOCK_M)
-                lv = cbar - c
-            # ψ_j = lv_j + the largest excess (block max above block mean) of blocks ≤ j − 2: the lag
-            # the cube/vector pipeline of the NPU needs, kept so that both round alike. A row with
-            # no unmasked key yet has no excess and uses ψ_j = lv_j.
-            e_run = tl.maximum(e_run, e_lag2)
-            psi = _row_shift(lv + tl.where(e_run == float("-inf"), 0.0, e_run))
-            s = _masked(tl.dot(q, tl.trans(kc)) - psi[:, None], blk, pos, head, row_ok, i_lo, i_hi,
-                        band_lo, band_hi, S2, Mask, m_base, smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND)
-            m32 = tl.max(s, axis=1)
-            m_blk, redo = _fp16_max(m32)
-            # The row state lives in block 1's frame C_1 + ψ_1; block j enters it through
-            # δ_j = (C_j − C_1) + (ψ_j − ψ_1).
-            c1 = tl.where(blk == blk_lo, c, c1)
-            psi1 = tl.where(blk == blk_lo, psi, psi1)
-            # The reshift: S' is rounded with an error ≈ ulp16(|S'|), and the keys that carry the
-            # weight sit near the row max. A row whose block max lands further than reshift_at from
-            # 0, in a block that can matter (its max at most ``relevance`` below the running
-            # maximum, or above it), moves ψ by that max. Its S − ψ is still in FP32 registers: the
-            # new one is a subtraction there (the cube computes the product again), and the row max
-            # moves with it exactly, since FP32 rounding is monotonic.
-            far = (tl.abs(m_blk) > reshift_at) & (redo == 0) & (m_blk + ((c - c1) + (psi - psi1)) > m - relevance)
-            psi_far = tl.where(far, _row_shift(psi + m_blk), psi)
-            s = s - (psi_far - psi)[:, None]
-            m_blk, redo = _fp16_max(m32 - (psi_far - psi))
-            psi = psi_far
-            # S' in FP16 but for the safety net's rows.
-            s = tl.where(redo[:, None], s, s.to(tl.float16).to(tl.float32))
-            e_lag2 = e_lag1
-            e_lag1 = (m_blk + psi) - lv
-            delta = (c - c1) + (psi - psi1)
-            m_new = tl.maximum(m, m_blk + delta)
-            seen = m_new != float("-inf")
-            m_safe = tl.where(seen, m_new, 0.0)
-            alpha = tl.where(seen, tl.exp2((m - m_safe) * rl2), 0.0)
-            # P relative to the merged maximum, moved into block j's frame: one FP16 rounding of the
-            # FP32 exp, one P·V accumulated into O.
-            p = tl.exp2((s - (m_safe - delta)[:, None]) * rl2)
-            l = alpha * l + tl.sum(p, axis=1)
-            v_rows = _kv_rows(Table, b, stt, cols, cols < S2, svb, svs, PAGED, PAGE)
-            v = tl.load(V + hkv * svh + v_rows[:, None] + d[None, :], mask=(cols < S2)[:, None] & d_ok, other=0.0)
-            o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
-            m = m_new
-    else:
+    elif SHIFTED:
         f = tl.zeros([BLOCK_M], tl.float32)
-        for blk in range(blk_lo, blk_hi):
-            cols = blk * BLOCK_N + cols0
-            col_ok = cols < S2
-            if SHIFTED:
-                if FUSED_SHIFT:
-                    k_rows, _ = _last_key_rows(Table, b, stt, cols, S2, skb, sks, PAGED, PAGE)
-                    k = tl.load(K + hkv * skh + k_rows[:, None] + d[None, :], mask=d_ok, other=0.0)
-                    kp = _shifted_keys(k, shift_a, shift_b, BLOCK_N)
-                else:
-                    kp = tl.load(KP + b * spb + hkv * sph + cols[:, None] * D + d[None, :], mask=d_ok, other=0.0)
-                # S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted.
-                s = _round(tl.dot(q, tl.trans(kp)).to(tl.float16).to(tl.float32), STATE16)
-                # The block's pseudo-average over all BLOCK_N columns (tail copies included), before any mask.
-                mean = _round(tl.sum(s, axis=1) * (1.0 / BLOCK_N), STATE16)
-            else:
-                k_rows = _kv_rows(Table, b, stt, cols, col_ok, skb, sks, PAGED, PAGE)
-                k = tl.load(K + hkv * skh + k_rows[:, None] + d[None, :], mask=col_ok[:, None] & d_ok, other=0.0)
-                s = tl.dot(q, tl.trans(k)) * scale
-            s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
-                        BLOCK_N, HAS_MASK, HAS_BAND)
+    else:
+        exp_scale = sm_scale * LOG2E
+
+    for blk in range(blk_lo, blk_hi):
+        if ROW_SHIFT:
+            s, c, lv = _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
+                                  BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
+        elif SHIFTED:
+            s, mean = _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
+                                   D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
+        else:
+            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_N, PAGED, PAGE)
+        s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb, smh, sms, smk,
+                    BLOCK_N, HAS_MASK, HAS_BAND)
+        if ROW_SHIFT:
+            s, m_blk, d_cur, e_run, e_lag, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag, c1, psi1,
+                                                                reshift_at, relevance)
+            d_prev = 0.0
+        elif SHIFTED:
+            m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
+        else:
             m_blk = tl.max(s, axis=1)
-            if SHIFTED:
-                # Welford mean F_j = F + (S̄' − F)/j and the corrections to the common reference I·F_j.
-                j = (blk - blk_lo + 1).to(tl.float32)
-                f_new = _round(f + _round(_round(mean - f, STATE16) / j, STATE16), STATE16)
-                d_prev = tl.where(j == 1.0, 0.0, _round(inva * _round(f - f_new, STATE16), STATE16))
-                d_cur = _round(inva * _round(mean - f_new, STATE16), STATE16)
-                f = f_new
-                m_new = tl.maximum(_round(m + d_prev, STATE16), _round(m_blk + d_cur, STATE16))
-            else:
-                d_prev = 0.0
-                d_cur = 0.0
-                m_new = tl.maximum(m, m_blk)
-            seen = m_new != float("-inf")
-            m_safe = tl.where(seen, m_new, 0.0)
-            # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
-            alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), STATE16, FP16_EXP), 0.0)
-            # P relative to the merged maximum: S' + Δ'_cur − m_new.
-            p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), STATE16, FP16_EXP)
-            l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
-            v_rows = _kv_rows(Table, b, stt, cols, col_ok, svb, svs, PAGED, PAGE)
-            v = tl.load(V + hkv * svh + v_rows[:, None] + d[None, :], mask=col_ok[:, None] & d_ok, other=0.0)
-            if STATE16:
-                pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
-                o = _round(_round(alpha[:, None] * o, STATE16) + pv, STATE16)
-            else:
-                o = tl.dot(p.to(tl.float16), v, o * alpha[:, None])
-            m = m_new
+            d_prev = 0.0
+            d_cur = 0.0
+        v = _rows(V, hkv * svh, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, svb, svs, D, D_PAD,
+                  PAGED, PAGE)
+        m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16, FP16_EXP)
 
     if HAS_SINK and not SPLIT:
         # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
         if ROW_SHIFT:
-            top = rho * ((m + c1) + psi1)
+            top = sm_scale * ((m + c1) + psi1)
         elif SHIFTED:
             top = m + inva * f
         else:
-            top = m
+            top = sm_scale * m
         sink = tl.load(Sink + head, mask=row_ok, other=0.0).to(tl.float32)
         top, l, o = _join_sink(top, l, o, sink, STATE16)
     empty = l == 0.0
@@ -570,11 +638,11 @@ def attention_kernel(
         lse = top + lse
     elif ROW_SHIFT:
         # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
-        lse = rho * ((m + c1) + psi1) + lse
+        lse = sm_scale * ((m + c1) + psi1) + lse
+    elif SHIFTED:
+        lse = (m + lse) + inva * f
     else:
-        lse = m + lse
-        if SHIFTED:
-            lse = lse + inva * f
+        lse = sm_scale * m + lse
     lse = tl.where(empty, lse_none, lse)
     o_ptr = Out + split * sop + o_row0 + head[:, None] * soh + pos[:, None] * sos + d[None, :]
     tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)

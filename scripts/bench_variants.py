@@ -1,0 +1,164 @@
+"""Time versions of the Triton kernel against each other in one process, round-robin, and check which of
+them give bit-identical outputs: the A/B benchmark behind each kernel change (docs/benchmarks/gpu_notes.md).
+
+    PYTHONPATH=python python3 scripts/bench_variants.py --out DIR NAME=PKG[:METHOD,...] [NAME=PKG ...] \\
+        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep]
+
+Each PKG is a directory holding a ``pasa_npu`` package (e.g. ``git archive COMMIT python | tar -x -C DIR``
+gives ``DIR/python``); it is imported under its own name, so the versions' kernels are compiled and
+timed side by side (each with ``--methods``, or the methods its spec names), with SDPA's flash and
+cuDNN backends as references. A cell is the median of
+ROUNDS ``triton.testing.do_bench`` medians taken round-robin over the versions and methods (decode:
+CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A's and B's outputs and
+lse on every timed shape and method, bit for bit. ``--sweep`` times the last version's methods over
+the tile configurations of SWEEP. Writes variants.json and prints a table of TFLOP/s (decode:
+GB/s of K and V).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gpu import L2_BYTES, SDPA, env_info, flops, inputs, sdpa, time_ms  # noqa: E402
+
+ROUNDS = 3
+#: name -> (B, H, Hkv, S1, S2, D, causal): the issue's shapes, one row each.
+SHAPES = {
+    "d64": (4, 32, 32, 4096, 4096, 64, False),
+    "d64_causal": (4, 32, 32, 4096, 4096, 64, True),
+    "d128": (4, 16, 16, 4096, 4096, 128, False),
+    "d128_causal": (4, 16, 16, 4096, 4096, 128, True),
+    "d256": (4, 8, 8, 4096, 4096, 256, False),
+    "d256_causal": (4, 8, 8, 4096, 4096, 256, True),
+    "qwen2_7b_causal": (1, 28, 4, 5676, 5676, 128, True),
+    "video_dit": (50, 5, 5, 9216, 9216, 64, False),
+    "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
+    "decode": (16, 32, 8, 1, 8192, 128, False),
+}
+#: shape -> method -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
+SWEEP = {
+    "d64": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 4, 2, None), (64, 4, 4, None)) for m in ("pasa_rs", "fp32")},
+    "d128": {"pasa_rs": ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None))},
+}
+
+
+def load(name: str, pkg: Path, tmp: Path):
+    """The Triton backend of the ``pasa_npu`` package in ``pkg``, imported as ``pasa_<name>``."""
+    src = pkg / "pasa_npu"
+    if not src.is_dir():
+        raise SystemExit(f"{pkg} holds no pasa_npu package")
+    shutil.copytree(src, tmp / f"pasa_{name}", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return importlib.import_module(f"pasa_{name}.backends.triton")
+
+
+def run(tb, q, k, v, causal, precision, config=None):
+    return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=128,
+                        scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
+
+
+def rate(shape, ms):
+    """TFLOP/s, or for decode GB/s of K and V."""
+    b, h, hkv, s1, s2, d, causal = shape
+    if s1 == 1:
+        return 2 * b * hkv * s2 * d * 2 / ms / 1e6
+    return flops(b, h, s1, s2, d, causal) / ms / 1e9
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("versions", nargs="+", metavar="NAME=PKG[:METHOD,...]")
+    ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names of SHAPES")
+    ap.add_argument("--methods", default="pasa_rs,fp32", help="comma-separated precisions of every version")
+    ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
+    ap.add_argument("--sweep", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main():
+    args = parse()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp())
+    sys.path.insert(0, str(tmp))
+    versions, methods = {}, {}
+    for spec in args.versions:
+        name, _, pkg = spec.partition("=")
+        pkg, _, only = pkg.partition(":")
+        versions[name] = load(name, Path(pkg), tmp)
+        methods[name] = (only or args.methods).split(",")
+    res = {"env": env_info(), "versions": args.versions, "rows": [], "same": [], "sweep": []}
+    print(json.dumps(res["env"]), flush=True)
+    for shape_name in args.shapes.split(","):
+        shape = SHAPES[shape_name]
+        b, h, hkv, s1, s2, d, causal = shape
+        set_bytes = 2 * (b * h * s1 * d * 2 + 2 * b * hkv * s2 * d)
+        sets = inputs(b, h, hkv, s1, s2, d, max(1, min(8, -(-2 * L2_BYTES // set_bytes))))
+        cells = {(vn, m): (lambda q, k, v, c, tb=tb, m=m: run(tb, q, k, v, c, m)[0])
+                 for vn, tb in versions.items() for m in methods[vn]}
+        cells.update({("sdpa", m): (lambda q, k, v, c, m=m: sdpa(q, k, v, c, SDPA[m]))
+                      for m in args.sdpa.split(",") if m})
+        for a, bname in args.same:
+            for m in set(methods[a]) & set(methods[bname]):
+                q, k, v = sets[0]
+                oa, la = run(versions[a], q, k, v, causal, m)
+                ob, lb = run(versions[bname], q, k, v, causal, m)
+                same = bool(torch.equal(oa, ob) and torch.equal(la, lb))
+                diff = float((oa.float() - ob.float()).abs().max())
+                res["same"].append({"shape": shape_name, "method": m, "a": a, "b": bname, "identical": same,
+                                    "max_abs_diff": diff})
+                print("same", shape_name, m, a, bname, same, diff, flush=True)
+        times = {}
+        for _ in range(ROUNDS):
+            for key, fn in cells.items():
+                try:
+                    times.setdefault(key, []).append(time_ms(fn, sets, causal))
+                except RuntimeError as e:
+                    times[key] = [float("nan")]
+                    print("error", shape_name, key, str(e).splitlines()[0][:120], flush=True)
+        row = {"shape": shape_name, "dims": shape}
+        for (vn, m), ts in times.items():
+            ms = statistics.median(ts)
+            row[f"{vn}:{m}"] = {"ms": ms, "rate": rate(shape, ms), "spread": (max(ts) - min(ts)) / ms}
+        res["rows"].append(row)
+        print(shape_name, " ".join(f"{k}={v['rate']:.1f}" for k, v in row.items() if isinstance(v, dict)),
+              flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    if args.sweep:
+        tb = list(versions.values())[-1]
+        for shape_name, per_method in SWEEP.items():
+            shape = SHAPES[shape_name]
+            b, h, hkv, s1, s2, d, causal = shape
+            sets = inputs(b, h, hkv, s1, s2, d, 2)
+            for causal in (False, True) if s1 > 1 else (False,):
+                for m, configs in per_method.items():
+                    for cfg in configs:
+                        try:
+                            ms = time_ms(lambda q, k, v, c, cfg=cfg, m=m: run(tb, q, k, v, c, m, cfg)[0], sets, causal)
+                            r = rate((*shape[:6], causal), ms)
+                        except Exception as e:  # a configuration that does not compile or fit shared memory
+                            r = f"error: {str(e).splitlines()[0][:80]}"
+                        res["sweep"].append({"shape": shape_name, "causal": causal, "method": m, "config": cfg,
+                                             "rate": r})
+                        print("sweep", shape_name, causal, m, cfg, r, flush=True)
+            del sets
+    (args.out / "variants.json").write_text(json.dumps(res, indent=1))
+    names = [k for k in res["rows"][0] if ":" in k] if res["rows"] else []
+    print("\n| shape | " + " | ".join(names) + " |")
+    for row in res["rows"]:
+        print(f"| {row['shape']} | " + " | ".join(f"{row[n]['rate']:.1f}" if n in row else "–" for n in names) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Compile the Triton attention kernel for Hopper (sm_90) without a GPU and report what its SASS holds:
+registers, stack (spills), local-memory loads, asynchronous copies (a software-pipelined loop issues
+``cp.async``, LDGSTS), matrix instructions (HGMMA), barriers and the instruction count.
+
+    PYTHONPATH=python python3 scripts/kernel_sass.py [CONFIG ...] [--out DIR]
+
+Triton's wheel carries ``ptxas`` and ``cuobjdump``, so this runs on any machine with the Triton of the GPU
+machine installed (the SASS depends on Triton's version). Each CONFIG of CONFIGS is one specialisation as
+a prefill or decode call of the benchmarks would compile it: pointers 16-byte aligned, int arguments
+multiples of 16, one query head per KV head. ``--out`` keeps each SASS and TTGIR listing. Another
+version of the kernel: PYTHONPATH=DIR, DIR holding that version's ``pasa_npu`` (``git archive``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from pasa_npu.backends import triton_kernels as k
+
+#: name -> (D, BLOCK_M, num_warps, num_stages, precision, decode): the backend's configurations.
+CONFIGS = {
+    "pasa_rs_d64": (64, 64, 4, 3, "pasa_rs", False),
+    "pasa_rs_d128": (128, 128, 8, 3, "pasa_rs", False),
+    "pasa_rs_d256": (256, 128, 8, 1, "pasa_rs", False),
+    "pasa_rs_decode": (128, 16, 4, 2, "pasa_rs", True),
+    "fp32_d64": (64, 64, 4, 3, "fp32", False),
+    "fp32_d128": (128, 128, 8, 3, "fp32", False),
+    "fp32_decode": (128, 16, 4, 2, "fp32", True),
+}
+POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32", "Sink": "*fp32"}
+#: The float arguments, this kernel's and earlier versions' (so that older commits compile too).
+FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at", "lse_none"}
+
+
+def compile_config(d, block_m, warps, stages, precision, decode):
+    kernel = k.attention_kernel
+    consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=128 if precision != "fp32" or d <= 128 else 64,
+                  SHIFTED=False, ROW_SHIFT=precision == "pasa_rs", STATE16=False, FUSED_SHIFT=decode,
+                  HAS_MASK=False, HAS_BAND=False, SPLIT=decode, FP16_EXP=True, PAGED=False, PAGE=1,
+                  STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False)
+    names = kernel.arg_names
+    consts = {n: v for n, v in consts.items() if n in names}
+    pointers = names[:names.index("stt")]  # the kernel takes its pointers first
+    sig = {n: "constexpr" if n in consts else POINTERS.get(n, "*fp16") if n in pointers
+           else "fp32" if n in FLOATS else "i32" for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n] == "i32" or sig[n][0] == "*"}
+    src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="*", default=list(CONFIGS), metavar="CONFIG")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    print(f"triton {triton.__version__}, sm_90")
+    print("| config | registers | stack bytes | LDL | LDGSTS | HGMMA | BAR.SYNC | instructions |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.configs:
+        compiled = compile_config(*CONFIGS[name])
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = os.path.join(tmp, "k.cubin")
+            Path(cubin).write_bytes(compiled.asm["cubin"])
+            usage = subprocess.run([cuobjdump, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+            sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True).stdout
+        regs = re.search(r"REG:(\d+)", usage).group(1)
+        stack = re.search(r"STACK:(\d+)", usage).group(1)
+        ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+([A-Z0-9_]+)", sass, re.M)
+        count = lambda op: sum(o == op for o in ops)  # noqa: E731
+        print(f"| {name} | {regs} | {stack} | {count('LDL')} | {count('LDGSTS')} | {count('HGMMA')} | "
+              f"{sass.count('BAR.SYNC')} | {len(ops)} |")
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{name}.sass").write_text(sass)
+            (args.out / f"{name}.ttgir").write_text(compiled.asm["ttgir"])
+
+
+if __name__ == "__main__":
+    main()
