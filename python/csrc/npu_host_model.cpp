@@ -192,7 +192,8 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(baseK) PASA_FIELD(kvStack) PASA_FIELD(preLaunch) PASA_FIELD(sparseMode) PASA_FIELD(hasMask)
     PASA_FIELD(bandMode) PASA_FIELD(preTokens)
     PASA_FIELD(nextTokens) PASA_FIELD(maskBatch) PASA_FIELD(maskHeads) PASA_FIELD(maskBatchStride)
-    PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv) PASA_FIELD(queryTokens)
+    PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv)
+    PASA_FIELD(queryTokens)
     PASA_FIELD(hasSink)
     PASA_FIELD(hasBlockTable) PASA_FIELD(pageSize) PASA_FIELD(maxBlocksPerSeq) PASA_FIELD(kvPageStride)
     PASA_FIELD(blockDim) PASA_FIELD(packedHeads) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
@@ -384,7 +385,8 @@ void DefCall(py::module_& m, const char* name, F f, const char* doc) {
         },
         doc, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
         py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
-        py::arg("block_table") = py::none(), py::arg("learnable_sink") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),
+        py::arg("block_table") = py::none(), py::arg("learnable_sink") = py::none(), py::kw_only(),
+        py::arg("input_layout"), py::arg("num_heads"),
         py::arg("num_key_value_heads"), py::arg("scale"), py::arg("beta"), py::arg("sparse_mode"),
         py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"), py::arg("block_size") = 0);
 }

@@ -118,15 +118,16 @@ aclTensor* Describe(const at::Tensor& t) {
                            dims.size(), t.data_ptr());
 }
 
-// (attention_out, softmax_lse (B, N, S1, 1), TND (T, N, 1), FP32) of the deployed op. Inputs are checked and normalised by
-// python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling). PageAttention:
-// blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
+// (attention_out, softmax_lse FP32 (B, N, S1, 1), TND (T, N, 1)) of the deployed op. Inputs are checked and
+// normalised by python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling).
+// PageAttention: blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
 // entries stay on the device unchecked, as FIA leaves them (pasa_npu's check_inputs checks them before).
 std::tuple<at::Tensor, at::Tensor> FusedAttention(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const c10::optional<at::Tensor>& attenMask,
     const c10::optional<std::vector<int64_t>>& actualSeqLengths,
     const c10::optional<std::vector<int64_t>>& actualSeqLengthsKv, const c10::optional<at::Tensor>& blockTable,
-    const c10::optional<at::Tensor>& learnableSink, int64_t numHeads, double scale, int64_t preTokens, int64_t nextTokens, std::string inputLayout,
+    const c10::optional<at::Tensor>& learnableSink, int64_t numHeads, double scale, int64_t preTokens,
+    int64_t nextTokens, std::string inputLayout,
     int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, double beta,
     std::string precision) {
     const OpApi& api = Api();
