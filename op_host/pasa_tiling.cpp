@@ -45,7 +45,12 @@ struct Shapes {
     uint32_t layout;  // PASA_LAYOUT_*
     int64_t B, N, NKV, S1, S2, D;
     bool paged;  // key and value are PageAttention caches
+    int64_t T;   // TND: the query's rows (0 otherwise)
 };
+
+// FIA's Q_S == 1 branch (IncreFlashAttention), where actual_seq_lengths, the sparse mode and the tokens have no
+// effect; TND has none: a batch of one query row keeps its band.
+bool DecodeBranch(const Shapes& s) { return s.S1 == 1 && s.layout != PASA_LAYOUT_TND; }
 
 // PageAttention's arguments against the query's B and D: the table (B, maxBlocksPerSeq), the page
 // length, the caches' shape (either FIA layout). Returns S2 = maxBlocksPerSeq * blockSize, the longest
@@ -70,14 +75,62 @@ int64_t PagedKeyLength(const TilingInput& in, int64_t B, int64_t NKV, int64_t D)
     return bt[1] * page;
 }
 
+// TND's cumulative lengths `name`: non-negative, non-decreasing, the last at most `rows` (the tensor's T).
+void CheckCumulative(const char* name, const std::vector<int64_t>& v, int64_t rows) {
+    int64_t prev = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < prev)
+            Bad(std::string(name) + " must be cumulative (non-decreasing, from 0) with input_layout TND, got entry " +
+                std::to_string(i) + " = " + std::to_string(v[i]) + " after " + std::to_string(prev));
+        prev = v[i];
+    }
+    if (prev > rows)
+        Bad(std::string(name) + "'s last entry " + std::to_string(prev) + " exceeds the tensor's " +
+            std::to_string(rows) + " rows (input_layout TND)");
+}
+
+// TND (pasa_tiling_data.h): query (T, N, D); key/value (T_kv, Nkv, D) with cumulative actual_seq_lengths_kv, or the
+// caches of a block table with each batch's own key length. B is the number of lengths; S1 the most rows a batch's
+// tiles cover (the last batch's run to T), S2 the longest key sequence.
+void ReadTndShapes(const TilingInput& in, Shapes& s) {
+    const auto& q = in.queryShape;
+    const auto& k = in.keyShape;
+    const std::vector<int64_t>& lq = in.actualSeqLengths;
+    const std::vector<int64_t>& lk = in.actualSeqLengthsKv;
+    if (q[1] != s.N) Bad("num_heads must equal query's N dim (input_layout TND)");
+    s.T = q[0];
+    s.D = q[2];
+    s.B = (int64_t)lq.size();
+    if (lq.empty()) Bad("actual_seq_lengths is required with input_layout TND (cumulative, one entry per batch)");
+    if (lk.size() != lq.size())
+        Bad("actual_seq_lengths_kv must have one entry per batch, as actual_seq_lengths (input_layout TND)");
+    CheckCumulative("actual_seq_lengths", lq, s.T);
+    s.S1 = s.T - lq[s.B - 1];
+    for (int64_t b = 0, start = 0; b < s.B; start = lq[b++]) s.S1 = std::max(s.S1, lq[b] - start);
+    if (s.paged) {
+        s.S2 = PagedKeyLength(in, s.B, s.NKV, s.D);
+        for (int64_t x : lk)
+            if (x < 0 || x > s.S2)
+                Bad("actual_seq_lengths_kv entries must be in [0, " + std::to_string(s.S2) +
+                    "] with a block_table (each batch's own key length, at most a table row's keys)");
+        return;
+    }
+    if (k[1] != s.NKV) Bad("num_key_value_heads must equal key's N dim (input_layout TND)");
+    if (k[2] != s.D) Bad("key's head dim must equal query's");
+    CheckCumulative("actual_seq_lengths_kv", lk, k[0]);
+    s.S2 = 0;
+    for (int64_t b = 0, start = 0; b < s.B; start = lk[b++]) s.S2 = std::max(s.S2, lk[b] - start);
+}
+
 Shapes ReadShapes(const TilingInput& in) {
     Shapes s{};
     const std::string& L = in.inputLayout;
     if (L == "BNSD") s.layout = PASA_LAYOUT_BNSD;
     else if (L == "BSH") s.layout = PASA_LAYOUT_BSH;
     else if (L == "BSND") s.layout = PASA_LAYOUT_BSND;
-    else Bad("input_layout must be one of \"BNSD\", \"BSH\", \"BSND\", got \"" + L + "\"");
-    const size_t rank = s.layout == PASA_LAYOUT_BSH ? 3 : 4;
+    else if (L == "TND") s.layout = PASA_LAYOUT_TND;
+    else Bad("input_layout must be one of \"BNSD\", \"BSH\", \"BSND\", \"TND\", got \"" + L + "\"");
+    const size_t rank = s.layout == PASA_LAYOUT_BSH || s.layout == PASA_LAYOUT_TND ? 3 : 4;
     auto checkRank = [&](const char* name, const std::vector<int64_t>& shape) {
         if (shape.size() != rank) Bad(std::string(name) + " must be " + std::to_string(rank) + "-D for input_layout " + L);
         for (int64_t v : shape) if (v < 0) Bad(std::string(name) + " has a negative dimension");
@@ -96,37 +149,44 @@ Shapes ReadShapes(const TilingInput& in) {
     int64_t B, S1, S2, D;
     const auto& q = in.queryShape;
     const auto& k = in.keyShape;
-    if (s.layout == PASA_LAYOUT_BSH) {
-        B = q[0]; S1 = q[1];
-        if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
-        D = q[2] / N;
-    } else if (s.layout == PASA_LAYOUT_BSND) {
-        B = q[0]; S1 = q[1]; D = q[3];
-        if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
-    } else {
-        B = q[0]; S1 = q[2]; D = q[3];
-        if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
-    }
-    if (s.paged) {
-        S2 = PagedKeyLength(in, B, NKV, D);
+    s.N = N;
+    s.NKV = NKV;
+    if (s.layout == PASA_LAYOUT_TND) {
+        ReadTndShapes(in, s);
+        B = s.B; S1 = s.S1; S2 = s.S2; D = s.D;
     } else {
         if (s.layout == PASA_LAYOUT_BSH) {
-            if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
-            S2 = k[1];
+            B = q[0]; S1 = q[1];
+            if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
+            D = q[2] / N;
         } else if (s.layout == PASA_LAYOUT_BSND) {
-            if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
-            if (k[3] != D) Bad("key's head dim must equal query's");
-            S2 = k[1];
+            B = q[0]; S1 = q[1]; D = q[3];
+            if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
         } else {
-            if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
-            if (k[3] != D) Bad("key's head dim must equal query's");
-            S2 = k[2];
+            B = q[0]; S1 = q[2]; D = q[3];
+            if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
         }
-        if (k[0] != B) Bad("key's batch must equal query's batch");
+        if (s.paged) {
+            S2 = PagedKeyLength(in, B, NKV, D);
+        } else {
+            if (s.layout == PASA_LAYOUT_BSH) {
+                if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
+                S2 = k[1];
+            } else if (s.layout == PASA_LAYOUT_BSND) {
+                if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
+                if (k[3] != D) Bad("key's head dim must equal query's");
+                S2 = k[1];
+            } else {
+                if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
+                if (k[3] != D) Bad("key's head dim must equal query's");
+                S2 = k[2];
+            }
+            if (k[0] != B) Bad("key's batch must equal query's batch");
+        }
     }
     // GM rows are read through Nd2Nz (srcDValue <= 65535 elements)
     if ((s.layout != PASA_LAYOUT_BNSD && (N * D > 65535 || NKV * D > 65535)))
-        Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND (one query row of all heads)");
+        Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND/TND (one query row of all heads)");
     if (s.paged && in.keyShape.size() == 3 && NKV * D > 65535)
         Bad("num_key_value_heads * D must be <= 65535 for key/value caches (num_blocks, block_size, H) (one key row "
             "of all heads)");
@@ -152,15 +212,22 @@ const AllocationTraits& ReadOptions(const TilingInput& in, const Shapes& s) {
     } else if (in.sparseMode == 1) {
         Bad("atten_mask is required for sparse_mode 1");
     }
-    if (s.S1 != 1 && (in.sparseMode == 4 || (in.sparseMode == 0 && hasMask)) && in.preTokens + in.nextTokens < 0)
+    if (!DecodeBranch(s) && (in.sparseMode == 4 || (in.sparseMode == 0 && hasMask)) && in.preTokens + in.nextTokens < 0)
         Bad("pre_tokens + next_tokens must be >= 0 where the band applies");
     auto checkLens = [&](const char* name, const std::vector<int64_t>& v, int64_t hi) {
         if (v.empty()) return;
         if ((int64_t)v.size() != s.B) Bad(std::string(name) + " must have B entries (expand a single value first)");
         for (int64_t x : v) if (x < 0 || x > hi) Bad(std::string(name) + " entries must be in [0, " + std::to_string(hi) + "]");
     };
-    checkLens("actual_seq_lengths", in.actualSeqLengths, s.S1);
-    checkLens("actual_seq_lengths_kv", in.actualSeqLengthsKv, s.S2);
+    if (s.layout != PASA_LAYOUT_TND) {  // TND's were checked with its shapes (cumulative)
+        checkLens("actual_seq_lengths", in.actualSeqLengths, s.S1);
+        checkLens("actual_seq_lengths_kv", in.actualSeqLengthsKv, s.S2);
+    } else if (hasMask) {
+        Bad("input_layout TND takes no atten_mask: sparse_mode 0 without a mask, or 2, 3, 4 (the band from indices)");
+    }
+    const auto& sink = in.learnableSinkShape;
+    if (!sink.empty() && (sink.size() != 1 || sink[0] != s.N))
+        Bad("learnable_sink must be 1-D (num_heads,) = (" + std::to_string(s.N) + ",): one logit per query head");
     const PlatformInfo& pl = in.platform;
     if (pl.aicNum < 1 || pl.aivNum != 2 * pl.aicNum) Bad("platform: aivNum must be 2 * aicNum >= 2 (KERNEL_TYPE_MIX_AIC_1_2)");
     return alloc;
@@ -176,6 +243,10 @@ void FillShapes(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
     if (s.layout == PASA_LAYOUT_BNSD) {
         t.qBatchStride = N * S1 * D; t.qHeadStride = S1 * D; t.qRowStride = D;
         t.kvBatchStride = NKV * S2 * D; t.kvHeadStride = S2 * D; t.kvRowStride = D;
+    } else if (s.layout == PASA_LAYOUT_TND) {  // (T, N, D): a batch's rows are found by their token index
+        t.qBatchStride = 0; t.qHeadStride = D; t.qRowStride = N * D;
+        t.kvBatchStride = 0; t.kvHeadStride = D; t.kvRowStride = NKV * D;
+        t.queryTokens = s.T;
     } else {  // BSH and BSND share the memory order (B, S, N, D)
         t.qBatchStride = S1 * N * D; t.qHeadStride = D; t.qRowStride = N * D;
         t.kvBatchStride = S2 * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
@@ -192,8 +263,9 @@ void FillShapes(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
             t.kvPageStride = NKV * page * D; t.kvHeadStride = page * D; t.kvRowStride = D;
         }
     }
-    t.hasActualSeqQ = S1 != 1 && !in.actualSeqLengths.empty();  // FIA ignores actual_seq_lengths for decode
+    t.hasActualSeqQ = !DecodeBranch(s) && !in.actualSeqLengths.empty();  // FIA ignores them for decode
     t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
+    t.hasSink = !in.learnableSinkShape.empty();
 }
 
 // The allocation's tiling key and constants: the scale as its rule applies it, and K' one strip wider where the
@@ -294,7 +366,7 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
             // Decode with GQA packs a KV head's group of query heads into the rows of its tasks
             // (pasa_tiling_data.h), so K and V are read once per group; groups larger than blockQ take several
             // query blocks.
-            t.packedHeads = s.S1 == 1 && t.groupSize > 1 ? t.groupSize : 1;
+            t.packedHeads = DecodeBranch(s) && t.groupSize > 1 ? t.groupSize : 1;
             t.numQBlocks = CeilDiv((uint64_t)s.S1 * t.packedHeads, t.blockQ);
             t.numKvBlocks = CeilDiv(s.S2, BLOCK_KV);
             return plan;
@@ -308,7 +380,7 @@ void FillMasks(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
     const bool hasMask = !in.maskShape.empty();
     t.sparseMode = in.sparseMode;
     t.hasMask = hasMask;
-    t.bandMode = (s.S1 != 1 && (in.sparseMode >= 2 || (in.sparseMode == 0 && hasMask))) ? 1 : 0;
+    t.bandMode = (!DecodeBranch(s) && (in.sparseMode >= 2 || (in.sparseMode == 0 && hasMask))) ? 1 : 0;
     t.preTokens = in.preTokens; t.nextTokens = in.nextTokens;
     if (hasMask) {
         const auto& m = in.maskShape;
@@ -325,7 +397,7 @@ void FillMasks(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
 void SplitWork(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl) {
     const uint64_t baseTasks = (uint64_t)s.B * (s.N / t.packedHeads) * t.numQBlocks;
     t.kvSplits = 1;
-    if (s.S1 == 1 && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
+    if (DecodeBranch(s) && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
         // The split count that minimises the busiest core's work, ceil(tasks/cores) * (blocks per split
         // + 1), the +1 standing for a task's fixed cost (Q load, partial write, its share of the
         // combine); ties go to fewer splits. At most 64 splits, because the combine

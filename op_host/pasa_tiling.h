@@ -48,9 +48,9 @@ struct PlatformInfo {
 
 // Everything the op receives, at FIA's level (torch_npu.npu_fused_infer_attention_score).
 struct TilingInput {
-    // Shapes of the tensors as given (3-D for "BSH", 4-D for "BNSD"/"BSND").
+    // Shapes of the tensors as given (3-D for "BSH" and "TND", 4-D for "BNSD"/"BSND").
     std::vector<int64_t> queryShape, keyShape, valueShape;
-    std::string inputLayout = "BSH";      // "BNSD", "BSH", "BSND"; attention_out has the same layout
+    std::string inputLayout = "BSH";      // "BNSD", "BSH", "BSND", "TND"; attention_out has the same layout
     int64_t numHeads = 1;
     int64_t numKeyValueHeads = 0;         // 0 = numHeads
     double scale = 1.0;
@@ -63,6 +63,8 @@ struct TilingInput {
     // and not passed: pass an empty maskShape (the band is computed from indices).
     std::vector<int64_t> maskShape;
     // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
+    // TND: both required, FIA's cumulative query lengths (B = their count, the last at most T) and cumulative key
+    // lengths, or with a block table each batch's own key length; no atten_mask (sparse modes 0, 2, 3, 4).
     // The kernel reads them from GM as int64; these copies only validate and size the plan.
     std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
     // PageAttention (FIA's block_table and block_size): the table's shape (B, maxBlocksPerSeq), empty
@@ -73,6 +75,8 @@ struct TilingInput {
     // shape only): CheckBlockTable checks them where they are on the host.
     std::vector<int64_t> blockTableShape;
     int64_t blockSize = 0;
+    // FIA v2's learnable_sink: FP32 (N,), one logit per query head; empty = no sink.
+    std::vector<int64_t> learnableSinkShape;
     std::string precision = kDefaultPrecision;  // a name of KernelAllocations()
     PlatformInfo platform;
 };
@@ -84,7 +88,8 @@ struct TilingInput {
 //                    actualSeqLengths when S1 == 1 (FIA's decode rule).
 //   blockTable       nullptr, or int32 (B, maxBlocksPerSeq), contiguous: the pages of each batch's keys;
 //                    the kernel reads entries [0, ceil(actualSeqLengthsKv[b] / blockSize)) of row b.
-//   softmaxLse       FP32 (B, N, S1), always written: m + ln l + I*F in the true scale; -inf for a valid
+//   learnableSink    nullptr, or FP32 (N,): each row's sink joins its softmax once, in the true scale.
+//   softmaxLse       FP32 (B, N, S1) (TND: (T, N)), always written: the true-scale lse; -inf for a valid
 //                    row with no kept key (FIA: LSE_NO_KEY), +inf for a padded row past
 //                    actual_seq_lengths (FIA: 3e+99 -> +inf). Output rows of both kinds are 0.
 //   workspace        workspaceBytes of user workspace (CANN's op definition adds its system workspace).
@@ -92,6 +97,11 @@ struct TilingInput {
 //                    appeared in S' (PASA could not absorb the scores' amplitude); the outputs then
 //                    carry the same Inf/NaN as the golden model, and the binding should fall back.
 inline uint64_t StatusWordOffset(const PasaTilingData& t, uint32_t aiv) { return t.wsStatusOffset + 32ull * aiv; }
+// softmaxLse's shape, as above: (T, N) for TND, else (B, N, S1).
+inline std::vector<int64_t> LseShape(const PasaTilingData& t) {
+    if (t.layout == PASA_LAYOUT_TND) return {t.queryTokens, t.numHeads};
+    return {t.batch, t.numHeads, t.seqQ};
+}
 
 // SetScheduleMode values (TilingContext): the kernel's all-core barriers (CrossCoreSetFlag mode 0 after
 // the K' pre-pass, and after the split-KV partials) need batch mode, so that every core of the launch

@@ -63,7 +63,7 @@ public:
             const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
             LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, slots_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
             // padded V rows repeat the last key's value; their P columns are exactly 0
-            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
+            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
             LocalTensor<float> c = cube_->Gemm(p, mp, BLOCK_KV, v, BLayout::ROWS, BLOCK_KV, d, 0, kcPv_);
             cube_->pL1_.FreeTensor(p);
             cube_->vL1_.FreeTensor(v);
@@ -101,7 +101,7 @@ public:
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage& stage) {
         const uint32_t mp = Align16(k.tileRows);
-        LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
+        LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, qGm_[TileQOffset(*t_, k)], k.rowsValid, mp,
                                               t_->headDim, k.qRowStride);
         const uint32_t stacks = StacksOf(*t_, k);
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
@@ -126,7 +126,7 @@ private:
         } else {
             // a tail block's padded K rows repeat its last key; the AIVs mask their S columns
             const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
-            kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
+            kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
         }
         LocalTensor<float> c = cube_->Gemm(q, mp, d, kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, t_->baseK);
         cube_->kL1_.FreeTensor(kt);

@@ -87,7 +87,7 @@ public:
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage&) {
         const uint32_t mp = Align16(k.tileRows);
-        LocalTensor<half> q1 = cube_->LoadRows(cube_->qL1_, qGm_[QOffset(*t_, k.b, k.n, k.row0)], k.rowsValid, mp,
+        LocalTensor<half> q1 = cube_->LoadRows(cube_->qL1_, qGm_[TileQOffset(*t_, k)], k.rowsValid, mp,
                                                t_->headDim, k.qRowStride);
         LocalTensor<half> q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
         q = cube_->L0A().DeQue<half>();
@@ -122,7 +122,7 @@ private:
         const uint32_t d = t_->headDim, jb = k.kvBlock0 + j;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
         const uint32_t keyChunk = MinU(BLOCK_KV, L0_HALF_BYTES / (d * 2) / FRACTAL * FRACTAL);
-        LocalTensor<half> kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
+        LocalTensor<half> kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
         LocalTensor<half> kAll;
         if (keyChunk == BLOCK_KV) {
             kAll = cube_->LoadB(kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, 0, d);
@@ -169,7 +169,7 @@ private:
             const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
             LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, probs_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
             // padded V rows repeat the last key's value, the ones strip holds 1 there too; their P columns are 0
-            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, jb * BLOCK_KV, keys);
+            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
             const bool init = j == 0 || close;
             // V in one chunk and the ones strip stay in the L0B halves for every row half. Per half, the ones' call
             // first, then V's: the calls write other columns, and the last one orders them before the next block's

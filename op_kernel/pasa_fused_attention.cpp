@@ -21,8 +21,8 @@ using namespace pasa_kernel;
 
 template <class Policy>
 __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_ADDR key, GM_ADDR value,
-                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR out,
-                                    GM_ADDR lse, GM_ADDR ws) {
+                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR sink,
+                                    GM_ADDR out, GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
@@ -49,7 +49,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         const uint32_t core = aiv / GetTaskRatio();
         const uint32_t sub = GetSubBlockIdx();
         VectorStage<Policy> stage;
-        stage.Init(&t, &pipe, query, mask, out, lse, ws, core, sub);
+        stage.Init(&t, &pipe, query, mask, sink, out, lse, ws, core, sub);
         auto& rows = stage.Rows();
         if constexpr (Policy::PREPASS == Prepass::SHIFT_MATRIX) WriteShiftMatrix(t, rows.pQue, ws, core, sub, rows.rm);
         if constexpr (Policy::PREPASS == Prepass::CENTRED_KEYS) {
@@ -64,7 +64,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
             stage.Run(DecodeTask(t, id, lenQ, lenKv));
         }
         if (t.kvSplits > 1)
-            CombineSplits(t, ws, out, lse, aiv, rows.pvQue, rows.outQue, rows.lseQue,
+            CombineSplits(t, ws, sink, out, lse, aiv, rows.pvQue, rows.outQue, rows.lseQue,
                           rows.oAcc.template ReinterpretCast<float>(), rows.fd);
         stage.WriteStatus(aiv);
     }
@@ -89,8 +89,8 @@ static_assert(0 PASA_KERNEL_ALLOCATIONS(PASA_COUNT_ALLOCATION) == 5,
 extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                            GM_ADDR attenMask, GM_ADDR actualSeqLengths,
                                                            GM_ADDR actualSeqLengthsKv, GM_ADDR blockTable,
-                                                           GM_ADDR attentionOut, GM_ADDR softmaxLse, GM_ADDR workspace,
-                                                           GM_ADDR tiling) {
+                                                           GM_ADDR learnableSink, GM_ADDR attentionOut,
+                                                           GM_ADDR softmaxLse, GM_ADDR workspace, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     REGISTER_TILING_DEFAULT(PasaTilingData);
     GET_TILING_DATA_WITH_STRUCT(PasaTilingData, td, tiling);
@@ -98,7 +98,8 @@ extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADD
     // One binary per tiling key: the op build finds the keys as TILING_KEY_IS's numeric arguments
 #define PASA_RUN_KEY(tilingKey)                                                                                     \
     RunAttention<PolicyOfKey<tilingKey>::type>(td, query, key, value, attenMask, actualSeqLengths,                  \
-                                               actualSeqLengthsKv, blockTable, attentionOut, softmaxLse, ws)
+                                               actualSeqLengthsKv, blockTable, learnableSink, attentionOut,        \
+                                               softmaxLse, ws)
     if (TILING_KEY_IS(0)) {
         PASA_RUN_KEY(0);
     } else if (TILING_KEY_IS(1)) {

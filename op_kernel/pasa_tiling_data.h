@@ -9,6 +9,12 @@
 //     PageAttention (hasBlockTable): blockTable[b][s / pageSize]*kvPageStride + h*kvHeadStride
 //                                    + (s % pageSize)*kvRowStride, blockTable int32 (B, maxBlocksPerSeq)
 //   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
+//   TND (layout PASA_LAYOUT_TND: query/output (T, N, D), key/value (T_kv, Nkv, D) or the caches): batch b is
+//     the rows [start_b, start_b + len_b) of the token dimension, from FIA's cumulative actual_seq_lengths (and,
+//     without a block table, cumulative actual_seq_lengths_kv; with one, each batch's own key length): the batch
+//     strides are 0 and a row's position s becomes the token index start_b + s (pasa_common.h Task::qStart,
+//     Task::kvStart); softmax_lse is (T, N): (start_b + s)*numHeads + n. Rows past the last cumulative query
+//     length are padding (out 0, lse +inf), written by the last batch's tasks: that batch's tiles run to T.
 // A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
 // Decode with GQA (S1 == 1, packedHeads = N/Nkv > 1) packs the query heads of a KV head into the rows of its
 // tasks, so that K and V are read once per KV head and split, not once per query head: a task is
@@ -29,6 +35,7 @@
 #define PASA_LAYOUT_BNSD 0
 #define PASA_LAYOUT_BSH 1
 #define PASA_LAYOUT_BSND 2
+#define PASA_LAYOUT_TND 3
 
 struct PasaTilingData {
     // ---- shapes ----
@@ -36,7 +43,7 @@ struct PasaTilingData {
     uint32_t numHeads;         // N (query heads)
     uint32_t numKvHeads;       // Nkv, divides N
     uint32_t groupSize;        // N / Nkv
-    uint32_t seqQ;             // S1 (max over batches)
+    uint32_t seqQ;             // S1 (max over batches; TND: the most rows a batch's tiles cover)
     uint32_t seqKv;            // S2 (max over batches)
     uint32_t headDim;          // D, a multiple of 16, <= 256
     uint32_t layout;           // PASA_LAYOUT_*
@@ -78,6 +85,9 @@ struct PasaTilingData {
     // ---- valid lengths (int64 per batch in GM, B entries) ----
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
     uint32_t hasActualSeqKv;
+    uint32_t queryTokens;      // TND: T, the query's rows (the last batch's tiles run to it); 0 otherwise
+    // ---- FIA v2's learnable_sink: FP32 (N,), one logit per query head in the true scale ----
+    uint32_t hasSink;          // 1: each row's sink joins its state once (pasa_vector_stage.h JoinSink, or the combine)
     // ---- PageAttention (FIA's block_table and block_size): key/value are caches of pages ----
     // Caches (num_blocks, pageSize, Nkv*D): kvPageStride = pageSize*Nkv*D, kvHeadStride = D, kvRowStride = Nkv*D;
     // (num_blocks, Nkv, pageSize, D): kvPageStride = Nkv*pageSize*D, kvHeadStride = pageSize*D, kvRowStride = D.

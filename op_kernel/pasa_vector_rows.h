@@ -298,7 +298,7 @@ public:
 
     // Element offset in query and output of this AIV's first row of task k (row r0 of the tile).
     __aicore__ inline uint64_t FirstRowOffset(const Task& k) const {
-        return QOffset(*t, k.b, k.n, k.row0) + r0 * k.qRowStride;
+        return TileQOffset(*t, k) + r0 * k.qRowStride;
     }
 
     // The valid rows where the 0/1 flag vector `flags` is 1 (rows past the valid ones count for nothing): one

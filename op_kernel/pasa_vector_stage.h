@@ -17,7 +17,9 @@
 //   WEIGHTS_PV          O = alpha O + gamma P V (a local softmax per block, merged) or O = alpha O + P V; or, where
 //   MergeStack(k, st)   the sums stay on the cube (SUMS_ON_CUBE), the stack's closed segments into O and l
 //   LoadLseTerms(), ScaleLseTerms(), AddLseTerms()   its terms of lse = m + ln l (+ ...), in the stage's FP32
-//                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence
+//                       vectors fa (m, then lse) and fb (l, then ln l), at three points of the stage's sequence; with
+//                       a learnable sink, back to back before the join: fa = the row's true-scale maximum (the
+//                       allocation's frame moved back: PASA's I F, pasa_rs's rho (C_1 + psi_1), fp32_frame's scale G)
 //   CHECKS_OVERFLOW     whether its state can leave the finite range (fp32_frame's cannot: no check), and then
 //   FiniteRows()        bits = the rows whose state stayed finite (the overflow check)
 //   WriteStatusWords(s) its words of the status block beyond word 0
@@ -40,8 +42,8 @@ public:
     using T = ElementAccumulator<Policy>;
     using Softmax = typename Policy::template Softmax<Policy>;
 
-    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR out,
-                                GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
+    __aicore__ inline void Init(const PasaTilingData* t, TPipe* pipe, GM_ADDR query, GM_ADDR mask, GM_ADDR sink,
+                                GM_ADDR out, GM_ADDR lse, GM_ADDR workspace, uint32_t core, uint32_t sub) {
         t_ = t;
         v_.Init(t, pipe, mask, workspace, core, sub, TraitsOf<Policy>());
         softmax_.Init(&v_, t, query, workspace, core);
@@ -50,6 +52,7 @@ public:
         statusGm_.SetGlobalBuffer((__gm__ uint32_t*)(workspace + t->wsStatusOffset));
         partOGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialOffset));
         partLseGm_.SetGlobalBuffer((__gm__ float*)(workspace + t->wsPartialLseOffset));
+        if (t->hasSink) sinkGm_.SetGlobalBuffer((__gm__ float*)sink);
     }
 
     // The rows' buffers, lent to the AIV stages outside the task loop (the pre-passes, the split-KV combine).
@@ -142,35 +145,101 @@ private:
     }
 
     // O/l (rows without any kept key: l = 0, O = 0, out 0) and lse = m + ln l and the epilogue's terms, in FP32,
-    // -inf for l = 0.
+    // -inf for l = 0; with a learnable sink (and no split: the combine adds it there), the sink joined first.
     __aicore__ inline void Finalize(const Task& k) {
         const int32_t rv = (int32_t)ROW_VEC;
+        const bool join = t_->hasSink && t_->kvSplits == 1;
         CompareScalar(v_.bits, v_.l, (T)0, CMPMODE::NE, ROW_VEC);
         PipeBarrier<PIPE_V>();
+        if (join) JoinSink(k);
         Select(v_.tmp1, v_.bits, v_.l, (T)1, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
         v_.Broadcast(v_.tmp1);
         v_.RowBroadcast(RowOp::DIV, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
-        if constexpr (sizeof(T) == 2) {
-            Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
-            Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
-        } else {
-            Muls(v_.fa, v_.m.template ReinterpretCast<float>(), 1.0f, rv);
-            Muls(v_.fb, v_.l.template ReinterpretCast<float>(), 1.0f, rv);
-        }
-        softmax_.LoadLseTerms();
+        if (!join) LoadMax();
+        if constexpr (sizeof(T) == 2) Cast(v_.fb, v_.l, RoundMode::CAST_NONE, ROW_VEC);
+        else Muls(v_.fb, v_.l.template ReinterpretCast<float>(), 1.0f, rv);
+        if (!join) softmax_.LoadLseTerms();
         PipeBarrier<PIPE_V>();
         Ln(v_.fb, v_.fb, rv);
-        softmax_.ScaleLseTerms();
+        if (!join) softmax_.ScaleLseTerms();
         PipeBarrier<PIPE_V>();
         Add(v_.fa, v_.fa, v_.fb, rv);
         PipeBarrier<PIPE_V>();
-        softmax_.AddLseTerms();
+        if (!join) softmax_.AddLseTerms();
         Select(v_.fa, v_.bits, v_.fa, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
         PipeBarrier<PIPE_V>();
         if constexpr (Softmax::CHECKS_OVERFLOW) CheckOverflow();
         if (t_->kvSplits == 1) WriteFinal(k);
         else WritePartial(k);
+    }
+
+    // The sink joins the row state once, after the last block (blockwise._join_sink, the same in every allocation):
+    // fa holds the row's true-scale maximum m (FP32) and bits the rows with a key. As one more block of one key of
+    // weight e^s and value 0: top = max(m, s) in FP32 (m = -inf for a row with no key: fp32_frame's frame is 0
+    // there), a = e^{m - top} (0 for a row with no key) and c = e^{s - top} in FP32, rounded to T; l = T(T(a l) + c),
+    // O = T(a O); fa = top. A row with no key gets l = 1, O = 0: out 0, lse = s exactly.
+    __aicore__ inline void JoinSink(const Task& k) {
+        const int32_t rv = (int32_t)ROW_VEC;
+        LoadMax();
+        softmax_.LoadLseTerms();
+        PipeBarrier<PIPE_V>();
+        softmax_.ScaleLseTerms();
+        PipeBarrier<PIPE_V>();
+        softmax_.AddLseTerms();
+        LoadSinks(k);
+        Select(v_.fa, v_.bits, v_.fa, NegInf<float>(), SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        Max(v_.fc, v_.fa, v_.fd, rv);
+        PipeBarrier<PIPE_V>();
+        Sub(v_.fa, v_.fa, v_.fc, rv);
+        Sub(v_.fd, v_.fd, v_.fc, rv);
+        PipeBarrier<PIPE_V>();
+        Select(v_.fa, v_.bits, v_.fa, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);  // no -inf - (-inf)
+        PipeBarrier<PIPE_V>();
+        Exp(v_.fa, v_.fa, rv);
+        Exp(v_.fd, v_.fd, rv);
+        PipeBarrier<PIPE_V>();
+        Select(v_.fa, v_.bits, v_.fa, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, ROW_VEC);
+        PipeBarrier<PIPE_V>();
+        if constexpr (sizeof(T) == 2) {
+            Cast(v_.tmp1.template ReinterpretCast<half>(), v_.fa, RoundMode::CAST_RINT, ROW_VEC);
+            Cast(v_.tmp2.template ReinterpretCast<half>(), v_.fd, RoundMode::CAST_RINT, ROW_VEC);
+        } else {
+            Muls(v_.tmp1.template ReinterpretCast<float>(), v_.fa, 1.0f, rv);
+            Muls(v_.tmp2.template ReinterpretCast<float>(), v_.fd, 1.0f, rv);
+        }
+        PipeBarrier<PIPE_V>();
+        Mul(v_.mBlk, v_.tmp1, v_.l, rv);
+        PipeBarrier<PIPE_V>();
+        Add(v_.l, v_.mBlk, v_.tmp2, rv);
+        v_.Broadcast(v_.tmp1);
+        v_.RowBroadcast(RowOp::MUL, v_.oAcc, v_.oAcc, v_.bc, v_.rows, v_.d);
+        Muls(v_.fa, v_.fc, 1.0f, rv);
+        CompareScalar(v_.bits, v_.l, (T)0, CMPMODE::NE, ROW_VEC);  // the golden model's l == 0 after the join
+        PipeBarrier<PIPE_V>();
+    }
+
+    // fa = the running maximum m in FP32.
+    __aicore__ inline void LoadMax() {
+        if constexpr (sizeof(T) == 2) Cast(v_.fa, v_.m, RoundMode::CAST_NONE, ROW_VEC);
+        else Muls(v_.fa, v_.m.template ReinterpretCast<float>(), 1.0f, (int32_t)ROW_VEC);
+    }
+
+    // fd = the sinks of this AIV's rows: their head's, or, where the rows are a GQA group's heads (packed), one each.
+    __aicore__ inline void LoadSinks(const Task& k) {
+        if (k.positionStep == 1) {
+            Duplicate(v_.fd, sinkGm_.GetValue(k.n), (int32_t)ROW_VEC);
+        } else {
+            LocalTensor<float> s = v_.pvQue.template AllocTensor<float>();
+            DataCopyPad(s, sinkGm_[k.n + v_.r0], DataCopyExtParams(1, v_.rows * 4, 0, 0, 0),
+                        DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
+            v_.pvQue.EnQue(s);
+            s = v_.pvQue.template DeQue<float>();
+            Muls(v_.fd, s, 1.0f, (int32_t)v_.rows);
+            v_.pvQue.FreeTensor(s);
+        }
+        PipeBarrier<PIPE_V>();
     }
 
     // A valid row whose state did not stay finite (the epilogue's FiniteRows): flags in fd, their sum over the
@@ -193,24 +262,57 @@ private:
         PipeBarrier<PIPE_V>();
         if (valid < rows) Duplicate(o[valid * d], (half)0, (int32_t)((rows - valid) * d));  // padded rows
         v_.outQue.EnQue(o);
+        if (k.lseStride != 1) {
+            o = v_.outQue.template DeQue<half>();
+            WriteRows(k, o);
+            WriteStridedLse(k, valid, rows);
+            return;
+        }
         LocalTensor<float> lt = v_.lseQue.template AllocTensor<float>();
         Muls(lt, v_.fa, 1.0f, (int32_t)ROW_VEC);
         Duplicate(lt[ROW_VEC], PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
         v_.lseQue.EnQue(lt);
         o = v_.outQue.template DeQue<half>();
-        DataCopyParams cp((uint16_t)rows, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
-        DataCopy(outGm_[v_.FirstRowOffset(k)], o, cp);
-        v_.outQue.FreeTensor(o);
+        WriteRows(k, o);
         lt = v_.lseQue.template DeQue<float>();
-        const uint64_t base = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0;
+        const uint64_t base = k.lseFirst + v_.r0;
         if (valid > 0) DataCopyPad(lseGm_[base], lt, DataCopyExtParams(1, valid * 4, 0, 0, 0));
         if (valid < rows)
             DataCopyPad(lseGm_[base + valid], lt[ROW_VEC], DataCopyExtParams(1, (rows - valid) * 4, 0, 0, 0));
         v_.lseQue.FreeTensor(lt);
     }
 
+    // This AIV's output rows (o, dequeued from outQue) to attention_out, the layout's row stride apart.
+    __aicore__ inline void WriteRows(const Task& k, LocalTensor<half>& o) {
+        const uint32_t d = v_.d;
+        DataCopyParams cp((uint16_t)v_.rows, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
+        DataCopy(outGm_[v_.FirstRowOffset(k)], o, cp);
+        v_.outQue.FreeTensor(o);
+    }
+
+    // TND: the tile's rows are N entries apart in softmax_lse (pasa_tiling_data.h). Each value goes to a 32-byte
+    // block of its own (Brcb; rows blocks fit the output buffer of rows x D halves), one burst of 4 bytes per
+    // block: the valid rows' lse (fa), then the padded rows' +inf.
+    __aicore__ inline void WriteStridedLse(const Task& k, uint32_t valid, uint32_t rows) {
+        const uint64_t first = k.lseFirst + (uint64_t)v_.r0 * k.lseStride;
+        Duplicate(v_.fb, PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
+        PipeBarrier<PIPE_V>();
+        const LocalTensor<float> src[2] = {v_.fa, v_.fb};
+        const uint32_t begin[2] = {0, valid}, count[2] = {valid, rows - valid};
+        for (uint32_t part = 0; part < 2; ++part) {
+            if (count[part] == 0) continue;
+            LocalTensor<float> spread = v_.outQue.template AllocTensor<float>();
+            Brcb(spread, src[part], (uint8_t)((count[part] + 7) / 8), BrcbRepeatParams(1, 8));
+            v_.outQue.EnQue(spread);
+            spread = v_.outQue.template DeQue<float>();
+            DataCopyPad(lseGm_[first + (uint64_t)begin[part] * k.lseStride], spread,
+                        DataCopyExtParams(count[part], 4, 0, (k.lseStride - 1) * 4, 0));
+            v_.outQue.FreeTensor(spread);
+        }
+    }
+
     // Split-KV: this split's normalised O (FP32) and its lse, per row, for the combine. Splits exist
-    // only for decode (S1 = 1), so the rows are one head's query, or the packed heads of a GQA group.
+    // only for decode (S1 = 1, not TND), so the rows are one head's query, or the packed heads of a GQA group.
     __aicore__ inline void WritePartial(const Task& k) {
         const uint32_t rows = v_.rows, d = v_.d;
         for (uint32_t i = 0; i < rows; ++i) {
@@ -219,7 +321,7 @@ private:
             else Muls(o, v_.oAcc[i * d].template ReinterpretCast<float>(), 1.0f, (int32_t)d);
             v_.outQue.EnQue(o);
             o = v_.outQue.template DeQue<float>();
-            const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0 + i;
+            const uint64_t g = k.lseFirst + v_.r0 + i;
             DataCopy(partOGm_[(g * t_->kvSplits + k.split) * d], o, d);
             v_.outQue.FreeTensor(o);
         }
@@ -229,7 +331,7 @@ private:
         Brcb(spread, v_.fa, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
         v_.outQue.EnQue(spread);
         spread = v_.outQue.template DeQue<float>();
-        const uint64_t g = ((uint64_t)k.b * t_->numHeads + k.n) * t_->seqQ + k.row0 + v_.r0;
+        const uint64_t g = k.lseFirst + v_.r0;
         DataCopyPad(partLseGm_[g * t_->kvSplits + k.split], spread,
                     DataCopyExtParams(rows, 4, 0, (t_->kvSplits - 1) * 4, 0));
         v_.outQue.FreeTensor(spread);
@@ -240,7 +342,7 @@ private:
     Softmax softmax_;
     bool overflow_ = false;
     GlobalTensor<half> outGm_;
-    GlobalTensor<float> lseGm_, partOGm_, partLseGm_;
+    GlobalTensor<float> lseGm_, partOGm_, partLseGm_, sinkGm_;
     GlobalTensor<uint32_t> statusGm_;
 };
 

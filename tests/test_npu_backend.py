@@ -63,12 +63,13 @@ def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision)
         pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", precision=precision, backend="npu")
 
 
-def test_other_kv_block_lengths_and_tnd_are_refused():
+def test_other_kv_block_lengths_are_refused_and_tnd_is_taken():
     assert "KV block is 128" in npu.BACKEND.supports(_problem(block_kv=64))
     q = torch.zeros(4, 2, 16, dtype=torch.float16)
     tnd = make_problem(q, q, q, num_heads=2, input_layout="TND", actual_seq_lengths=[4], precision="pasa",
                        actual_seq_lengths_kv=[4])
-    assert "input_layout must be one of ('BNSD', 'BSH', 'BSND', 'BNSD_BSND')" in npu.BACKEND.supports(tnd)
+    assert npu.BACKEND.supports(tnd) is None
+    assert npu.kernel_call(tnd).attrs["input_layout"] == "TND"
 
 
 def test_head_dims_the_kernel_lacks_are_refused_so_that_a_call_falls_back():
