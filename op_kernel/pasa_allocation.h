@@ -129,8 +129,8 @@ struct FramedFamily : FamilyDefaults {
     static constexpr uint32_t PROB_BUFFERS = 1;
     static constexpr uint32_t MAX_BLOCK_Q = 256;  // where Q (256 x D FP16) fits an L0A half: D <= 64
     static constexpr uint32_t WORK_COLS = 64;
-    // ones, has, known, low, move, the segments' frame, the segment's l; a frame version per block slot, and one
-    static constexpr uint32_t FP32_ROW_VECTORS = 8;
+    // ones, has, known, low, peak, move, the segments' frame, the segment's l; a frame version per block slot, and one
+    static constexpr uint32_t FP32_ROW_VECTORS = 9;
     static constexpr uint32_t FP32_ROW_VECTORS_PER_SLOT = 1;
     // blockwise.FRAME_UP, FRAME_DOWN, FRAME_DOWN_BLOCKS, FRAME_DROP_LIMIT (docs/golden.md "fp32_frame")
     static constexpr float FRAME_UP = 10.0f;

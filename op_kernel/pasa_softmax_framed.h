@@ -5,8 +5,10 @@
 //   has = m > -inf; top = FP32(scale FP32(m - G)) (the row max of the exp argument: FP32 rounding is monotonic);
 //   low counts a row's consecutive blocks with a key more than FRAME_DOWN below its frame (a block with a key not
 //   that low resets it, one without a key leaves it);
-//   move = has and (no frame yet, or top > FRAME_UP, or low >= FRAME_DOWN_BLOCKS): G moves to m, or, for a row
-//   that had a frame, to max(m, FP32(G - FRAME_DROP_LIMIT / scale)), and low to 0;
+//   peak = the row's maximum so far (of the m); target = m for a row without a frame, else
+//   max(m, FP32(peak - FRAME_DROP_LIMIT / scale));
+//   move = has and (no frame yet, or top > FRAME_UP, or low >= FRAME_DOWN_BLOCKS and target < G): G moves to
+//   target and low to 0 (a row already at its floor below the peak stays, and keeps counting);
 //   P = FP16(exp(FP32(scale FP32(S - G)))) against the moved frames, to the AIC, which sums [O | l] += P [V | 1].
 // Whether a valid row of this AIV moved is one vector sum and one scalar read per block; the stack's moves go to
 // the AIC as one word per AIV (bit b: the stack's block b), with P. A move in any row of the tile closes the
@@ -48,9 +50,9 @@ public:
         scale_ = t->scale;
         dropLimit_ = t->frameDropLimit;
         versions_ = PasaSlotRing(*t) + 1;
-        LocalTensor<float>* vecs[7] = {&ones_, &has_, &known_, &low_, &move_, &accFrame_, &segL_};
-        for (uint32_t i = 0; i < 7; ++i) *vecs[i] = rows->epilogueFp32[i * ROW_VEC];
-        frames_ = rows->epilogueFp32[7 * ROW_VEC];
+        LocalTensor<float>* vecs[8] = {&ones_, &has_, &known_, &low_, &peak_, &move_, &accFrame_, &segL_};
+        for (uint32_t i = 0; i < 8; ++i) *vecs[i] = rows->epilogueFp32[i * ROW_VEC];
+        frames_ = rows->epilogueFp32[8 * ROW_VEC];
         slots_.Init(*t, workspace, core);
         core_ = core;
         Duplicate(ones_, 1.0f, LANES);
@@ -78,10 +80,11 @@ public:
         lanes_ = v_->rows > (uint32_t)LANES ? 2 * LANES : LANES;
     }
 
-    // No frame, nothing below it, nothing merged yet.
+    // No frame, nothing below it, no key seen, nothing merged yet.
     __aicore__ inline void ResetRows() {
         Duplicate(known_, 0.0f, lanes_);
         Duplicate(low_, 0.0f, lanes_);
+        Duplicate(peak_, NegInf<float>(), lanes_);
         Duplicate(Frame(0, 0), 0.0f, lanes_);
         Duplicate(accFrame_, 0.0f, lanes_);
     }
@@ -183,35 +186,44 @@ private:
         return moved;
     }
 
-    // has, low and move of the block (S's row max in mBlk against the current frame); returns the valid rows that
-    // move. low' = has ? (known and top < -FRAME_DOWN ? low + 1 : 0) : low; move = has and (not known, or
-    // top > FRAME_UP, or low' >= FRAME_DOWN_BLOCKS). tmp1 = top, tmp2 = up, fb = low + 1 where far below, fc = 1 -
-    // known; compare bits at bits[0], [32], [64].
+    // has, peak, low and move of the block (S's row max in mBlk against the current frame); returns the valid rows
+    // that move. peak' = max(peak, m); low' = has ? (known and top < -FRAME_DOWN ? low + 1 : 0) : low; move = has
+    // and (not known, or top > FRAME_UP, or low' >= FRAME_DOWN_BLOCKS and max(m, peak' - the drop limit) < G: the
+    // target of a known row, Move's). tmp1 = top, tmp2 = up, fa = 1 where the target lies below G, fb = low + 1
+    // where far below, fc = 1 - known; compare bits at bits[0], [32], [64], [96].
     __aicore__ inline uint32_t Decide(uint32_t r) {
         AivRows<float>& v = *v_;
-        const LocalTensor<uint8_t> key = v.bits, below = v.bits[32], up = v.bits[64];
-        const LocalTensor<float> low = low_[r], known = known_[r];
+        const LocalTensor<uint8_t> key = v.bits, below = v.bits[32], up = v.bits[64], lower = v.bits[96];
+        const LocalTensor<float> low = low_[r], known = known_[r], peak = peak_[r];
+        const LocalTensor<float> frame = Frame(r, version_[TileOf(r)]);
         CompareScalar(key, v.mBlk, NegInf<float>(), CMPMODE::NE, LANES);
-        Sub(v.tmp1, v.mBlk, Frame(r, version_[TileOf(r)]), LANES);
+        Sub(v.tmp1, v.mBlk, frame, LANES);
         Adds(v.fb, low, 1.0f, LANES);
         Sub(v.fc, ones_, known, LANES);
+        Max(peak, peak, v.mBlk, LANES);
         PipeBarrier<PIPE_V>();
         Select(has_, key, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
+        Adds(v.fa, peak, -dropLimit_, LANES);
         PipeBarrier<PIPE_V>();
         CompareScalar(below, v.tmp1, -Policy::FRAME_DOWN, CMPMODE::LT, LANES);
         CompareScalar(up, v.tmp1, Policy::FRAME_UP, CMPMODE::GT, LANES);
+        Max(v.fa, v.fa, v.mBlk, LANES);
         PipeBarrier<PIPE_V>();
         Select(v.fb, below, v.fb, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         Select(v.tmp2, up, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // up, or no frame yet
+        Sub(v.fa, v.fa, frame, LANES);  // its sign is target < G's: the FP32 difference of finite G is exact in sign
         PipeBarrier<PIPE_V>();
         Mul(v.fb, v.fb, known, LANES);
+        CompareScalar(lower, v.fa, 0.0f, CMPMODE::LT, LANES);
         PipeBarrier<PIPE_V>();
         Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(v.fa, lower, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
         CompareScalar(below, low, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
+        Max(v.tmp1, v.fa, v.tmp2, LANES);  // up, no frame yet, or a target below G
         PipeBarrier<PIPE_V>();
-        Select(v.tmp2, below, ones_, v.tmp2, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(v.tmp2, below, v.tmp1, v.tmp2, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         PipeBarrier<PIPE_V>();
         Mul(move_, v.tmp2, has_, LANES);
         PipeBarrier<PIPE_V>();
@@ -220,7 +232,7 @@ private:
         return moved;
     }
 
-    // The moving rows' new frame, a new version: a row that had a frame moves to max(m, G - the drop limit), the
+    // The moving rows' new frame, a new version: a row that had a frame moves to max(m, peak - the drop limit), the
     // others to m; low 0 on the moving rows; every moving row has a frame from now on.
     __aicore__ inline void Move(uint32_t r) {
         AivRows<float>& v = *v_;
@@ -228,7 +240,7 @@ private:
         const LocalTensor<float> frame = Frame(r, version), moved = Frame(r, version + 1);
         const LocalTensor<float> low = low_[r], known = known_[r];
         const LocalTensor<uint8_t> hadFrame = v.bits, moving = v.bits[32], staying = v.bits[64];
-        Adds(v.fb, frame, -dropLimit_, LANES);
+        Adds(v.fb, peak_[r], -dropLimit_, LANES);
         CompareScalar(hadFrame, known, 0.5f, CMPMODE::GT, LANES);
         CompareScalar(moving, move_, 0.5f, CMPMODE::GT, LANES);
         CompareScalar(staying, move_, 0.5f, CMPMODE::LT, LANES);
@@ -356,7 +368,7 @@ private:
     uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first
     uint32_t movedRows_ = 0, tileCloses_ = 0;   // the status words 1 and 2
     bool merged_ = false;                       // a segment of the task merged already
-    LocalTensor<float> ones_, has_, known_, low_, move_, accFrame_, segL_, frames_;
+    LocalTensor<float> ones_, has_, known_, low_, peak_, move_, accFrame_, segL_, frames_;
     FramedSlots slots_;
 };
 

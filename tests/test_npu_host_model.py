@@ -729,6 +729,14 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # the first half of each tile's rows (the first AIV's) at 1/1000 of the scores: no FP32 pass there,
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
+    elif kind == "far_peak":  # 16 rows against one key 200 (scaled) above 3071 others, 24 blocks of 128 keys
+        s1, s2 = 16, 3072
+        q = np.zeros((1, 2, s1, d))
+        q[..., 0] = 1.0
+        k = rng.normal(0, 0.01, (1, 2, s2, d))
+        k[..., 0] = -200 / scale
+        k[..., 0, 0] = 0.0
+        v = rng.standard_normal((1, 2, s2, d))
     elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)
         q, k = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d))
         scale = 32768.0
@@ -773,12 +781,15 @@ def test_row_shifted_hard_inputs_equal_golden_with_its_counters(kind):
         assert stats["reshifted_row_blocks"] > 0 and stats["recomputed_row_blocks"] == 0
 
 
-@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed"])
+@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed",
+                                  "far_peak"])
 def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
     """fp32_frame on the same hard inputs: the kernel's output and lse equal the golden model's bit for bit
     (D = 64, no KV split), and its counts of moved (row, KV block) pairs and of closed (tile, KV block) pairs (a
     tile is one head's query block here) equal the golden model's. The drifting key level moves frames up block
-    after block; resonance and the recompute case put scores tens of thousands apart."""
+    after block; resonance and the recompute case put scores tens of thousands apart; under a far peak a frame
+    moves down once, to FRAME_DROP_LIMIT below the peak, and stays there (a second move, measured from the moved
+    frame, would overflow the closed sums)."""
     q, k, v, scale = _row_shift_hard_inputs(kind, np.random.default_rng(17))
     kw = dict(num_heads=2, input_layout="BNSD", scale=scale, precision="fp32_frame", softmax_lse_flag=True)
     tiling = npu_host_model.tiling(q, k, v, **kw)
@@ -796,6 +807,8 @@ def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
     first_keys = q.shape[1] * q.shape[2]  # every row's first block moves its frame
     if kind == "drift":
         assert stats["moved_row_blocks"] > first_keys
+    elif kind == "far_peak":
+        assert stats["moved_row_blocks"] == 2 * first_keys
     else:
         assert stats["moved_row_blocks"] >= first_keys
 
