@@ -137,21 +137,22 @@ class _ExtensionStandIn:
         self.calls = []
 
     def fused_attention(self, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table,
-                        *, num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
+                        learnable_sink, *, num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
                         inner_precise, block_size, beta, precision):
         self.calls.append(dict(input_layout=input_layout, lengths=(actual_seq_lengths, actual_seq_lengths_kv),
                                sparse_mode=sparse_mode, mask=atten_mask, block_table=block_table,
-                               block_size=block_size))
+                               block_size=block_size, learnable_sink=learnable_sink))
         assert inner_precise == 0
         assert actual_seq_lengths is None or isinstance(actual_seq_lengths, list)
         assert block_table is None or (block_table.dtype == torch.int32 and block_table.is_contiguous())
+        assert learnable_sink is None or (learnable_sink.dtype == torch.float32 and learnable_sink.is_contiguous())
         call = npu.KernelCall(query, key, value, atten_mask,
                               None if actual_seq_lengths is None else tuple(actual_seq_lengths),
                               None if actual_seq_lengths_kv is None else tuple(actual_seq_lengths_kv),
                               dict(num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens,
                                    input_layout=input_layout, num_key_value_heads=num_key_value_heads,
                                    sparse_mode=sparse_mode, beta=beta, precision=precision, block_size=block_size),
-                              block_table)
+                              block_table, learnable_sink)
         out, lse, _ = npu.launch_host_model(call)
         return out, lse[..., None]
 
