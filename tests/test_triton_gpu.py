@@ -119,8 +119,8 @@ def _hard_input(name: str, seed: int):
         return (*draw(1, 4, 1, 256, 1024, 128, bias=30.0, seed=seed, device="cuda"), 128 ** -0.5)
     if name in ("resonance", "drift"):
         case = Case("resonance", 180, 34) if name == "resonance" else Case("drift", 10, 1)
-        q, k, v, _, scale = accuracy.draw_hard(case, rng)
-        return (*(torch.from_numpy(x).half().cuda() for x in (q, k, v)), float(scale))
+        q, k, v, call = accuracy.draw_hard(case, rng)
+        return (*(torch.from_numpy(x).half().cuda() for x in (q, k, v)), float(call["scale"]))
     if name == "sink_sea":
         q, k, v, scale = sink_and_sea(12.47, keys=131072, seed=seed)
         return (*(torch.from_numpy(x).cuda() for x in (q, k, v)), float(scale))
