@@ -77,7 +77,7 @@ def test_head_dims_the_kernel_lacks_are_refused_so_that_a_call_falls_back():
         why = npu.BACKEND.supports(make_problem(q, q, q, num_heads=2, input_layout="BNSD", precision="pasa_rs"))
         assert why == f"the AscendC kernel takes head dims that are multiples of 16 in [16, 256], got {d}"
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel takes head dims"):
-        pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", backend="npu")
+        pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", backend="npu", precision="pasa_rs")
 
 
 @needs_host_model
@@ -87,7 +87,8 @@ def test_band_limits_beyond_the_sequences_are_saturated_for_the_tiling():
     q = torch.randn(1, 2, 20, 16).half()
     k = torch.randn(1, 2, 30, 16).half()
     mask = torch.rand(20, 30) < 0.2
-    kw = dict(num_heads=2, input_layout="BNSD", atten_mask=mask, backend="npu", softmax_lse_flag=True)
+    kw = dict(num_heads=2, input_layout="BNSD", atten_mask=mask, backend="npu", precision="pasa_rs",
+              softmax_lse_flag=True)
     want = pasa_npu.fused_attention(q, k, k, **kw)
     big = make_problem(q, k, k, num_heads=2, input_layout="BNSD", atten_mask=mask, pre_tokens=2**63 - 1,
                        next_tokens=2**63 - 1)

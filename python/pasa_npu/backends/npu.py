@@ -85,15 +85,16 @@ class NpuBackend:
                 f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
 
     def supports(self, problem: Problem) -> str | None:
+        # Serving features first: on NPU tensors such a call is refused whatever its allocation.
         if problem.sink is not None:
             return Refused("the AscendC kernel does not implement FIA v2's learnable_sink yet")
+        if problem.tnd and problem.paged:
+            return Refused("the AscendC kernel does not implement input_layout='TND' with a block_table yet")
         if problem.alloc.kernel_key is None:
             from ..precision import ALLOCATIONS
 
             names = tuple(n for n, a in ALLOCATIONS.items() if a.kernel_key is not None)
             return f"the AscendC kernel implements precision {names}, not {problem.alloc.name!r}"
-        if problem.tnd and problem.paged:
-            return Refused("the AscendC kernel does not implement input_layout='TND' with a block_table yet")
         if problem.input_layout not in LAYOUTS + ("BNSD_BSND",):
             return (f"input_layout must be one of {LAYOUTS + ('BNSD_BSND',)} (the layouts the AscendC kernel reads), "
                     f"got {problem.input_layout!r}")
