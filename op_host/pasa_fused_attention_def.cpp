@@ -5,16 +5,18 @@
 // Interface: FusedInferAttentionScore's (torch_npu.npu_fused_infer_attention_score) for the subset the
 // kernel implements, same input/attribute names and defaults, plus PASA's `beta` and `precision`:
 //   inputs   query, key, value (FP16; the binding converts BF16), atten_mask (optional, bool/uint8/int8,
-//            1 = masked out), actual_seq_lengths, actual_seq_lengths_kv (optional int64, B values),
+//            1 = masked out), actual_seq_lengths, actual_seq_lengths_kv (optional int64, B values; TND:
+//            required, cumulative, B = their count; with a block_table the key lengths are each batch's own),
 //            block_table (optional int32 (B, max_blocks_per_seq): PageAttention; key/value are then caches
-//            (num_blocks, block_size, Nkv*D) or (num_blocks, Nkv, block_size, D))
-//   outputs  attention_out (query's shape and layout, FP16), softmax_lse (FP32 (B, N, S1, 1), always
+//            (num_blocks, block_size, Nkv*D) or (num_blocks, Nkv, block_size, D)), learnable_sink (optional
+//            FP32 (N,): FIA v2's sink logit per query head; the binding converts BF16)
+//   outputs  attention_out (query's shape and layout, FP16), softmax_lse (FP32 (B, N, S1, 1), TND (T, N, 1), always
 //            written; the binding returns FIA's placeholder when softmax_lse_flag is false)
-//   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND"),
+//   attrs    num_heads, scale, pre_tokens, next_tokens, input_layout ("BNSD", "BSH", "BSND", "TND"),
 //            num_key_value_heads, sparse_mode (0-4), inner_precise (0-3, accepted for compatibility; the
 //            allocation is `precision`), block_size (PageAttention's page length, 0 without a block_table),
-//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision ("pasa",
-//            "pasa_fp32", "fp16_fp32" or "pasa_rs": the tiling key)
+//            softmax_lse_flag, beta (< 0: the default for the block length and scale), precision (an allocation
+//            of pasa::KernelAllocations(), default pasa::kDefaultPrecision: the tiling key)
 // The tiling itself is pasa::ComputeTiling (op_host/pasa_tiling.cpp): the same code the host model runs
 // in CI, so this file only translates the gert context to pasa::TilingInput and the result back.
 #include <cstdint>
@@ -31,7 +33,9 @@
 
 namespace {
 // Input, output and attribute indices (the order of the declarations in the OpDef below).
-enum Input : size_t { QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV, BLOCK_TABLE };
+enum Input : size_t {
+    QUERY = 0, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV, BLOCK_TABLE, LEARNABLE_SINK
+};
 enum Output : size_t { ATTENTION_OUT = 0, SOFTMAX_LSE };
 enum Attr : size_t {
     NUM_HEADS = 0, SCALE, PRE_TOKENS, NEXT_TOKENS, INPUT_LAYOUT, NUM_KEY_VALUE_HEADS, SPARSE_MODE,
@@ -45,9 +49,12 @@ std::vector<int64_t> Dims(const gert::Shape& s) {
     return v;
 }
 
-// (B, N, S1) of the query for a layout; false if the layout or rank is not one the kernel reads.
+// (B, N, S1) of the query for a layout, TND's as (0, N, T) (its B is the lengths' count); false if the layout or
+// rank is not one the kernel reads.
 bool QueryBns1(const gert::Shape& q, const char* layout, int64_t numHeads, int64_t* b, int64_t* n, int64_t* s1) {
-    if (std::strcmp(layout, "BNSD") == 0 && q.GetDimNum() == 4) {
+    if (std::strcmp(layout, "TND") == 0 && q.GetDimNum() == 3) {
+        *b = 0; *n = q.GetDim(1); *s1 = q.GetDim(0);
+    } else if (std::strcmp(layout, "BNSD") == 0 && q.GetDimNum() == 4) {
         *b = q.GetDim(0); *n = q.GetDim(1); *s1 = q.GetDim(2);
     } else if (std::strcmp(layout, "BSND") == 0 && q.GetDimNum() == 4) {
         *b = q.GetDim(0); *n = q.GetDim(2); *s1 = q.GetDim(1);
@@ -59,13 +66,15 @@ bool QueryBns1(const gert::Shape& q, const char* layout, int64_t numHeads, int64
     return true;
 }
 
-// An optional int64 value-dependent input as B values (FIA: one value for all batches, or at least B).
+// An optional int64 value-dependent input as B values (FIA: one value for all batches, or at least B); batch < 0
+// (TND): all of its values, one per batch.
 bool Lengths(gert::TilingContext* ctx, size_t index, int64_t batch, std::vector<int64_t>* out) {
     const gert::Tensor* t = ctx->GetOptionalInputTensor(index);
     if (t == nullptr || t->GetShapeSize() == 0) return true;  // absent
     const int64_t* data = t->GetData<int64_t>();
     if (data == nullptr) return false;
     const int64_t n = t->GetShapeSize();
+    if (batch < 0) batch = n;
     // The kernel reads B int64 values from GM, so a single value must already be expanded by the caller.
     if (n < batch) return false;
     out->assign(data, data + batch);
@@ -91,11 +100,18 @@ static graphStatus InferShapePasaFusedAttention(gert::InferShapeContext* ctx) {
     const int64_t* numHeads = attrs->GetAttrPointer<int64_t>(NUM_HEADS);
     int64_t b, n, s1;
     if (layout == nullptr || numHeads == nullptr || !QueryBns1(*q, layout, *numHeads, &b, &n, &s1)) {
-        std::fprintf(stderr, "%s: input_layout must be BNSD, BSND (4-D query) or BSH (3-D query)\n", kOpName);
+        std::fprintf(stderr, "%s: input_layout must be BNSD, BSND (4-D query), BSH or TND (3-D query)\n", kOpName);
         return GRAPH_FAILED;
     }
     *ctx->GetOutputShape(ATTENTION_OUT) = *q;  // same layout and shape as the query
     gert::Shape* lse = ctx->GetOutputShape(SOFTMAX_LSE);
+    if (std::strcmp(layout, "TND") == 0) {  // (T, N, 1)
+        lse->SetDimNum(3);
+        lse->SetDim(0, s1);
+        lse->SetDim(1, n);
+        lse->SetDim(2, 1);
+        return GRAPH_SUCCESS;
+    }
     lse->SetDimNum(4);
     lse->SetDim(0, b);
     lse->SetDim(1, n);
@@ -137,6 +153,8 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     // block_table is not value-dependent either).
     const gert::StorageShape* blockTable = ctx->GetOptionalInputShape(BLOCK_TABLE);
     if (blockTable != nullptr) in.blockTableShape = Dims(blockTable->GetStorageShape());
+    const gert::StorageShape* sink = ctx->GetOptionalInputShape(LEARNABLE_SINK);
+    if (sink != nullptr) in.learnableSinkShape = Dims(sink->GetStorageShape());
     const int64_t innerPrecise = *attrs->GetAttrPointer<int64_t>(INNER_PRECISE);
     if (innerPrecise < 0 || innerPrecise > 3) {
         std::fprintf(stderr, "%s: inner_precise must be one of 0, 1, 2, 3, got %lld\n", kOpName, (long long)innerPrecise);
@@ -145,15 +163,16 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
 
     int64_t b = 0, n = 0, s1 = 0;
     if (!QueryBns1(q->GetStorageShape(), in.inputLayout.c_str(), in.numHeads, &b, &n, &s1)) {
-        std::fprintf(stderr, "%s: input_layout must be BNSD, BSND (4-D query) or BSH (3-D query), got %s\n",
+        std::fprintf(stderr, "%s: input_layout must be BNSD, BSND (4-D query), BSH or TND (3-D query), got %s\n",
                      kOpName, in.inputLayout.c_str());
         return ge::GRAPH_FAILED;
     }
     const gert::StorageShape* mask = ctx->GetOptionalInputShape(ATTEN_MASK);
     // Modes 2-4 take FIA's compressed 2048x2048 causal mask; the kernel computes the band from indices.
     if (mask != nullptr && in.sparseMode <= 1) in.maskShape = MaskShape4d(mask->GetStorageShape(), s1);
-    if (!Lengths(ctx, ACTUAL_SEQ_LENGTHS, b, &in.actualSeqLengths) ||
-        !Lengths(ctx, ACTUAL_SEQ_LENGTHS_KV, b, &in.actualSeqLengthsKv)) {
+    const int64_t batch = in.inputLayout == "TND" ? -1 : b;  // TND: one length per batch, B their count
+    if (!Lengths(ctx, ACTUAL_SEQ_LENGTHS, batch, &in.actualSeqLengths) ||
+        !Lengths(ctx, ACTUAL_SEQ_LENGTHS_KV, batch, &in.actualSeqLengthsKv)) {
         std::fprintf(stderr, "%s: actual_seq_lengths / actual_seq_lengths_kv must hold at least B = %lld int64 "
                      "values on the host (expand a single value to B)\n", kOpName, (long long)b);
         return ge::GRAPH_FAILED;
@@ -222,6 +241,8 @@ public:
             .FormatList({ge::FORMAT_ND}).AutoContiguous();
         this->Input("block_table").ParamType(OPTIONAL).DataTypeList({ge::DT_INT32}).FormatList({ge::FORMAT_ND})
             .AutoContiguous();
+        this->Input("learnable_sink").ParamType(OPTIONAL).DataTypeList({ge::DT_FLOAT}).FormatList({ge::FORMAT_ND})
+            .AutoContiguous();
         this->Output("attention_out").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT16}).FormatList({ge::FORMAT_ND});
         this->Output("softmax_lse").ParamType(REQUIRED).DataTypeList({ge::DT_FLOAT}).FormatList({ge::FORMAT_ND});
 
@@ -237,7 +258,7 @@ public:
         this->Attr("block_size").AttrType(OPTIONAL).Int(0);
         this->Attr("softmax_lse_flag").AttrType(OPTIONAL).Bool(false);
         this->Attr("beta").AttrType(OPTIONAL).Float(-1.0);          // < 0: pasa::DefaultBeta(128, scale)
-        this->Attr("precision").AttrType(OPTIONAL).String("pasa_fp32");  // "pasa" | "pasa_fp32" | "fp16_fp32" | "pasa_rs"
+        this->Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision);  // a pasa::KernelAllocations() name
 
         this->SetInferShape(ge::InferShapePasaFusedAttention).SetInferDataType(ge::InferDataTypePasaFusedAttention);
         this->AICore().SetTiling(optiling::PasaFusedAttentionTiling).AddConfig("ascend910b");

@@ -1,112 +1,56 @@
-// Host tiling of the PASA fused-attention kernel (plain C++17, no CANN header).
-// See op_host/pasa_tiling.h for the interface and op_kernel/pasa_tiling_data.h for the struct.
+// Host tiling of the PASA fused-attention kernel (plain C++17, no CANN header), split by concern as the kernel
+// reads it: the call's shapes and options, the allocation's constants, the blocks and the on-chip plan, the
+// masks, the work split over the AI cores, and the GM workspace. What an allocation needs is read from its
+// policy's traits (KernelAllocations(), op_kernel/pasa_allocation.h). See op_host/pasa_tiling.h for the interface
+// and op_kernel/pasa_tiling_data.h for the struct.
 #include "pasa_tiling.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "../op_kernel/pasa_buffer_plan.h"
 
 namespace pasa {
 namespace {
 
-constexpr uint32_t kBlockKv = 128;      // n of M = (I - beta/n J)*scale; 1/n is exact
-constexpr uint64_t kWsAlign = 512;      // GM workspace regions start on 512-byte boundaries
-constexpr uint32_t kL0Half = 32 * 1024; // one of the two ping-pong buffers of L0A/L0B
-constexpr uint32_t kFractal = 16;       // one NZ strip: the augmented column of pasa_rs takes one
-// The AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h): KV blocks per stack and stacks of S' computed
-// ahead, as catlass's FlashAttention inference kernel has them. pasa_rs hands over single blocks, one ahead:
-// its AIC hears the AIVs' verdict on every block before that block's P V.
+using pasa_kernel::BLOCK_KV;
+using pasa_kernel::FRACTAL;
+using pasa_kernel::Handshake;
+using pasa_kernel::Prepass;
+using pasa_kernel::ScaleRule;
+
+constexpr uint64_t kWsAlign = 512;  // GM workspace regions start on 512-byte boundaries
+// The stacked AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h): KV blocks per stack and stacks of S' computed
+// ahead, as catlass's FlashAttention inference kernel has them. The per-block conversation (pasa_rs) hands over
+// single blocks, one ahead: its AIC hears the AIVs' verdict on every block before that block's P V.
 constexpr uint32_t kKvStack = 4;
 constexpr uint32_t kPreLaunch = 2;
-// pasa_rs: the FP32 row vectors its AIVs keep beside the others (op_kernel/pasa_vector_softmax.h, kRowShiftVectors)
-constexpr uint64_t kRowShiftVectors = 13;
-// blockwise.RESHIFT_AT: a row whose block max lies further than this from 0 (in units of Q^ K times
-// 2^floor(log2 rho)) is reshifted ...
-constexpr double kReshiftAt = 2.0;
-// ... and blockwise.RESHIFT_RELEVANCE: unless its maximum lies this far below the running one
-constexpr double kReshiftRelevance = 4.0;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 [[noreturn]] void Bad(const std::string& msg) { throw std::invalid_argument(msg); }
 
-// IEEE binary16 round-to-nearest-even of a double, returned as double (what numpy's astype does).
-double RoundToHalf(double x) {
-    if (!std::isfinite(x) || x == 0.0) return x;
-    double ax = std::fabs(x);
-    if (ax >= 65520.0) return std::copysign(INFINITY, x);
-    int e;
-    std::frexp(ax, &e);                 // ax = f * 2^e, f in [0.5, 1)
-    int exp2 = std::max(e - 11, -24);   // ulp exponent: 10 fraction bits, subnormals at 2^-24
-    double ulp = std::ldexp(1.0, exp2);
-    double q = ax / ulp;
-    double r = std::nearbyint(q);       // default rounding mode: ties to even
-    return std::copysign(r * ulp, x);
+template <class Policy>
+AllocationTraits TraitsOf(uint32_t tilingKey) {
+    return AllocationTraits{pasa_kernel::TraitsOf<Policy>(), Policy::NAME, tilingKey};
 }
 
-double PracticalInvariance(double beta, int n, double scale) {
-    double diag, off;
-    ShiftEntries(beta, n, scale, &diag, &off);
-    double s = scale > 0 ? scale : 1.0;
-    double b = -off / s;
-    double a = diag / s + b;
-    if (a - b * n <= 0.0) Bad("beta: M rounded to float16 is singular (effective beta >= 1)");
-    return b * n / (a * (a - b * n)) + (1.0 - a) / a;
-}
+// ---- the call ---------------------------------------------------------------------------------------------------
 
-struct Plan {
-    uint32_t blockQ, baseK;
-    uint64_t ub, l1, l0a, l0b, l0c;
+// The sizes of the call, read from the tensors' shapes in their layout.
+struct Shapes {
+    uint32_t layout;  // PASA_LAYOUT_*
+    int64_t B, N, NKV, S1, S2, D;
+    bool paged;  // key and value are PageAttention caches
+    int64_t T;   // TND: the query's rows (0 otherwise)
 };
 
-// The on-chip buffers the kernel allocates per core for query blocks of bq rows: this must stay the
-// sum of the InitBuffer calls of op_kernel/pasa_vector_softmax.h (UB, per AIV) and
-// op_kernel/pasa_cube_ops.h + pasa_fused_attention.cpp (L1, L0A, L0B, L0C, per AIC). ring: the block slots of
-// the handshake (PasaSlotRing), whose merge weights alpha and gamma the AIVs keep.
-Plan MakePlan(uint32_t bq, uint32_t d, bool fp32State, bool rowShifted, uint32_t ring) {
-    Plan p{};
-    p.blockQ = bq;
-    const uint64_t st = fp32State ? 4 : 2;  // state / O / PV element size
-    const uint64_t rm = bq / 2;             // rows per AIV
-    const uint64_t n = kBlockKv, rowVec = 128;
-    const uint64_t queues = 2 * rm * n * 2       /* S' in */ + 2 * rm * n * 2 /* P out */ +
-                            2 * rm * d * st      /* PV in */ + rm * n /* mask */ +
-                            std::max<uint64_t>(rm * d * 2, d * 4) /* out */ + 2 * rowVec * 4 /* lse */;
-    const uint64_t calc = (fp32State ? 2 * rm * n * 4 : 0) /* S', P in FP32 */ + rm * n * st /* work */ +
-                          AlignUp(rm * n / 8, 32) /* compare bits */ + rm * d * st /* O */ +
-                          (11 + 2ull * ring) * rowVec * st /* row state, alpha and gamma */ +
-                          4 * rowVec * 4 /* FP32 rows */ + rm * 32 /* Brcb */ +
-                          (rowShifted ? kRowShiftVectors * rowVec * 4 : 0) /* pasa_rs: C, psi, excesses, ... */;
-    p.ub = queues + calc;
-    // pasa_rs: Q^ and K' carry one more NZ strip (the augmented column that subtracts psi in L0C)
-    const uint64_t cols = d + (rowShifted ? kFractal : 0);
-    p.l1 = (uint64_t)bq * cols * 2 + 2 * n * cols * 2 /* K' or K */ + 2 * n * cols * 2 /* V (same tile size) */ +
-           2 * n * n * 2 /* P, or M / L */;
-    // L0A/L0B: two 32 KB buffers each; the head-dim chunk of S' = Q K'^T fits both operands in one.
-    // pasa_rs: over D + 16 columns, so that for D <= 112 the augmented column is in the same Mmad call as
-    // Q^ K'^T and psi is subtracted before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
-    p.baseK = std::min<uint32_t>(cols, kL0Half / (2 * std::max<uint32_t>(bq, n))) / 16 * 16;
-    p.l0a = 2 * kL0Half;
-    p.l0b = 2 * kL0Half;
-    p.l0c = 2 * 64 * 1024;  // S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit one FP32 buffer
-    return p;
-}
-
-// UB and L1 as TPipe offers them: the physical sizes less the toolchain's reserves (pasa_tiling.h).
-// pasa_rs's key pre-pass borrows the AIV's S' and P queues for one 16-column strip of a KV block (128 x 16
-// FP16) in and out (op_kernel/pasa_centre_keys.h): they hold it from 16 rows per AIV on.
-bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, bool rowShifted) {
-    const uint64_t ub = pl.ubSize > kUbReservedBytes ? pl.ubSize - kUbReservedBytes : 0;
-    const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
-    const uint64_t strip = (uint64_t)kBlockKv * kFractal * 2, rm = p.blockQ / 2;
-    if (rowShifted && rm * kBlockKv * 2 < strip) return false;
-    return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize &&
-           p.l0c <= pl.l0cSize && p.baseK >= 16 && (uint64_t)p.blockQ * d * 4 <= 64 * 1024 &&
-           (uint64_t)p.blockQ * kBlockKv * 4 <= 64 * 1024;
-}
+// FIA's Q_S == 1 branch (IncreFlashAttention), where actual_seq_lengths, the sparse mode and the tokens have no
+// effect; TND has none: a batch of one query row keeps its band.
+bool DecodeBranch(const Shapes& s) { return s.S1 == 1 && s.layout != PASA_LAYOUT_TND; }
 
 // PageAttention's arguments against the query's B and D: the table (B, maxBlocksPerSeq), the page
 // length, the caches' shape (either FIA layout). Returns S2 = maxBlocksPerSeq * blockSize, the longest
@@ -131,49 +75,69 @@ int64_t PagedKeyLength(const TilingInput& in, int64_t B, int64_t NKV, int64_t D)
     return bt[1] * page;
 }
 
-}  // namespace
-
-void ShiftEntries(double beta, int blockKv, double scale, double* diag, double* off) {
-    double s = scale > 0 ? scale : 1.0;
-    // pasa_npu.beta.check_scale: above FP16's largest value M's diagonal overflows; below n * 2^-18
-    // the off-diagonal beta/n * scale is an FP16 subnormal of fewer than 6 bits, too coarse for the
-    // beta solver.
-    const double lo = blockKv * std::ldexp(1.0, -18), hi = 65504.0;
-    if (!(s >= lo && s <= hi))
-        Bad("scale must be in [" + std::to_string(lo) + ", 65504] for the shifting matrix M = (I - beta/n J)*scale "
-            "with n = " + std::to_string(blockKv) + " in float16, got " + std::to_string(s));
-    double b = beta / blockKv;
-    *diag = RoundToHalf((1.0 - b) * s);
-    *off = RoundToHalf(-b * s);
-}
-
-double DefaultBeta(int blockKv, double scale) {
-    double beta = 1.0 - std::ldexp(1.0, -6);
-    for (int i = 0; i < 1000; ++i) {
-        double inv = PracticalInvariance(beta, blockKv, scale);
-        double nb = inv / (1.0 + inv);
-        bool done = std::fabs(nb - beta) <= 1e-8 * std::fabs(beta);
-        beta = nb;
-        if (done) return beta;
+// TND's cumulative lengths `name`: non-negative, non-decreasing, the last at most `rows` (the tensor's T).
+void CheckCumulative(const char* name, const std::vector<int64_t>& v, int64_t rows) {
+    int64_t prev = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < prev)
+            Bad(std::string(name) + " must be cumulative (non-decreasing, from 0) with input_layout TND, got entry " +
+                std::to_string(i) + " = " + std::to_string(v[i]) + " after " + std::to_string(prev));
+        prev = v[i];
     }
-    Bad("beta: the default-beta fixed point did not converge");
+    if (prev > rows)
+        Bad(std::string(name) + "'s last entry " + std::to_string(prev) + " exceeds the tensor's " +
+            std::to_string(rows) + " rows (input_layout TND)");
 }
 
-TilingResult ComputeTiling(const TilingInput& in) {
+// TND (pasa_tiling_data.h): query (T, N, D); key/value (T_kv, Nkv, D) with cumulative actual_seq_lengths_kv, or the
+// caches of a block table with each batch's own key length. B is the number of lengths; S1 the most rows a batch's
+// tiles cover (the last batch's run to T), S2 the longest key sequence.
+void ReadTndShapes(const TilingInput& in, Shapes& s) {
+    const auto& q = in.queryShape;
+    const auto& k = in.keyShape;
+    const std::vector<int64_t>& lq = in.actualSeqLengths;
+    const std::vector<int64_t>& lk = in.actualSeqLengthsKv;
+    if (q[1] != s.N) Bad("num_heads must equal query's N dim (input_layout TND)");
+    s.T = q[0];
+    s.D = q[2];
+    s.B = (int64_t)lq.size();
+    if (lq.empty()) Bad("actual_seq_lengths is required with input_layout TND (cumulative, one entry per batch)");
+    if (lk.size() != lq.size())
+        Bad("actual_seq_lengths_kv must have one entry per batch, as actual_seq_lengths (input_layout TND)");
+    CheckCumulative("actual_seq_lengths", lq, s.T);
+    s.S1 = s.T - lq[s.B - 1];
+    for (int64_t b = 0, start = 0; b < s.B; start = lq[b++]) s.S1 = std::max(s.S1, lq[b] - start);
+    if (s.paged) {
+        s.S2 = PagedKeyLength(in, s.B, s.NKV, s.D);
+        for (int64_t x : lk)
+            if (x < 0 || x > s.S2)
+                Bad("actual_seq_lengths_kv entries must be in [0, " + std::to_string(s.S2) +
+                    "] with a block_table (each batch's own key length, at most a table row's keys)");
+        return;
+    }
+    if (k[1] != s.NKV) Bad("num_key_value_heads must equal key's N dim (input_layout TND)");
+    if (k[2] != s.D) Bad("key's head dim must equal query's");
+    CheckCumulative("actual_seq_lengths_kv", lk, k[0]);
+    s.S2 = 0;
+    for (int64_t b = 0, start = 0; b < s.B; start = lk[b++]) s.S2 = std::max(s.S2, lk[b] - start);
+}
+
+Shapes ReadShapes(const TilingInput& in) {
+    Shapes s{};
     const std::string& L = in.inputLayout;
-    uint32_t layout;
-    if (L == "BNSD") layout = PASA_LAYOUT_BNSD;
-    else if (L == "BSH") layout = PASA_LAYOUT_BSH;
-    else if (L == "BSND") layout = PASA_LAYOUT_BSND;
-    else Bad("input_layout must be one of \"BNSD\", \"BSH\", \"BSND\", got \"" + L + "\"");
-    const size_t rank = layout == PASA_LAYOUT_BSH ? 3 : 4;
-    auto checkRank = [&](const char* name, const std::vector<int64_t>& s) {
-        if (s.size() != rank) Bad(std::string(name) + " must be " + std::to_string(rank) + "-D for input_layout " + L);
-        for (int64_t v : s) if (v < 0) Bad(std::string(name) + " has a negative dimension");
+    if (L == "BNSD") s.layout = PASA_LAYOUT_BNSD;
+    else if (L == "BSH") s.layout = PASA_LAYOUT_BSH;
+    else if (L == "BSND") s.layout = PASA_LAYOUT_BSND;
+    else if (L == "TND") s.layout = PASA_LAYOUT_TND;
+    else Bad("input_layout must be one of \"BNSD\", \"BSH\", \"BSND\", \"TND\", got \"" + L + "\"");
+    const size_t rank = s.layout == PASA_LAYOUT_BSH || s.layout == PASA_LAYOUT_TND ? 3 : 4;
+    auto checkRank = [&](const char* name, const std::vector<int64_t>& shape) {
+        if (shape.size() != rank) Bad(std::string(name) + " must be " + std::to_string(rank) + "-D for input_layout " + L);
+        for (int64_t v : shape) if (v < 0) Bad(std::string(name) + " has a negative dimension");
     };
-    const bool paged = !in.blockTableShape.empty() || in.blockSize != 0;
+    s.paged = !in.blockTableShape.empty() || in.blockSize != 0;
     checkRank("query", in.queryShape);
-    if (!paged) {
+    if (!s.paged) {
         checkRank("key", in.keyShape);
         checkRank("value", in.valueShape);
     }
@@ -185,91 +149,109 @@ TilingResult ComputeTiling(const TilingInput& in) {
     int64_t B, S1, S2, D;
     const auto& q = in.queryShape;
     const auto& k = in.keyShape;
-    if (layout == PASA_LAYOUT_BSH) {
-        B = q[0]; S1 = q[1];
-        if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
-        D = q[2] / N;
-    } else if (layout == PASA_LAYOUT_BSND) {
-        B = q[0]; S1 = q[1]; D = q[3];
-        if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
+    s.N = N;
+    s.NKV = NKV;
+    if (s.layout == PASA_LAYOUT_TND) {
+        ReadTndShapes(in, s);
+        B = s.B; S1 = s.S1; S2 = s.S2; D = s.D;
     } else {
-        B = q[0]; S1 = q[2]; D = q[3];
-        if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
-    }
-    if (paged) {
-        S2 = PagedKeyLength(in, B, NKV, D);
-    } else {
-        if (layout == PASA_LAYOUT_BSH) {
-            if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
-            S2 = k[1];
-        } else if (layout == PASA_LAYOUT_BSND) {
-            if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
-            if (k[3] != D) Bad("key's head dim must equal query's");
-            S2 = k[1];
+        if (s.layout == PASA_LAYOUT_BSH) {
+            B = q[0]; S1 = q[1];
+            if (q[2] % N) Bad("num_heads must divide query's hidden size H (input_layout BSH)");
+            D = q[2] / N;
+        } else if (s.layout == PASA_LAYOUT_BSND) {
+            B = q[0]; S1 = q[1]; D = q[3];
+            if (q[2] != N) Bad("num_heads must equal query's N dim (input_layout BSND)");
         } else {
-            if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
-            if (k[3] != D) Bad("key's head dim must equal query's");
-            S2 = k[2];
+            B = q[0]; S1 = q[2]; D = q[3];
+            if (q[1] != N) Bad("num_heads must equal query's N dim (input_layout BNSD)");
         }
-        if (k[0] != B) Bad("key's batch must equal query's batch");
+        if (s.paged) {
+            S2 = PagedKeyLength(in, B, NKV, D);
+        } else {
+            if (s.layout == PASA_LAYOUT_BSH) {
+                if (k[2] != NKV * D) Bad("key's hidden size must be num_key_value_heads * D (input_layout BSH)");
+                S2 = k[1];
+            } else if (s.layout == PASA_LAYOUT_BSND) {
+                if (k[2] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BSND)");
+                if (k[3] != D) Bad("key's head dim must equal query's");
+                S2 = k[1];
+            } else {
+                if (k[1] != NKV) Bad("num_key_value_heads must equal key's N dim (input_layout BNSD)");
+                if (k[3] != D) Bad("key's head dim must equal query's");
+                S2 = k[2];
+            }
+            if (k[0] != B) Bad("key's batch must equal query's batch");
+        }
     }
     // GM rows are read through Nd2Nz (srcDValue <= 65535 elements)
-    if ((layout != PASA_LAYOUT_BNSD && (N * D > 65535 || NKV * D > 65535)))
-        Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND (one query row of all heads)");
-    if (paged && in.keyShape.size() == 3 && NKV * D > 65535)
+    if ((s.layout != PASA_LAYOUT_BNSD && (N * D > 65535 || NKV * D > 65535)))
+        Bad("num_heads * D must be <= 65535 for input_layout BSH/BSND/TND (one query row of all heads)");
+    if (s.paged && in.keyShape.size() == 3 && NKV * D > 65535)
         Bad("num_key_value_heads * D must be <= 65535 for key/value caches (num_blocks, block_size, H) (one key row "
             "of all heads)");
     if (B < 1 || S1 < 1 || S2 < 1) Bad("query: B and S1, key: S2 must be >= 1 (empty inputs are handled by the caller)");
     if (D < 16 || D > 256 || D % 16) Bad("head dim D must be a multiple of 16 in [16, 256], got " + std::to_string(D));
     if (S1 > (1 << 24) || S2 > (1 << 24)) Bad("sequence lengths must be <= 2^24");
+    s.B = B; s.N = N; s.NKV = NKV; s.S1 = S1; s.S2 = S2; s.D = D;
+    return s;
+}
+
+// The options: scale, beta, the allocation, the sparse mode and its mask, the valid lengths, the platform.
+const AllocationTraits& ReadOptions(const TilingInput& in, const Shapes& s) {
     if (!(std::isfinite(in.scale) && in.scale > 0)) Bad("scale must be a positive finite number");
     if (!(in.beta < 1.0) || std::isnan(in.beta)) Bad("beta must be negative (default) or in [0, 1)");
-    // The allocation (python/pasa_npu/precision.py): its tiling key, the row state's type, and whether
-    // K is shifted (PASA: the K' pre-pass and M) or not (FlashAttention).
-    uint32_t key;
-    if (in.precision == "pasa") key = PASA_TILING_KEY_FP16_STATE;
-    else if (in.precision == "pasa_fp32") key = PASA_TILING_KEY_FP32_STATE;
-    else if (in.precision == "fp16_fp32") key = PASA_TILING_KEY_FLASH_FP16_SCORE;
-    else if (in.precision == "pasa_rs") key = PASA_TILING_KEY_ROW_SHIFTED;
-    else Bad("precision must be one of \"pasa\", \"pasa_fp32\", \"fp16_fp32\", \"pasa_rs\", got \"" + in.precision + "\"");
-    const bool fp32State = key != PASA_TILING_KEY_FP16_STATE;
-    const bool shifted = key == PASA_TILING_KEY_FP16_STATE || key == PASA_TILING_KEY_FP32_STATE;
-    const bool rowShifted = key == PASA_TILING_KEY_ROW_SHIFTED;
+    const AllocationTraits& alloc = FindAllocation(in.precision);
     if (in.sparseMode < 0 || in.sparseMode > 4) Bad("sparse_mode must be one of 0, 1, 2, 3, 4");
     const bool hasMask = !in.maskShape.empty();
     if (hasMask) {
         if (in.sparseMode > 1) Bad("atten_mask: pass no mask for sparse_mode 2, 3, 4 (the band is computed from indices)");
         const auto& m = in.maskShape;
-        if (m.size() != 4 || !(m[0] == 1 || m[0] == B) || !(m[1] == 1 || m[1] == N) || m[2] < S1 || m[3] < S2)
+        if (m.size() != 4 || !(m[0] == 1 || m[0] == s.B) || !(m[1] == 1 || m[1] == s.N) || m[2] < s.S1 || m[3] < s.S2)
             Bad("atten_mask must be 4-D (1|B, 1|N, MS1 >= S1, MS2 >= S2)");
     } else if (in.sparseMode == 1) {
         Bad("atten_mask is required for sparse_mode 1");
     }
-    const bool decode = S1 == 1;
-    if (!decode && (in.sparseMode == 4 || (in.sparseMode == 0 && hasMask)) && in.preTokens + in.nextTokens < 0)
+    if (!DecodeBranch(s) && (in.sparseMode == 4 || (in.sparseMode == 0 && hasMask)) && in.preTokens + in.nextTokens < 0)
         Bad("pre_tokens + next_tokens must be >= 0 where the band applies");
     auto checkLens = [&](const char* name, const std::vector<int64_t>& v, int64_t hi) {
         if (v.empty()) return;
-        if ((int64_t)v.size() != B) Bad(std::string(name) + " must have B entries (expand a single value first)");
+        if ((int64_t)v.size() != s.B) Bad(std::string(name) + " must have B entries (expand a single value first)");
         for (int64_t x : v) if (x < 0 || x > hi) Bad(std::string(name) + " entries must be in [0, " + std::to_string(hi) + "]");
     };
-    checkLens("actual_seq_lengths", in.actualSeqLengths, S1);
-    checkLens("actual_seq_lengths_kv", in.actualSeqLengthsKv, S2);
+    if (s.layout != PASA_LAYOUT_TND) {  // TND's were checked with its shapes (cumulative)
+        checkLens("actual_seq_lengths", in.actualSeqLengths, s.S1);
+        checkLens("actual_seq_lengths_kv", in.actualSeqLengthsKv, s.S2);
+    } else if (hasMask) {
+        Bad("input_layout TND takes no atten_mask: sparse_mode 0 without a mask, or 2, 3, 4 (the band from indices)");
+    }
+    const auto& sink = in.learnableSinkShape;
+    if (!sink.empty() && (sink.size() != 1 || sink[0] != s.N))
+        Bad("learnable_sink must be 1-D (num_heads,) = (" + std::to_string(s.N) + ",): one logit per query head");
     const PlatformInfo& pl = in.platform;
     if (pl.aicNum < 1 || pl.aivNum != 2 * pl.aicNum) Bad("platform: aivNum must be 2 * aicNum >= 2 (KERNEL_TYPE_MIX_AIC_1_2)");
+    return alloc;
+}
 
-    TilingResult r{};
-    PasaTilingData& t = r.data;
+// ---- the tiling, concern by concern -----------------------------------------------------------------------------
+
+// Sizes and element strides of query/output and key/value (pasa_tiling_data.h's index conventions).
+void FillShapes(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
+    const int64_t B = s.B, N = s.N, NKV = s.NKV, S1 = s.S1, S2 = s.S2, D = s.D;
     t.batch = B; t.numHeads = N; t.numKvHeads = NKV; t.groupSize = N / NKV;
-    t.seqQ = S1; t.seqKv = S2; t.headDim = D; t.layout = layout;
-    if (layout == PASA_LAYOUT_BNSD) {
+    t.seqQ = S1; t.seqKv = S2; t.headDim = D; t.layout = s.layout;
+    if (s.layout == PASA_LAYOUT_BNSD) {
         t.qBatchStride = N * S1 * D; t.qHeadStride = S1 * D; t.qRowStride = D;
         t.kvBatchStride = NKV * S2 * D; t.kvHeadStride = S2 * D; t.kvRowStride = D;
+    } else if (s.layout == PASA_LAYOUT_TND) {  // (T, N, D): a batch's rows are found by their token index
+        t.qBatchStride = 0; t.qHeadStride = D; t.qRowStride = N * D;
+        t.kvBatchStride = 0; t.kvHeadStride = D; t.kvRowStride = NKV * D;
+        t.queryTokens = s.T;
     } else {  // BSH and BSND share the memory order (B, S, N, D)
         t.qBatchStride = S1 * N * D; t.qHeadStride = D; t.qRowStride = N * D;
         t.kvBatchStride = S2 * NKV * D; t.kvHeadStride = D; t.kvRowStride = NKV * D;
     }
-    if (paged) {  // pasa_tiling_data.h: the caches' strides, the page a row sits in comes from the table
+    if (s.paged) {  // the caches' strides; the page a row sits in comes from the table
         const int64_t page = in.blockSize;
         t.hasBlockTable = 1;
         t.pageSize = page;
@@ -281,64 +263,124 @@ TilingResult ComputeTiling(const TilingInput& in) {
             t.kvPageStride = NKV * page * D; t.kvHeadStride = page * D; t.kvRowStride = D;
         }
     }
+    t.hasActualSeqQ = !DecodeBranch(s) && !in.actualSeqLengths.empty();  // FIA ignores them for decode
+    t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
+    t.hasSink = !in.learnableSinkShape.empty();
+}
+
+// The allocation's tiling key and constants: the scale as its rule applies it, and K' one strip wider where the
+// family subtracts its row shift through an augmented column.
+void FillAllocation(PasaTilingData& t, const AllocationTraits& a, const TilingInput& in) {
+    t.precision = a.tilingKey;
     t.scale = (float)in.scale;
-    if (rowShifted) {  // blockwise.row_shift_constants: e = min(floor(log2 scale), 0), rho = scale / 2^e
+    t.kShiftCols = t.headDim + a.keyExtraCols;
+    if (a.scale == ScaleRule::IN_SHIFT_MATRIX) {  // PASA: M = (I - beta/n J) scale, its entries rounded to FP16
+        double beta = in.beta < 0 ? DefaultBeta(BLOCK_KV, in.scale) : in.beta;
+        double diag, off;
+        ShiftEntries(beta, BLOCK_KV, in.scale, &diag, &off);
+        t.beta = (float)beta;
+        t.invariance = (float)(beta / (1.0 - beta));
+        t.shiftDiag = (float)diag;
+        t.shiftOff = (float)off;
+    } else if (a.scale == ScaleRule::POW2_AND_RHO) {  // blockwise.row_shift_constants: e = min(floor(log2 scale),
+        // 0), rho = scale / 2^e; the reshift threshold RESHIFT_AT in units of Q^ K times 2^floor(log2 rho)
+        using Rs = pasa_kernel::RowShiftedFamily;
         const int eScale = (int)std::floor(std::log2(in.scale));
         const int e = std::min(eScale, 0);
         const double pow2 = std::ldexp(1.0, e);
         t.rsScalePow2 = (float)pow2;
         t.rsRho = (float)(in.scale / pow2);
-        t.rsReshiftAt = (float)std::ldexp(kReshiftAt, e - eScale);
-        t.rsRelevance = (float)(kReshiftRelevance * pow2 / in.scale);
-    }
-    if (shifted) {  // FlashAttention and pasa_rs have no M: beta, I and M's entries stay 0, any scale is accepted
-        double beta = in.beta < 0 ? DefaultBeta(kBlockKv, in.scale) : in.beta;
-        double diag, off;
-        ShiftEntries(beta, kBlockKv, in.scale, &diag, &off);
-        t.beta = (float)beta;
-        t.invariance = (float)(beta / (1.0 - beta));
-        t.shiftDiag = (float)diag;
-        t.shiftOff = (float)off;
-    }
-    t.precision = key;
+        t.rsReshiftAt = (float)std::ldexp(Rs::RESHIFT_AT, e - eScale);
+        t.rsRelevance = (float)(Rs::RESHIFT_RELEVANCE * pow2 / in.scale);
+    }  // ON_SCORES (FlashAttention): beta, I, M's entries and the rs constants stay 0; any scale is accepted
+    if (a.sumsOnCube)  // the frame's largest move down, in units of Q K
+        t.frameDropLimit = (float)(pasa_kernel::FramedFamily::FRAME_DROP_LIMIT / in.scale);
+}
 
-    // The largest query block whose plan fits, with the longest stack of the handshake that fits beside it (the
-    // AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
-    // single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
-    // smaller query block re-reads K and V). The work split below may shorten the stacks.
-    struct Handshake {
+// The on-chip buffers of a query block of bq rows (pasa_buffer_plan.h, what the kernel allocates), the head-dim
+// chunk baseK of the S' products, and the L0 halves.
+struct Plan {
+    uint32_t blockQ, baseK;
+    uint64_t ub, l1, l0a, l0b, l0c;
+    uint32_t scoreRows;  // rows of an S' tile in L0C (0: none fits)
+};
+
+Plan MakePlan(uint32_t bq, uint32_t d, const AllocationTraits& a, uint32_t ring) {
+    Plan p{};
+    p.blockQ = bq;
+    p.ub = pasa_kernel::PlanAivUb(bq / 2, d, ring, a).Total();
+    const uint32_t cols = d + a.keyExtraCols;
+    p.l1 = pasa_kernel::PlanAicL1(bq, d, a).Total();
+    // L0A/L0B: two halves each; the head-dim chunk of S' = Q K'^T fits both operands in one. pasa_rs: over D + 16
+    // columns, so that for D <= 112 the augmented column is in the same Mmad call as Q^ K'^T and psi is subtracted
+    // before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
+    p.baseK = std::min<uint32_t>(cols, pasa_kernel::L0_HALF_BYTES / (2 * std::max<uint32_t>(bq, BLOCK_KV))) / 16 * 16;
+    p.l0a = 2 * pasa_kernel::L0_HALF_BYTES;
+    p.l0b = 2 * pasa_kernel::L0_HALF_BYTES;
+    const pasa_kernel::AicL0cPlan l0c = pasa_kernel::PlanAicL0c(bq, d, a);
+    p.l0c = l0c.Total();
+    p.scoreRows = l0c.scoreRows;
+    return p;
+}
+
+// UB and L1 as TPipe offers them: the physical sizes less the toolchain's reserves (pasa_tiling.h). The key
+// centring (pasa_centre_keys.h) borrows the AIV's S' and P queues for one 16-column strip of a KV block
+// (128 x 16 FP16) in and out: they hold it from 16 rows per AIV on.
+bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTraits& a) {
+    const uint64_t ub = pl.ubSize > kUbReservedBytes ? pl.ubSize - kUbReservedBytes : 0;
+    const uint64_t l1 = pl.l1Size > kL1ReservedBytes ? pl.l1Size - kL1ReservedBytes : 0;
+    const uint64_t strip = (uint64_t)BLOCK_KV * FRACTAL * 2, rm = p.blockQ / 2;
+    if (a.prepass == Prepass::CENTRED_KEYS && rm * BLOCK_KV * 2 < strip) return false;
+    // L0C: S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit a half; where the sums stay on the cube,
+    // the accumulator and at least an S' tile of 16 rows
+    const bool l0cFits = a.sumsOnCube ? p.scoreRows > 0
+                                      : (uint64_t)p.blockQ * d * 4 <= pasa_kernel::L0C_HALF_BYTES &&
+                                            (uint64_t)p.blockQ * BLOCK_KV * 4 <= pasa_kernel::L0C_HALF_BYTES;
+    return p.ub <= ub && p.l1 <= l1 && p.l0a <= pl.l0aSize && p.l0b <= pl.l0bSize && p.l0c <= pl.l0cSize &&
+           p.baseK >= 16 && l0cFits;
+}
+
+// The largest query block whose plan fits (up to the family's MAX_BLOCK_Q), with the longest stack of the handshake that fits beside it (the
+// AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
+// single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
+// smaller query block re-reads K and V). The work split may shorten the stacks (SplitWork).
+Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl) {
+    struct Ring {
         uint32_t kvStack, preLaunch;
     };
-    std::vector<Handshake> handshakes;  // most blocks per flag first
-    if (!rowShifted)
-        for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(S2, kBlockKv)); stack >= 1; --stack)
-            handshakes.push_back({stack, kPreLaunch});
-    handshakes.push_back({1, 1});
-    Plan plan{};
-    bool found = false;
-    for (uint32_t bq : {128u, 64u, 32u, 16u}) {
-        for (const Handshake& h : handshakes) {
-            t.kvStack = h.kvStack;
-            t.preLaunch = h.preLaunch;
-            plan = MakePlan(bq, D, fp32State, rowShifted, PasaSlotRing(t));
-            if (Fits(plan, pl, D, rowShifted)) { found = true; break; }
+    std::vector<Ring> rings;  // most blocks per flag first
+    if (a.handshake == Handshake::STACKED)
+        for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(s.S2, BLOCK_KV)); stack >= 1; --stack)
+            rings.push_back({stack, kPreLaunch});
+    rings.push_back({1, 1});
+    for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
+        if (bq > a.maxBlockQ) continue;
+        for (const Ring& r : rings) {
+            t.kvStack = r.kvStack;
+            t.preLaunch = r.preLaunch;
+            const Plan plan = MakePlan(bq, s.D, a, PasaSlotRing(t));
+            if (!Fits(plan, pl, s.D, a)) continue;
+            t.blockQ = plan.blockQ;
+            t.blockKv = BLOCK_KV;
+            t.baseK = plan.baseK;
+            // Decode with GQA packs a KV head's group of query heads into the rows of its tasks
+            // (pasa_tiling_data.h), so K and V are read once per group; groups larger than blockQ take several
+            // query blocks.
+            t.packedHeads = DecodeBranch(s) && t.groupSize > 1 ? t.groupSize : 1;
+            t.numQBlocks = CeilDiv((uint64_t)s.S1 * t.packedHeads, t.blockQ);
+            t.numKvBlocks = CeilDiv(s.S2, BLOCK_KV);
+            return plan;
         }
-        if (found) break;
     }
-    if (!found) Bad("platform: no block plan fits the on-chip memories for this head dim");
-    t.blockQ = plan.blockQ;
-    t.blockKv = kBlockKv;
-    t.baseK = plan.baseK;
-    t.kShiftCols = D + (rowShifted ? kFractal : 0);
-    // Decode with GQA packs a KV head's group of query heads into the rows of its tasks (pasa_tiling_data.h),
-    // so K and V are read once per group; groups larger than blockQ take several query blocks.
-    t.packedHeads = decode && t.groupSize > 1 ? t.groupSize : 1;
-    t.numQBlocks = CeilDiv((uint64_t)S1 * t.packedHeads, t.blockQ);
-    t.numKvBlocks = CeilDiv(S2, kBlockKv);
+    Bad("platform: no block plan fits the on-chip memories for this head dim");
+}
 
+// The user mask's strides (bytes) and the band from indices (modes 0 with a mask, 2, 3, 4; not for decode).
+void FillMasks(PasaTilingData& t, const TilingInput& in, const Shapes& s) {
+    const bool hasMask = !in.maskShape.empty();
     t.sparseMode = in.sparseMode;
     t.hasMask = hasMask;
-    t.bandMode = (!decode && (in.sparseMode >= 2 || (in.sparseMode == 0 && hasMask))) ? 1 : 0;
+    t.bandMode = (!DecodeBranch(s) && (in.sparseMode >= 2 || (in.sparseMode == 0 && hasMask))) ? 1 : 0;
     t.preTokens = in.preTokens; t.nextTokens = in.nextTokens;
     if (hasMask) {
         const auto& m = in.maskShape;
@@ -347,22 +389,22 @@ TilingResult ComputeTiling(const TilingInput& in) {
         t.maskHeadStride = m[1] == 1 ? 0 : m[2] * m[3];
         t.maskBatchStride = m[0] == 1 ? 0 : m[1] * m[2] * m[3];
     }
-    t.hasActualSeqQ = !decode && !in.actualSeqLengths.empty();
-    t.hasActualSeqKv = !in.actualSeqLengthsKv.empty();
+}
 
-    // Work split. Prefill: one task per (b, n, q block); decode with GQA: per (b, kv head, q block of
-    // the group's heads). Decode (S1 == 1) with fewer tasks than cores: split the KV blocks so that every
-    // core gets work; partials are combined through lse.
-    const uint64_t baseTasks = (uint64_t)B * (N / t.packedHeads) * t.numQBlocks;
+// Work split. Prefill: one task per (b, n, q block); decode with GQA: per (b, kv head, q block of the group's
+// heads). Decode (S1 == 1) with fewer tasks than cores: split the KV blocks so that every core gets work;
+// partials are combined through lse. The pre-pass items (b, kv head, KV block) are split over the same cores.
+void SplitWork(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl) {
+    const uint64_t baseTasks = (uint64_t)s.B * (s.N / t.packedHeads) * t.numQBlocks;
     t.kvSplits = 1;
-    if (decode && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
+    if (DecodeBranch(s) && baseTasks < pl.aicNum && t.numKvBlocks > 1) {
         // The split count that minimises the busiest core's work, ceil(tasks/cores) * (blocks per split
         // + 1), the +1 standing for a task's fixed cost (Q load, partial write, its share of the
         // combine); ties go to fewer splits. At most 64 splits, because the combine
         // reduces the lse values of a row in one repeat of 64 FP32 lanes.
         uint64_t best = ~0ull;
-        for (uint32_t s = 1; s <= std::min<uint32_t>(t.numKvBlocks, 64); ++s) {
-            const uint32_t per = CeilDiv(t.numKvBlocks, s);
+        for (uint32_t n = 1; n <= std::min<uint32_t>(t.numKvBlocks, 64); ++n) {
+            const uint32_t per = CeilDiv(t.numKvBlocks, n);
             const uint32_t splits = CeilDiv(t.numKvBlocks, per);
             const uint64_t cost = CeilDiv(baseTasks * splits, pl.aicNum) * (per + 1ull);
             if (cost < best) { best = cost; t.kvBlocksPerSplit = per; t.kvSplits = splits; }
@@ -372,55 +414,70 @@ TilingResult ComputeTiling(const TilingInput& in) {
     }
     // A task has at most kvBlocksPerSplit blocks: no longer stacks, and no more stacks ahead than it can have
     // after its first (preLaunch 1 and 2 run two stacks alike).
-    if (!rowShifted) {
+    if (a.handshake == Handshake::STACKED) {
         t.kvStack = std::min(t.kvStack, t.kvBlocksPerSplit);
         const uint32_t stacks = CeilDiv(t.kvBlocksPerSplit, t.kvStack);
         t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, stacks - 1));
-        plan = MakePlan(t.blockQ, D, fp32State, rowShifted, PasaSlotRing(t));
     }
     const uint64_t tasks = baseTasks * t.kvSplits;
     if (tasks > 0xFFFFFFFFull) Bad("query: too many tasks (B * N * ceil(S1/blockQ) must fit in 32 bits)");
     t.totalTasks = tasks;
     t.tasksPerCore = CeilDiv(tasks, pl.aicNum);
     t.blockDim = CeilDiv(tasks, t.tasksPerCore);
-    t.prepassItems = shifted || rowShifted ? (uint64_t)B * NKV * t.numKvBlocks : 0;
+    t.prepassItems = a.prepass != Prepass::NONE ? (uint64_t)s.B * s.NKV * t.numKvBlocks : 0;
     t.prepassPerCore = CeilDiv(t.prepassItems, t.blockDim);
-    const uint64_t rowsAll = (uint64_t)B * N * S1;
-    t.combineRowsPerAiv = t.kvSplits > 1 ? CeilDiv(rowsAll, 2ull * t.blockDim) : 0;
+    t.combineRowsPerAiv = t.kvSplits > 1 ? CeilDiv((uint64_t)s.B * s.N * s.S1, 2ull * t.blockDim) : 0;
+}
 
-    // GM workspace.
+// GM workspace: the status words, the pre-pass's outputs (K', and the key centring's column sums, u and K^),
+// every core's slots (the S', P and PV rings of PasaSlotRing block slots each; M or L for the pre-pass; the
+// per-block conversation's own slots), the split-KV partials; regions 512-byte aligned.
+void LayoutWorkspace(PasaTilingData& t, const AllocationTraits& a, const Shapes& s) {
+    const uint64_t B = s.B, NKV = s.NKV, D = s.D;
     uint64_t off0 = 0;
     t.wsStatusOffset = off0;
     off0 = AlignUp(off0 + 2ull * t.blockDim * 32, kWsAlign);
     t.wsKShiftOffset = off0;
-    if (shifted || rowShifted) off0 = AlignUp(off0 + (uint64_t)B * NKV * t.numKvBlocks * kBlockKv * t.kShiftCols * 2, kWsAlign);
+    if (a.prepass != Prepass::NONE)
+        off0 = AlignUp(off0 + B * NKV * t.numKvBlocks * BLOCK_KV * t.kShiftCols * 2, kWsAlign);
     t.wsKSumOffset = off0;
     t.wsCentreOffset = off0;
-    if (rowShifted) {
+    if (a.prepass == Prepass::CENTRED_KEYS) {
         t.wsCentreOffset = AlignUp(off0 + (uint64_t)t.prepassItems * D * 4, kWsAlign);
-        off0 = AlignUp(t.wsCentreOffset + (uint64_t)B * NKV * 2 * t.numKvBlocks * D * 2, kWsAlign);
+        off0 = AlignUp(t.wsCentreOffset + B * NKV * 2 * t.numKvBlocks * D * 2, kWsAlign);
     }
-    t.wsScoreSlot = (uint64_t)t.blockQ * kBlockKv * 2;
-    t.wsProbSlot = t.wsScoreSlot;
-    t.wsPvSlot = (uint64_t)t.blockQ * D * (fp32State ? 4 : 2);
+    const uint64_t segmentBytes = (uint64_t)t.blockQ * (D + a.valueExtraCols) * 4;  // [O | l] of a segment
+    t.wsScoreSlot = (uint64_t)t.blockQ * BLOCK_KV * a.scoreBytes;
+    t.wsProbSlot = (uint64_t)t.blockQ * BLOCK_KV * 2;
+    t.wsPvSlot = a.sumsOnCube ? segmentBytes : (uint64_t)t.blockQ * D * a.stateBytes;
     t.wsCoreOffset = off0;
-    // The S', P and PV rings of PasaSlotRing block slots each, then M (PASA) or the ones matrix L (pasa_rs): n x n
-    // FP16, written by the core's AIVs for its pre-pass; then pasa_rs's own slots (pasa_tiling_data.h), each
-    // 512-byte aligned
-    const uint64_t shiftSlot = shifted || rowShifted ? (uint64_t)kBlockKv * kBlockKv * 2 : 0;
+    // M (PASA) or the ones matrix L (the key centring): n x n FP16, written by the core's AIVs for its pre-pass;
+    // or the column of ones of the V tiles, n x 16 FP16
+    const uint64_t shiftSlot = a.prepass != Prepass::NONE ? (uint64_t)BLOCK_KV * BLOCK_KV * 2
+                                                          : (uint64_t)BLOCK_KV * a.valueExtraCols * 2;
     uint64_t coreBytes = PasaSlotRing(t) * (t.wsScoreSlot + t.wsProbSlot + t.wsPvSlot) + shiftSlot;
-    if (rowShifted) {
-        auto slot = [&](uint64_t bytes) { coreBytes = AlignUp(coreBytes, kWsAlign); uint64_t at = coreBytes; coreBytes += bytes; return at; };
+    auto slot = [&](uint64_t bytes) {  // pasa_tiling_data.h, each 512-byte aligned
+        coreBytes = AlignUp(coreBytes, kWsAlign);
+        const uint64_t at = coreBytes;
+        coreBytes += bytes;
+        return at;
+    };
+    if (a.handshake == Handshake::PER_BLOCK_ROUNDS) {
         t.wsQhatSlot = slot((uint64_t)t.blockQ * D * 2);
-        t.wsShiftColSlot = slot(2ull * t.blockQ * kFractal * 2);  // one per block parity
+        t.wsShiftColSlot = slot(2ull * t.blockQ * FRACTAL * 2);  // one per block parity
         t.wsCentreProdSlot = slot(2ull * t.kvBlocksPerSplit * t.blockQ * 4);
-        t.wsScore32Slot = slot((uint64_t)t.blockQ * kBlockKv * 4);
+        t.wsScore32Slot = slot((uint64_t)t.blockQ * BLOCK_KV * 4);
         t.wsRequestSlot = slot(4 * 64);
+    }
+    if (a.sumsOnCube) {
+        t.wsFinalSegmentSlot = slot(segmentBytes);
+        t.wsVerdictSlot = slot((2ull * t.preLaunch + 2) * 64);
     }
     t.wsCoreStride = AlignUp(coreBytes, kWsAlign);
     off0 = AlignUp(off0 + t.wsCoreStride * t.blockDim, kWsAlign);
     t.wsPartialOffset = off0;
     if (t.kvSplits > 1) {
+        const uint64_t rowsAll = B * s.N * s.S1;
         off0 = AlignUp(off0 + rowsAll * t.kvSplits * D * 4, kWsAlign);
         t.wsPartialLseOffset = off0;
         off0 = AlignUp(off0 + rowsAll * t.kvSplits * 4, kWsAlign);
@@ -428,7 +485,39 @@ TilingResult ComputeTiling(const TilingInput& in) {
         t.wsPartialLseOffset = off0;
     }
     t.workspaceBytes = off0;
+}
 
+}  // namespace
+
+const std::vector<AllocationTraits>& KernelAllocations() {
+#define PASA_ALLOCATION_TRAITS(tilingKey, Policy) TraitsOf<pasa_kernel::Policy>(tilingKey),
+    static const std::vector<AllocationTraits> table = {PASA_KERNEL_ALLOCATIONS(PASA_ALLOCATION_TRAITS)};
+#undef PASA_ALLOCATION_TRAITS
+    return table;
+}
+
+const AllocationTraits& FindAllocation(const std::string& precision) {
+    std::string names;
+    for (const AllocationTraits& a : KernelAllocations()) {
+        if (precision == a.name) return a;
+        names += std::string(names.empty() ? "" : ", ") + "\"" + a.name + "\"";
+    }
+    Bad("precision must be one of " + names + ", got \"" + precision + "\"");
+}
+
+TilingResult ComputeTiling(const TilingInput& in) {
+    const Shapes s = ReadShapes(in);
+    const AllocationTraits& a = ReadOptions(in, s);
+    const PlatformInfo& pl = in.platform;
+    TilingResult r{};
+    PasaTilingData& t = r.data;
+    FillShapes(t, in, s);
+    FillAllocation(t, a, in);
+    Plan plan = ChooseBlocks(t, a, s, pl);
+    FillMasks(t, in, s);
+    SplitWork(t, a, s, pl);
+    plan = MakePlan(t.blockQ, s.D, a, PasaSlotRing(t));  // the ring SplitWork may have shortened
+    LayoutWorkspace(t, a, s);
     t.ubBytes = plan.ub; t.l1Bytes = plan.l1; t.l0aBytes = plan.l0a; t.l0bBytes = plan.l0b; t.l0cBytes = plan.l0c;
     r.tilingKey = t.precision;
     r.blockDim = t.blockDim;

@@ -1,22 +1,10 @@
 // Host tiling of the PASA fused-attention kernel: plain C++17, no CANN header.
 //
-// Stability: the fields and functions below are the interface that the host-model module
-// (python/csrc/npu_host_model.cpp), the op definition's tiling registration
-// (op_host/pasa_fused_attention_def.cpp), the grid tests (op_host/tests/test_tiling.cpp) and the
-// kernel rely on. Changes are additive only, listed here:
-//   2026-11-22  initial version.
-//   2026-11-22  StatusWordOffset (the overflow status words), PasaDecodeTaskId in pasa_tiling_data.h.
-//   2026-11-23  TilingResult::scheduleMode; PlatformInfo sizes are the physical ones, the plan keeps the
-//               toolchain's reserves (kUbReservedBytes, kL1ReservedBytes).
-//   2026-11-23  precision "fp16_fp32" (PASA_TILING_KEY_FLASH_FP16_SCORE): no K' region, no M slot, no
-//               pre-pass items; beta, invariance and M's entries 0.
-//   2026-11-23  PageAttention: TilingInput::blockTableShape / blockSize, the PasaTilingData fields
-//               hasBlockTable, pageSize, maxBlocksPerSeq, kvPageStride, and CheckBlockTable.
-//   2026-11-23  precision "pasa_rs" (PASA_TILING_KEY_ROW_SHIFTED): the key pre-pass (column sums, u and K^,
-//               K' with one more column), rs* constants, kShiftCols, pasa_rs's workspace regions and slots.
-//   2026-11-23  the stacked AIC <-> AIV handshake: PasaTilingData::kvStack and preLaunch, PasaSlotRing in
-//               pasa_tiling_data.h; wsScoreSlot, wsProbSlot and wsPvSlot are the bytes of one block slot of
-//               PasaSlotRing(t) per core (two before).
+// The fields and functions below are the interface that the host-model module (python/csrc/npu_host_model.cpp),
+// the op definition's tiling registration (op_host/pasa_fused_attention_def.cpp), the grid tests
+// (op_host/tests/test_tiling.cpp) and the kernel rely on; changes to them are additive. What an allocation asks of
+// the plan comes from its kernel policy (op_kernel/pasa_allocation.h, through KernelAllocations()), the sizes of
+// the on-chip buffers from op_kernel/pasa_buffer_plan.h, both shared with the kernel.
 #ifndef PASA_TILING_H
 #define PASA_TILING_H
 
@@ -24,9 +12,24 @@
 #include <string>
 #include <vector>
 
+#include "../op_kernel/pasa_allocation.h"
 #include "../op_kernel/pasa_tiling_data.h"
 
 namespace pasa {
+
+// The allocation used where none is named (the op's `precision` attribute, TilingInput): python/pasa_npu/precision.py's
+// DEFAULT_PRECISION (tests/test_npu_backend.py checks that they agree).
+constexpr const char* kDefaultPrecision = "pasa_rs";
+
+// An allocation the kernel runs: its policy (op_kernel/pasa_allocation.h) as plain values, one per row of
+// PASA_KERNEL_ALLOCATIONS.
+struct AllocationTraits : pasa_kernel::PolicyTraits {
+    const char* name;
+    uint32_t tilingKey;
+};
+const std::vector<AllocationTraits>& KernelAllocations();
+// The allocation named `precision`; throws std::invalid_argument naming the accepted ones.
+const AllocationTraits& FindAllocation(const std::string& precision);
 
 // What the toolchain keeps for itself in a mixed kernel on Atlas A2: the vector APIs' scratch from
 // TMP_UB_OFFSET = 184 KB to the end of the 192 KB UB (asc-devkit impl/basic_api/utils/kernel_utils_constants.h,
@@ -45,9 +48,9 @@ struct PlatformInfo {
 
 // Everything the op receives, at FIA's level (torch_npu.npu_fused_infer_attention_score).
 struct TilingInput {
-    // Shapes of the tensors as given (3-D for "BSH", 4-D for "BNSD"/"BSND").
+    // Shapes of the tensors as given (3-D for "BSH" and "TND", 4-D for "BNSD"/"BSND").
     std::vector<int64_t> queryShape, keyShape, valueShape;
-    std::string inputLayout = "BSH";      // "BNSD", "BSH", "BSND"; attention_out has the same layout
+    std::string inputLayout = "BSH";      // "BNSD", "BSH", "BSND", "TND"; attention_out has the same layout
     int64_t numHeads = 1;
     int64_t numKeyValueHeads = 0;         // 0 = numHeads
     double scale = 1.0;
@@ -60,6 +63,8 @@ struct TilingInput {
     // and not passed: pass an empty maskShape (the band is computed from indices).
     std::vector<int64_t> maskShape;
     // Per-batch valid lengths (B entries after the caller expands a single value); empty = absent.
+    // TND: both required, FIA's cumulative query lengths (B = their count, the last at most T) and cumulative key
+    // lengths, or with a block table each batch's own key length; no atten_mask (sparse modes 0, 2, 3, 4).
     // The kernel reads them from GM as int64; these copies only validate and size the plan.
     std::vector<int64_t> actualSeqLengths, actualSeqLengthsKv;
     // PageAttention (FIA's block_table and block_size): the table's shape (B, maxBlocksPerSeq), empty
@@ -70,7 +75,9 @@ struct TilingInput {
     // shape only): CheckBlockTable checks them where they are on the host.
     std::vector<int64_t> blockTableShape;
     int64_t blockSize = 0;
-    std::string precision = "pasa_fp32";  // "pasa", "pasa_fp32", "fp16_fp32" (FlashAttention, no shift) or "pasa_rs"
+    // FIA v2's learnable_sink: FP32 (N,), one logit per query head; empty = no sink.
+    std::vector<int64_t> learnableSinkShape;
+    std::string precision = kDefaultPrecision;  // a name of KernelAllocations()
     PlatformInfo platform;
 };
 
@@ -81,7 +88,8 @@ struct TilingInput {
 //                    actualSeqLengths when S1 == 1 (FIA's decode rule).
 //   blockTable       nullptr, or int32 (B, maxBlocksPerSeq), contiguous: the pages of each batch's keys;
 //                    the kernel reads entries [0, ceil(actualSeqLengthsKv[b] / blockSize)) of row b.
-//   softmaxLse       FP32 (B, N, S1), always written: m + ln l + I*F in the true scale; -inf for a valid
+//   learnableSink    nullptr, or FP32 (N,): each row's sink joins its softmax once, in the true scale.
+//   softmaxLse       FP32 (B, N, S1) (TND: (T, N)), always written: the true-scale lse; -inf for a valid
 //                    row with no kept key (FIA: LSE_NO_KEY), +inf for a padded row past
 //                    actual_seq_lengths (FIA: 3e+99 -> +inf). Output rows of both kinds are 0.
 //   workspace        workspaceBytes of user workspace (CANN's op definition adds its system workspace).
@@ -89,6 +97,11 @@ struct TilingInput {
 //                    appeared in S' (PASA could not absorb the scores' amplitude); the outputs then
 //                    carry the same Inf/NaN as the golden model, and the binding should fall back.
 inline uint64_t StatusWordOffset(const PasaTilingData& t, uint32_t aiv) { return t.wsStatusOffset + 32ull * aiv; }
+// softmaxLse's shape, as above: (T, N) for TND, else (B, N, S1).
+inline std::vector<int64_t> LseShape(const PasaTilingData& t) {
+    if (t.layout == PASA_LAYOUT_TND) return {t.queryTokens, t.numHeads};
+    return {t.batch, t.numHeads, t.seqQ};
+}
 
 // SetScheduleMode values (TilingContext): the kernel's all-core barriers (CrossCoreSetFlag mode 0 after
 // the K' pre-pass, and after the split-KV partials) need batch mode, so that every core of the launch

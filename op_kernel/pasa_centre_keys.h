@@ -27,10 +27,10 @@
 
 namespace pasa_kernel {
 
-// The pre-pass item `item` of the tiling: (batch, KV head, block) and the block's valid keys (0: beyond the
-// batch's keys, never read).
+// The pre-pass item `item` of the tiling: (batch, KV head, block), the block's valid keys (0: beyond the
+// batch's keys, never read) and the batch's first key row (TND: its token index, KeySpan).
 struct KeyBlock {
-    uint32_t b, h, j, rows;
+    uint32_t b, h, j, rows, start;
 };
 __aicore__ inline KeyBlock KeyBlockOf(const PasaTilingData& t, GlobalTensor<int64_t>& lenKv, uint32_t item) {
     KeyBlock kb;
@@ -38,8 +38,9 @@ __aicore__ inline KeyBlock KeyBlockOf(const PasaTilingData& t, GlobalTensor<int6
     const uint32_t bh = item / t.numKvBlocks;
     kb.h = bh % t.numKvHeads;
     kb.b = bh / t.numKvHeads;
-    const uint32_t seqKv = ValidLen(t.hasActualSeqKv, lenKv, kb.b, t.seqKv);
-    kb.rows = kb.j * BLOCK_KV >= seqKv ? 0 : MinU(BLOCK_KV, seqKv - kb.j * BLOCK_KV);
+    const SeqSpan keys = KeySpan(t, lenKv, kb.b);
+    kb.start = keys.start;
+    kb.rows = kb.j * BLOCK_KV >= keys.len ? 0 : MinU(BLOCK_KV, keys.len - kb.j * BLOCK_KV);
     return kb;
 }
 
@@ -62,7 +63,7 @@ __aicore__ inline void KeySumsPrepass(const PasaTilingData& t, CubeOps& cube, GM
         const uint32_t stripe = (kb.rows - 1) / FRACTAL;  // the 16 rows of L that hold row n_j - 1
         LocalTensor<half> ones = cube.LoadRows(cube.pL1_, lGm[(uint64_t)stripe * FRACTAL * BLOCK_KV], FRACTAL,
                                                FRACTAL, BLOCK_KV, BLOCK_KV);
-        LocalTensor<half> kTile = keys.Load(cube, cube.kL1_, kb.b, kb.h, kb.j * BLOCK_KV, kb.rows);
+        LocalTensor<half> kTile = keys.Load(cube, cube.kL1_, kb.b, kb.h, kb.start + kb.j * BLOCK_KV, kb.rows);
         for (uint32_t n0 = 0; n0 < d; n0 += BLOCK_KV) {  // one L0B buffer holds 128 x 128 FP16
             const uint32_t nLen = MinU(BLOCK_KV, d - n0);
             LocalTensor<float> c = cube.Gemm(ones, FRACTAL, BLOCK_KV, kTile, BLayout::ROWS, BLOCK_KV, nLen, n0, BLOCK_KV);
@@ -77,7 +78,7 @@ __aicore__ inline void KeySumsPrepass(const PasaTilingData& t, CubeOps& cube, GM
     CrossCoreWaitFlag(FLAG_PREPASS_DONE);  // every core's are
 }
 
-// AIV side. Queues lent by the softmax stage: inQue (VECIN) and outQue (VECOUT) hold a 128 x 16 FP16 strip
+// AIV side. Queues lent by the vector stage (AivRows): inQue (VECIN) and outQue (VECOUT) hold a 128 x 16 FP16 strip
 // each, smallQue (VECOUT) 32 FP16; `vecs` is FP32 scratch of at least 11 x 64 values, `bits` at least 96
 // bytes of compare results.
 template <class InQ, class OutQ, class SmallQ>
@@ -148,7 +149,7 @@ private:
         // the strip's rows, one DataCopy per run of rows that follow each other in GM (one for dense keys)
         for (uint32_t r = 0; r < kb.rows;) {
             uint64_t runStart;
-            const uint32_t rows = keys_.Run(kb.b, kb.h, kb.j * BLOCK_KV + r, kb.rows - r, &runStart);
+            const uint32_t rows = keys_.Run(kb.b, kb.h, kb.start + kb.j * BLOCK_KV + r, kb.rows - r, &runStart);
             DataCopy(x[r * FRACTAL], keys_.Cache()[runStart + col],
                      DataCopyParams((uint16_t)rows, 1, (uint16_t)((t_.kvRowStride - FRACTAL) / FRACTAL), 0));
             r += rows;

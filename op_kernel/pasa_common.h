@@ -18,14 +18,19 @@
 #define PASA_COMMON_H
 
 #include "kernel_operator.h"
+#include "pasa_allocation.h"
+#include "pasa_buffer_plan.h"
 #include "pasa_tiling_data.h"
 
 namespace pasa_kernel {
 using namespace AscendC;
 
-constexpr uint32_t BLOCK_KV = 128;     // keys per KV block (n of M); the tiling fixes it
-constexpr uint32_t ROW_VEC = 128;      // padded length of a per-row vector (rows per AIV <= 64)
-constexpr uint32_t FRACTAL = 16;       // 16 x 16 FP16 fractals (512 bytes)
+// The allocation's state type (pasa_allocation.h STATE_BYTES): the softmax arithmetic, the row state, O, and
+// P V out of the Fixpipe.
+template <uint32_t BYTES> struct StateType;
+template <> struct StateType<2> { using Type = half; };
+template <> struct StateType<4> { using Type = float; };
+template <class Policy> using ElementAccumulator = typename StateType<Policy::STATE_BYTES>::Type;
 
 // Cross-core flag ids. Atlas A2 has 16 per core (0..15), and SyncAll's hardware barrier takes 11..14
 // (CrossCoreSetFlag docs, 约束说明), so the kernel keeps to 0..10. Every flag is waited as often as it is
@@ -65,12 +70,36 @@ struct Task {
     uint32_t kvBlock0;   // first KV block of the split
     uint32_t nBlocks;    // KV blocks this task processes (0: no key, or no valid row)
     uint32_t seqQ;       // valid queries of batch b
+    uint32_t qStart, kvStart;  // TND: the token index of batch b's first query / key row (0 otherwise)
+    uint64_t lseFirst;   // softmax_lse index of the tile's row 0
+    uint32_t lseStride;  // between consecutive rows of the tile in softmax_lse: 1, or N (TND)
 };
 
 __aicore__ inline uint32_t ValidLen(uint32_t has, GlobalTensor<int64_t>& lens, uint32_t b, uint32_t full) {
     if (!has) return full;
     int64_t v = lens.GetValue(b);
     return v < 0 ? 0 : (v > (int64_t)full ? full : (uint32_t)v);
+}
+
+// Batch b's rows in the token dimension: [start, start + len). FIA's per-batch lengths (start 0: the batch
+// stride places the batch), or TND's cumulative ones (pasa_tiling_data.h), which the host tiling has checked
+// non-decreasing and within the tensor.
+struct SeqSpan {
+    uint32_t start, len;
+};
+__aicore__ inline SeqSpan SpanOf(uint32_t has, uint32_t cumulative, GlobalTensor<int64_t>& lens, uint32_t b,
+                                 uint32_t full) {
+    if (!cumulative) return SeqSpan{0, ValidLen(has, lens, b, full)};
+    const uint32_t start = b == 0 ? 0 : (uint32_t)lens.GetValue(b - 1);
+    return SeqSpan{start, (uint32_t)lens.GetValue(b) - start};
+}
+__aicore__ inline bool IsTnd(const PasaTilingData& t) { return t.layout == PASA_LAYOUT_TND; }
+__aicore__ inline SeqSpan QuerySpan(const PasaTilingData& t, GlobalTensor<int64_t>& lenQ, uint32_t b) {
+    return SpanOf(t.hasActualSeqQ, IsTnd(t), lenQ, b, t.seqQ);
+}
+// Keys: cumulative in TND without a block table; with one, each batch's own length, its rows in its pages.
+__aicore__ inline SeqSpan KeySpan(const PasaTilingData& t, GlobalTensor<int64_t>& lenKv, uint32_t b) {
+    return SpanOf(t.hasActualSeqKv, IsTnd(t) && !t.hasBlockTable, lenKv, b, t.seqKv);
 }
 
 // Stack i of a task: its KV blocks [first, end) (task-relative), kvStack of them, the last stack shorter.
@@ -156,11 +185,16 @@ enum RowShiftRequest : uint32_t { REQUEST_ACCEPT = 0, REQUEST_FP32 = 1, REQUEST_
 // 64-byte data-cache line each, so that the AIC can drop exactly the line it is about to read.
 __aicore__ inline uint32_t RequestWordIndex(uint32_t parity, uint32_t sub) { return (parity * 2 + sub) * 16; }
 
+// Row s of batch b: its position in the batch, or in TND (batch strides 0) its token index.
 __aicore__ inline uint64_t QOffset(const PasaTilingData& t, uint32_t b, uint32_t n, uint32_t s) {
     return b * t.qBatchStride + n * t.qHeadStride + s * t.qRowStride;
 }
 __aicore__ inline uint64_t KvOffset(const PasaTilingData& t, uint32_t b, uint32_t h, uint32_t s) {
     return b * t.kvBatchStride + h * t.kvHeadStride + s * t.kvRowStride;
+}
+// Element offset in query and output of the tile's row 0.
+__aicore__ inline uint64_t TileQOffset(const PasaTilingData& t, const Task& k) {
+    return QOffset(t, k.b, k.n, k.qStart + k.row0);
 }
 
 // The band rule of sparse_mode for a batch of sq valid queries and skv valid keys: key j is kept
@@ -194,7 +228,13 @@ __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTe
     k.kvHead = k.n / t.groupSize;
     k.row0 = c.row0;
     k.tileRows = c.tileRows;
-    k.seqQ = ValidLen(t.hasActualSeqQ, lenQ, k.b, t.seqQ);
+    const SeqSpan qs = QuerySpan(t, lenQ, k.b);
+    k.seqQ = qs.len;
+    k.qStart = qs.start;
+    if (IsTnd(t)) {  // the batch's own rows; the last batch's tiles run to T, its rows past seqQ padding
+        const uint32_t rows = k.b + 1 == t.batch ? t.queryTokens - qs.start : qs.len;
+        k.tileRows = rows > k.row0 ? MinU(rows - k.row0, t.blockQ) : 0;
+    }
     if (t.packedHeads > 1) {  // every row is query position 0, valid as S1 == 1 (FIA ignores actual_seq_lengths)
         k.rowsValid = k.tileRows;
         k.positionStep = 0;
@@ -206,7 +246,12 @@ __aicore__ inline Task DecodeTask(const PasaTilingData& t, uint32_t id, GlobalTe
         k.qRowStride = t.qRowStride;
         k.maskRowStride = t.maskRowStride;
     }
-    k.seqKv = ValidLen(t.hasActualSeqKv, lenKv, k.b, t.seqKv);
+    const SeqSpan ks = KeySpan(t, lenKv, k.b);
+    k.seqKv = ks.len;
+    k.kvStart = ks.start;
+    k.lseStride = IsTnd(t) ? t.numHeads : 1;
+    k.lseFirst = IsTnd(t) ? (uint64_t)(k.qStart + k.row0) * t.numHeads + k.n
+                          : ((uint64_t)k.b * t.numHeads + k.n) * t.seqQ + k.row0;
     uint32_t blocksB = CeilDivU(k.seqKv, BLOCK_KV);
     k.kvBlock0 = k.split * t.kvBlocksPerSplit;
     uint32_t end = MinU(MinU(k.kvBlock0 + t.kvBlocksPerSplit, t.numKvBlocks), blocksB);

@@ -12,9 +12,6 @@
 
 namespace pasa_kernel {
 
-constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
-constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
-
 // How the right operand B (K x N) sits in L1.
 enum class BLayout {
     TRANSPOSED,  // L1 holds B^T (N rows of K), e.g. K' for S' = Q K'^T: fractals are already nZ
@@ -23,20 +20,25 @@ enum class BLayout {
 
 class CubeOps {
 public:
-    __aicore__ inline void Init(TPipe* pipe, uint32_t qL1Bytes, uint32_t kvL1Bytes, uint32_t pL1Bytes) {
-        pipe->InitBuffer(qL1_, 1, qL1Bytes);
-        pipe->InitBuffer(kL1_, 2, kvL1Bytes);
-        pipe->InitBuffer(vL1_, 2, kvL1Bytes);
-        pipe->InitBuffer(pL1_, 2, pL1Bytes);
+    // L1 and L0C as pasa_buffer_plan.h plans them; L0A and L0B as two ping-pong halves each.
+    __aicore__ inline void Init(TPipe* pipe, const AicL1Plan& l1, const AicL0cPlan& l0c) {
+        pipe->InitBuffer(qL1_, 1, l1.qBytes);
+        pipe->InitBuffer(kL1_, 2, l1.kBytes);
+        pipe->InitBuffer(vL1_, 2, l1.vBytes);
+        pipe->InitBuffer(pL1_, 2, l1.pBytes);
         pipe->InitBuffer(l0a_, 2, L0_HALF_BYTES);
         pipe->InitBuffer(l0b_, 2, L0_HALF_BYTES);
-        pipe->InitBuffer(l0c_, 2, L0C_HALF_BYTES);
+        pipe->InitBuffer(l0c_, l0c.scoreBuffers, l0c.scoreBufferBytes);
+        if (l0c.accBytes > 0) pipe->InitBuffer(sums_, 1, l0c.accBytes);
+        if (l1.valueExtraBytes > 0) pipe->InitBuffer(valueExtraL1_, 1, l1.valueExtraBytes);
     }
 
     TQue<TPosition::A1, 1> qL1_;   // the query block (pasa_rs: Q^ and its augmented column)
     TQue<TPosition::B1, 1> kL1_;   // K' (PASA), K (FlashAttention, and PASA's pre-pass)
     TQue<TPosition::B1, 1> vL1_;   // V
     TQue<TPosition::A1, 1> pL1_;   // P (M of PASA's pre-pass, a stripe of L in pasa_rs's)
+    TQue<TPosition::CO1, 1> sums_;  // fp32_frame's [O | l], summed across the blocks of a segment
+    TQue<TPosition::B1, 1> valueExtraL1_;  // fp32_frame's column of ones beside every V tile (128 x 16, NZ)
 
     // rows x cols FP16 from GM (row stride srcStride elements) into a fresh L1 tile of `que` in NZ
     // with rowsPad rows; rows [rows, rowsPad) repeat row rows-1 so that no operand row is garbage
@@ -101,44 +103,11 @@ public:
         LocalTensor<float> c = l0c_.AllocTensor<float>();
         for (uint32_t k0 = 0; k0 < k; k0 += kc) {
             const uint32_t kLen = MinU(kc, k - k0);
-            LocalTensor<half> a2 = l0a_.AllocTensor<half>();
-            for (uint32_t mb = 0; mb < mp / FRACTAL; ++mb) {
-                LoadData2DParams p;
-                p.startIndex = (k0 / FRACTAL) * (mp / FRACTAL) + mb;
-                p.repeatTimes = kLen / FRACTAL;
-                p.srcStride = mp / FRACTAL;
-                p.ifTranspose = false;
-                LoadData(a2[mb * kLen * FRACTAL], a, p);
-            }
-            l0a_.EnQue(a2);
-            LocalTensor<half> b2 = l0b_.AllocTensor<half>();
-            if (layout == BLayout::TRANSPOSED) {
-                LoadData2DParams p;
-                p.startIndex = (k0 / FRACTAL) * (bRows / FRACTAL);
-                p.repeatTimes = (kLen / FRACTAL) * (n / FRACTAL);
-                p.srcStride = 1;
-                p.ifTranspose = false;
-                LoadData(b2, b, p);
-            } else {
-                for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
-                    LoadData2DParams p;
-                    p.startIndex = (n0 / FRACTAL) * (bRows / FRACTAL) + k0 / FRACTAL + kb;
-                    p.repeatTimes = n / FRACTAL;
-                    p.srcStride = bRows / FRACTAL;
-                    p.ifTranspose = true;
-                    LoadData(b2[kb * n * FRACTAL], b, p);
-                }
-            }
-            l0b_.EnQue(b2);
+            LocalTensor<half> a2 = LoadA(a, mp, 0, mp, k0, kLen);
+            LocalTensor<half> b2 = LoadB(b, layout, bRows, n, n0, k0, kLen);
             a2 = l0a_.DeQue<half>();
             b2 = l0b_.DeQue<half>();
-            MmadParams mm;
-            mm.m = mp;
-            mm.n = n;
-            mm.k = kLen;
-            mm.cmatrixInitVal = (k0 == 0);
-            Mmad(c, a2, b2, mm);
-            if ((mp / FRACTAL) * (n / FRACTAL) < 10) PipeBarrier<PIPE_M>();  // small tiles: order the K accumulation
+            Multiply(c, a2, b2, mp, n, kLen, k0 == 0);
             l0a_.FreeTensor(a2);
             l0b_.FreeTensor(b2);
         }
@@ -146,11 +115,92 @@ public:
         return l0c_.DeQue<float>();
     }
 
+    // Rows [row0, row0 + m) of A (NZ in L1 with mp rows), columns [k0, k0 + kLen), into a fresh L0A buffer (zZ),
+    // enqueued: DeQue it from l0a_ before the product.
+    __aicore__ inline LocalTensor<half> LoadA(const LocalTensor<half>& a, uint32_t mp, uint32_t row0, uint32_t m,
+                                              uint32_t k0, uint32_t kLen) {
+        LocalTensor<half> a2 = l0a_.AllocTensor<half>();
+        for (uint32_t mb = 0; mb < m / FRACTAL; ++mb) {
+            LoadData2DParams p;
+            p.startIndex = (k0 / FRACTAL) * (mp / FRACTAL) + row0 / FRACTAL + mb;
+            p.repeatTimes = kLen / FRACTAL;
+            p.srcStride = mp / FRACTAL;
+            p.ifTranspose = false;
+            LoadData(a2[mb * kLen * FRACTAL], a, p);
+        }
+        l0a_.EnQue(a2);
+        return a2;
+    }
+
+    // Rows [k0, k0 + kLen) of B, columns [n0, n0 + n) (TRANSPOSED: B^T's rows), into a fresh L0B buffer (nZ),
+    // enqueued.
+    __aicore__ inline LocalTensor<half> LoadB(const LocalTensor<half>& b, BLayout layout, uint32_t bRows, uint32_t n,
+                                              uint32_t n0, uint32_t k0, uint32_t kLen) {
+        LocalTensor<half> b2 = l0b_.AllocTensor<half>();
+        if (layout == BLayout::TRANSPOSED && n == bRows) {  // every row: the fractals in one run
+            LoadData2DParams p;
+            p.startIndex = (k0 / FRACTAL) * (bRows / FRACTAL);
+            p.repeatTimes = (kLen / FRACTAL) * (n / FRACTAL);
+            p.srcStride = 1;
+            p.ifTranspose = false;
+            LoadData(b2, b, p);
+        } else if (layout == BLayout::TRANSPOSED) {  // rows [n0, n0 + n): a run per 16 columns of K
+            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
+                LoadData2DParams p;
+                p.startIndex = (k0 / FRACTAL + kb) * (bRows / FRACTAL) + n0 / FRACTAL;
+                p.repeatTimes = n / FRACTAL;
+                p.srcStride = 1;
+                p.ifTranspose = false;
+                LoadData(b2[kb * n * FRACTAL], b, p);
+            }
+        } else {
+            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
+                LoadData2DParams p;
+                p.startIndex = (n0 / FRACTAL) * (bRows / FRACTAL) + k0 / FRACTAL + kb;
+                p.repeatTimes = n / FRACTAL;
+                p.srcStride = bRows / FRACTAL;
+                p.ifTranspose = true;
+                LoadData(b2[kb * n * FRACTAL], b, p);
+            }
+        }
+        l0b_.EnQue(b2);
+        return b2;
+    }
+
+    // C (m x n, an NZ tile of m rows in L0C) = A2 B2, or C += A2 B2 where init is false (the sum rounded once to
+    // FP32 per call, added to C in FP32). A small tile is ordered before the next Mmad, which may accumulate into
+    // it, unless the caller says that the next one does not (`ordered` false: it writes other columns of L0C, and a
+    // later call orders both).
+    __aicore__ inline void Multiply(const LocalTensor<float>& c, const LocalTensor<half>& a2,
+                                    const LocalTensor<half>& b2, uint32_t m, uint32_t n, uint32_t k, bool init,
+                                    bool ordered = true) {
+        MmadParams mm;
+        mm.m = m;
+        mm.n = n;
+        mm.k = k;
+        mm.cmatrixInitVal = init;
+        Mmad(c, a2, b2, mm);
+        if (ordered && (m / FRACTAL) * (n / FRACTAL) < 10) PipeBarrier<PIPE_M>();  // small tiles: order the K
+                                                                                    // accumulation
+    }
+
+    __aicore__ inline TQue<TPosition::A2, 1>& L0A() { return l0a_; }
+    __aicore__ inline TQue<TPosition::B2, 1>& L0B() { return l0b_; }
+    __aicore__ inline TQue<TPosition::CO1, 1>& L0C() { return l0c_; }
+
     // First mRows rows (n columns) of C (mp rows in L0C) to GM rows of dstRowLen elements, as OutT
     // (FP16: Fixpipe's F322F16, round to nearest even; FP32: unchanged). Frees C.
     template <typename OutT>
     __aicore__ inline void ToGm(const GlobalTensor<OutT>& dst, LocalTensor<float>& c, uint32_t mp, uint32_t mRows,
                                 uint32_t n, uint32_t dstRowLen) {
+        CopyOut(dst, c, mp, mRows, n, dstRowLen);
+        l0c_.FreeTensor(c);
+    }
+
+    // ToGm's Fixpipe alone: C stays with the caller.
+    template <typename OutT>
+    __aicore__ inline void CopyOut(const GlobalTensor<OutT>& dst, const LocalTensor<float>& c, uint32_t mp,
+                                   uint32_t mRows, uint32_t n, uint32_t dstRowLen) {
         FixpipeParamsV220 fp;
         fp.nSize = n;
         fp.mSize = mRows;
@@ -159,7 +209,6 @@ public:
         fp.quantPre = sizeof(OutT) == 2 ? QuantMode_t::F322F16 : QuantMode_t::NoQuant;
         fp.ndNum = 1;
         Fixpipe<OutT, float, CFG_ROW_MAJOR>(dst, c, fp);
-        l0c_.FreeTensor(c);
     }
 
     // Row `row` (n columns) of C (mp rows in L0C) to GM as FP32. Frees C.

@@ -3,6 +3,8 @@
 // blocked reduction of log-sum-exp): lse = max_s lse_s + ln Σ_s exp(lse_s - max), O = Σ_s exp(lse_s - lse) O_s,
 // in FP32. Splits without a key have lse_s = -inf and weigh 0; a row where every split is empty gets
 // out 0 and lse -inf. PASA's shift needs no special care here: each lse_s is already in the true scale.
+// A learnable sink joins here, once (the splits' partials have none): one more split of output 0 and lse the
+// head's sink, after the others (merge.merge_partials's rule), so a row that saw no key gets out 0, lse = sink.
 // Runs on the AIVs after an AIV-only barrier (CrossCoreSetFlag mode 0) that orders it after every partial.
 #ifndef PASA_DECODE_COMBINE_H
 #define PASA_DECODE_COMBINE_H
@@ -12,13 +14,14 @@
 namespace pasa_kernel {
 
 template <class InQ, class OutQ>
-__aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace, GM_ADDR out, GM_ADDR lse,
+__aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace, GM_ADDR sink, GM_ADDR out, GM_ADDR lse,
                                      uint32_t aiv, InQ& inQue, OutQ& outQue, OutQ& lseQue,
                                      const LocalTensor<float>& acc, const LocalTensor<float>& vec) {
     CrossCoreSetFlag<0x0, PIPE_MTE3>(FLAG_AIV_DONE);
     CrossCoreWaitFlag(FLAG_AIV_DONE);
     const uint32_t d = t.headDim, splits = t.kvSplits;
-    GlobalTensor<float> partO, partLse, lseGm;
+    GlobalTensor<float> partO, partLse, lseGm, sinkGm;
+    if (t.hasSink) sinkGm.SetGlobalBuffer((__gm__ float*)sink);
     GlobalTensor<half> outGm;
     partO.SetGlobalBuffer((__gm__ float*)(workspace + t.wsPartialOffset));
     partLse.SetGlobalBuffer((__gm__ float*)(workspace + t.wsPartialLseOffset));
@@ -36,7 +39,9 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
         WholeReduceMax<float>(vec, w, splits, 1, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         SetFlag<HardEvent::V_S>(EVENT_ID0);
         WaitFlag<HardEvent::V_S>(EVENT_ID0);
-        const float mx = vec.GetValue(0);
+        float mx = vec.GetValue(0);
+        const float sinkLogit = t.hasSink ? sinkGm.GetValue(n) : NegInf<float>();
+        if (sinkLogit > mx) mx = sinkLogit;
         const bool empty = mx == NegInf<float>();
         float sum = 0.0f;
         Duplicate(acc, 0.0f, (int32_t)d);
@@ -58,6 +63,16 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
                 PipeBarrier<PIPE_V>();
                 Add(acc, acc, o, (int32_t)d);
                 inQue.FreeTensor(o);
+            }
+            if (t.hasSink) {  // e^{sink - max}, after the splits
+                Duplicate(vec, sinkLogit, 8);
+                PipeBarrier<PIPE_V>();
+                Adds(vec, vec, -mx, 8);
+                PipeBarrier<PIPE_V>();
+                Exp(vec, vec, 8);
+                SetFlag<HardEvent::V_S>(EVENT_ID0);
+                WaitFlag<HardEvent::V_S>(EVENT_ID0);
+                sum += vec.GetValue(0);
             }
             PipeBarrier<PIPE_V>();
             Muls(acc, acc, 1.0f / sum, (int32_t)d);

@@ -1,22 +1,28 @@
-// Entry of the PASA fused-attention kernel (KERNEL_TYPE_MIX_AIC_1_2, Atlas A2): tiling-key dispatch
-// between the allocations of pasa_allocation.h ("pasa", "pasa_fp32", the FlashAttention baseline
-// "fp16_fp32" and "pasa_rs"), and the AIC / AIV programs. See pasa_common.h for the data flow and
-// op_host/pasa_tiling.h for the tiling.
+// Entry of the PASA fused-attention kernel (KERNEL_TYPE_MIX_AIC_1_2, Atlas A2): tiling-key dispatch over the
+// allocations of pasa_allocation.h (PASA_KERNEL_ALLOCATIONS), and the AIC / AIV programs, which compose each
+// allocation's components (its pre-pass, its Scores on the AIC, its Softmax epilogue on the AIVs) with the shared
+// stages. See pasa_common.h for the data flow and op_host/pasa_tiling.h for the tiling.
 #include "kernel_operator.h"
 #include "pasa_tiling_data.h"
 #include "pasa_allocation.h"
 #include "pasa_shift_matmul.h"
 #include "pasa_centre_keys.h"
 #include "pasa_cube_stage.h"
-#include "pasa_vector_softmax.h"
+#include "pasa_row_shift_cube.h"
+#include "pasa_framed_cube.h"
+#include "pasa_vector_stage.h"
+#include "pasa_softmax_flash.h"
+#include "pasa_softmax_pasa.h"
+#include "pasa_softmax_row_shifted.h"
+#include "pasa_softmax_framed.h"
 #include "pasa_decode_combine.h"
 
 using namespace pasa_kernel;
 
 template <class Policy>
 __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_ADDR key, GM_ADDR value,
-                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR out,
-                                    GM_ADDR lse, GM_ADDR ws) {
+                                    GM_ADDR mask, GM_ADDR lenQAddr, GM_ADDR lenKvAddr, GM_ADDR blockTable, GM_ADDR sink,
+                                    GM_ADDR out, GM_ADDR lse, GM_ADDR ws) {
     TPipe pipe;
     GlobalTensor<int64_t> lenQ, lenKv;
     if (lenQAddr != nullptr) lenQ.SetGlobalBuffer((__gm__ int64_t*)lenQAddr);
@@ -24,10 +30,11 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
     if ASCEND_IS_AIC {
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
-        // Q and K' tiles: kShiftCols columns (pasa_rs's augmented column), V tiles D
-        cube.Init(&pipe, t.blockQ * t.kShiftCols * 2, BLOCK_KV * t.kShiftCols * 2, BLOCK_KV * BLOCK_KV * 2);
-        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
-        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) KeySumsPrepass(t, cube, key, blockTable, ws, lenKv, core);
+        cube.Init(&pipe, PlanAicL1(t.blockQ, t.headDim, TraitsOf<Policy>()),
+                  PlanAicL0c(t.blockQ, t.headDim, TraitsOf<Policy>()));
+        if constexpr (Policy::PREPASS == Prepass::SHIFT_MATRIX) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
+        if constexpr (Policy::PREPASS == Prepass::CENTRED_KEYS)
+            KeySumsPrepass(t, cube, key, blockTable, ws, lenKv, core);
         CubeStage<Policy> stage;
         stage.Init(&t, &cube, query, key, value, blockTable, ws, core);
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
@@ -35,51 +42,74 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
             if (id == t.totalTasks) break;
             stage.Run(DecodeTask(t, id, lenQ, lenKv));
         }
+        stage.Finish();
     }
     if ASCEND_IS_AIV {
         const uint32_t aiv = GetBlockIdx();
         const uint32_t core = aiv / GetTaskRatio();
         const uint32_t sub = GetSubBlockIdx();
-        VectorSoftmax<Policy> softmax;
-        softmax.Init(&t, &pipe, query, mask, out, lse, ws, core, sub);
-        if constexpr (Policy::SHIFT == ShiftKind::PASA_M) WriteShiftMatrix(t, softmax.ProbQueue(), ws, core, sub, softmax.RowsPerAiv());
-        if constexpr (Policy::SHIFT == ShiftKind::ROW_SHIFTED) {
-            KeyCentring centring(t, key, blockTable, ws, softmax.ScoreQueue(), softmax.ProbQueue(), softmax.LseQueue(),
-                                 softmax.RowShiftScratch(), softmax.Bits());
-            centring.Run(lenKv, core, sub, softmax.RowsPerAiv());
+        VectorStage<Policy> stage;
+        stage.Init(&t, &pipe, query, mask, sink, out, lse, ws, core, sub);
+        auto& rows = stage.Rows();
+        if constexpr (Policy::PREPASS == Prepass::SHIFT_MATRIX) WriteShiftMatrix(t, rows.pQue, ws, core, sub, rows.rm);
+        if constexpr (Policy::PREPASS == Prepass::CENTRED_KEYS) {
+            KeyCentring centring(t, key, blockTable, ws, rows.sQue, rows.pQue, rows.lseQue, rows.epilogueFp32,
+                                 rows.bits);
+            centring.Run(lenKv, core, sub, rows.rm);
         }
+        stage.Prepare();
         for (uint32_t k = 0; k < t.tasksPerCore; ++k) {
             const uint32_t id = PasaCoreTaskId(t, core, k);
             if (id == t.totalTasks) break;
-            softmax.Run(DecodeTask(t, id, lenQ, lenKv));
+            stage.Run(DecodeTask(t, id, lenQ, lenKv));
         }
         if (t.kvSplits > 1)
-            CombineSplits(t, ws, out, lse, aiv, softmax.InQueue(), softmax.OutQueue(), softmax.LseQueue(),
-                          softmax.Scratch(), softmax.ScratchVec());
-        softmax.WriteStatus(aiv);
+            CombineSplits(t, ws, sink, out, lse, aiv, rows.pvQue, rows.outQue, rows.lseQue,
+                          rows.oAcc.template ReinterpretCast<float>(), rows.fd);
+        stage.WriteStatus(aiv);
     }
 }
+
+// The policy of a tiling key: its row of PASA_KERNEL_ALLOCATIONS.
+template <uint32_t KEY>
+struct PolicyOfKey;
+#define PASA_POLICY_OF_KEY(tilingKey, Policy) \
+    template <>                               \
+    struct PolicyOfKey<tilingKey> {           \
+        using type = Policy;                  \
+    };
+PASA_KERNEL_ALLOCATIONS(PASA_POLICY_OF_KEY)
+#undef PASA_POLICY_OF_KEY
+
+#define PASA_COUNT_ALLOCATION(tilingKey, Policy) +1
+static_assert(0 PASA_KERNEL_ALLOCATIONS(PASA_COUNT_ALLOCATION) == 5,
+              "the entry dispatches every row of PASA_KERNEL_ALLOCATIONS: add the new key's TILING_KEY_IS below");
+#undef PASA_COUNT_ALLOCATION
 
 extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                            GM_ADDR attenMask, GM_ADDR actualSeqLengths,
                                                            GM_ADDR actualSeqLengthsKv, GM_ADDR blockTable,
-                                                           GM_ADDR attentionOut, GM_ADDR softmaxLse, GM_ADDR workspace,
-                                                           GM_ADDR tiling) {
+                                                           GM_ADDR learnableSink, GM_ADDR attentionOut,
+                                                           GM_ADDR softmaxLse, GM_ADDR workspace, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     REGISTER_TILING_DEFAULT(PasaTilingData);
     GET_TILING_DATA_WITH_STRUCT(PasaTilingData, td, tiling);
     GM_ADDR ws = GetUserWorkspace(workspace);
-    if (TILING_KEY_IS(PASA_TILING_KEY_FP16_STATE)) {
-        RunAttention<PasaFp16State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
-                                    blockTable, attentionOut, softmaxLse, ws);
-    } else if (TILING_KEY_IS(PASA_TILING_KEY_FP32_STATE)) {
-        RunAttention<PasaFp32State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
-                                    blockTable, attentionOut, softmaxLse, ws);
-    } else if (TILING_KEY_IS(PASA_TILING_KEY_FLASH_FP16_SCORE)) {
-        RunAttention<FlashFp16ScoreFp32State>(td, query, key, value, attenMask, actualSeqLengths,
-                                              actualSeqLengthsKv, blockTable, attentionOut, softmaxLse, ws);
-    } else if (TILING_KEY_IS(PASA_TILING_KEY_ROW_SHIFTED)) {
-        RunAttention<RowShiftedFp32State>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv,
-                                          blockTable, attentionOut, softmaxLse, ws);
+    // One binary per tiling key: the op build finds the keys as TILING_KEY_IS's numeric arguments
+#define PASA_RUN_KEY(tilingKey)                                                                                     \
+    RunAttention<PolicyOfKey<tilingKey>::type>(td, query, key, value, attenMask, actualSeqLengths,                  \
+                                               actualSeqLengthsKv, blockTable, learnableSink, attentionOut,        \
+                                               softmaxLse, ws)
+    if (TILING_KEY_IS(0)) {
+        PASA_RUN_KEY(0);
+    } else if (TILING_KEY_IS(1)) {
+        PASA_RUN_KEY(1);
+    } else if (TILING_KEY_IS(2)) {
+        PASA_RUN_KEY(2);
+    } else if (TILING_KEY_IS(3)) {
+        PASA_RUN_KEY(3);
+    } else if (TILING_KEY_IS(4)) {
+        PASA_RUN_KEY(4);
     }
+#undef PASA_RUN_KEY
 }

@@ -3,6 +3,8 @@
 // K/V read goes through it: the K' pre-pass (pasa_shift_matmul.h), pasa_rs's key pre-pass on the AIC
 // and the AIVs (pasa_centre_keys.h), and the cube stage's S = Q K^T and P V loads (pasa_cube_stage.h).
 //
+// A row's position is its index in batch b's keys, or in TND without a block table its token index (the caller
+// adds the batch's start, Task::kvStart, KeySpan).
 // Dense key/value: the block's rows are one strided run (KvOffset), copied exactly as CubeOps::LoadRows
 // copies any operand. PageAttention (FIA's block_table): row s of batch b is row s % pageSize of page
 // blockTable[b][s / pageSize] of the cache. Page lengths are multiples of 16 from 16 to 512, so a block

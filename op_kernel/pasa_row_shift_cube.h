@@ -27,12 +27,15 @@
 
 namespace pasa_kernel {
 
+template <class Policy>
 class RowShiftScores {
 public:
     // Centre products of at most this many blocks per GEMM: 2 rows each, 128 rows of L0A / L0C.
     static constexpr uint32_t CENTRE_BLOCKS_PER_GEMM = BLOCK_KV / 2;
 
-    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR workspace, uint32_t core) {
+    // query, key and value are not read here: Q^ comes from the AIVs, K' from the pre-pass, V through the stage.
+    __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR, GM_ADDR, GM_ADDR, GM_ADDR,
+                                GM_ADDR workspace, uint32_t core) {
         t_ = t;
         cube_ = cube;
         rsSlots_.Init(*t, workspace, core);
@@ -41,8 +44,24 @@ public:
         kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
     }
 
+    __aicore__ inline void Finish() {}
+
+    // The task's conversation (steps 1 to 3), P_j V_j of each block through the stage once the block is closed.
+    template <class Stage>
+    __aicore__ inline void Run(const Task& k, Stage& stage) {
+        const uint32_t mp = Align16(k.tileRows);
+        LocalTensor<half> q = LoadQuery(k, mp);
+        Learn(k, q, mp);
+        for (uint32_t j = 0; j < k.nBlocks; ++j) {
+            Block(k, q, mp, j);
+            stage.Pv(k, mp, KvStack{j, j + 1});
+        }
+        cube_->qL1_.FreeTensor(q);
+    }
+
+private:
     // Q^ of the task (rows past the valid ones repeat the last valid row) into a tile of D + 16 columns,
-    // then the centre products. The caller frees the tile with qL1_.
+    // then the centre products.
     __aicore__ inline LocalTensor<half> LoadQuery(const Task& k, uint32_t mp) {
         CrossCoreWaitFlag(FLAG_QHAT_READY);
         LocalTensor<half> q = cube_->LoadRows(cube_->qL1_, rsSlots_.qhat, k.rowsValid, mp, t_->headDim, t_->headDim);
@@ -74,7 +93,6 @@ public:
         FollowUps(k, q, mp, j);
     }
 
-private:
     // Block j's follow-up rounds, until both AIVs accept.
     __aicore__ inline void FollowUps(const Task& k, LocalTensor<half>& q, uint32_t mp, uint32_t j) {
         for (;;) {

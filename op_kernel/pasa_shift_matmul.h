@@ -37,10 +37,10 @@ __aicore__ inline void ShiftPrepass(const PasaTilingData& t, CubeOps& cube, GM_A
             const uint32_t j = item % t.numKvBlocks;
             const uint32_t bh = item / t.numKvBlocks;
             const uint32_t h = bh % t.numKvHeads, b = bh / t.numKvHeads;
-            const uint32_t seqKv = ValidLen(t.hasActualSeqKv, lenKv, b, t.seqKv);
-            if (j * BLOCK_KV >= seqKv) continue;  // beyond this batch's keys: never read
-            const uint32_t rows = MinU(BLOCK_KV, seqKv - j * BLOCK_KV);
-            LocalTensor<half> kTile = kRows.Load(cube, cube.kL1_, b, h, j * BLOCK_KV, rows);
+            const SeqSpan keys = KeySpan(t, lenKv, b);
+            if (j * BLOCK_KV >= keys.len) continue;  // beyond this batch's keys: never read
+            const uint32_t rows = MinU(BLOCK_KV, keys.len - j * BLOCK_KV);
+            LocalTensor<half> kTile = kRows.Load(cube, cube.kL1_, b, h, keys.start + j * BLOCK_KV, rows);
             for (uint32_t n0 = 0; n0 < d; n0 += BLOCK_KV) {  // L0C holds 128 x 128 FP32 per buffer
                 const uint32_t nLen = MinU(BLOCK_KV, d - n0);
                 LocalTensor<float> c = cube.Gemm(m, BLOCK_KV, BLOCK_KV, kTile, BLayout::ROWS, BLOCK_KV, nLen, n0, BLOCK_KV);

@@ -9,6 +9,12 @@
 //     PageAttention (hasBlockTable): blockTable[b][s / pageSize]*kvPageStride + h*kvHeadStride
 //                                    + (s % pageSize)*kvRowStride, blockTable int32 (B, maxBlocksPerSeq)
 //   softmax_lse (FP32, (B, N, S1)):                               (b*numHeads + n)*seqQ + s
+//   TND (layout PASA_LAYOUT_TND: query/output (T, N, D), key/value (T_kv, Nkv, D) or the caches): batch b is
+//     the rows [start_b, start_b + len_b) of the token dimension, from FIA's cumulative actual_seq_lengths (and,
+//     without a block table, cumulative actual_seq_lengths_kv; with one, each batch's own key length): the batch
+//     strides are 0 and a row's position s becomes the token index start_b + s (pasa_common.h Task::qStart,
+//     Task::kvStart); softmax_lse is (T, N): (start_b + s)*numHeads + n. Rows past the last cumulative query
+//     length are padding (out 0, lse +inf), written by the last batch's tasks: that batch's tiles run to T.
 // A task is (b, n, q block, kv split); task id t = ((b*numHeads + n)*numQBlocks + qBlock)*kvSplits + split.
 // Decode with GQA (S1 == 1, packedHeads = N/Nkv > 1) packs the query heads of a KV head into the rows of its
 // tasks, so that K and V are read once per KV head and split, not once per query head: a task is
@@ -25,16 +31,11 @@
 
 #include <cstdint>
 
-// tiling keys (the kernel dispatches on them with TILING_KEY_IS)
-#define PASA_TILING_KEY_FP16_STATE 0   // allocation "pasa": S', P, m, l, F, O all FP16
-#define PASA_TILING_KEY_FP32_STATE 1   // allocation "pasa_fp32": FP16 S' and P, FP32 m, l, F, O
-#define PASA_TILING_KEY_FLASH_FP16_SCORE 2  // allocation "fp16_fp32": FlashAttention, FP16 S and P, FP32 m, l, O
-#define PASA_TILING_KEY_ROW_SHIFTED 3  // allocation "pasa_rs": centred K, FP16 S' shifted per row, FP32 m, l, O
-
 // input_layout codes
 #define PASA_LAYOUT_BNSD 0
 #define PASA_LAYOUT_BSH 1
 #define PASA_LAYOUT_BSND 2
+#define PASA_LAYOUT_TND 3
 
 struct PasaTilingData {
     // ---- shapes ----
@@ -42,7 +43,7 @@ struct PasaTilingData {
     uint32_t numHeads;         // N (query heads)
     uint32_t numKvHeads;       // Nkv, divides N
     uint32_t groupSize;        // N / Nkv
-    uint32_t seqQ;             // S1 (max over batches)
+    uint32_t seqQ;             // S1 (max over batches; TND: the most rows a batch's tiles cover)
     uint32_t seqKv;            // S2 (max over batches)
     uint32_t headDim;          // D, a multiple of 16, <= 256
     uint32_t layout;           // PASA_LAYOUT_*
@@ -55,14 +56,16 @@ struct PasaTilingData {
     float invariance;          // I = beta / (1 - beta), in float; the kernel rounds it to the state type
     float shiftDiag;           // M's diagonal (1 - beta/n)*scale, already rounded to FP16 (exact in float)
     float shiftOff;            // M's off-diagonal -beta/n*scale, already rounded to FP16
-    uint32_t precision;        // PASA_TILING_KEY_* (also the tiling key)
+    uint32_t precision;        // the allocation's tiling key (pasa_allocation.h PASA_KERNEL_ALLOCATIONS)
     // ---- row-shifted PASA constants ("pasa_rs"; 0 for the other allocations) ----
     float rsScalePow2;         // 2^e, e = min(floor(log2 scale), 0): Q^ = FP16(Q 2^e), never larger than Q
     float rsRho;               // rho = scale / 2^e ([1, 2) below scale 2), rounded to FP32 from the double scale
     float rsRelevance;         // RESHIFT_RELEVANCE 2^e / scale, rounded to FP32: a block below m - this is not reshifted
     float rsReshiftAt;         // RESHIFT_AT / 2^floor(log2 rho): a row whose block max lies further from 0 is reshifted
+    // ---- framed FlashAttention constants ("fp32_frame"; 0 for the other allocations) ----
+    float frameDropLimit;      // FRAME_DROP_LIMIT / scale rounded to FP32 (units of Q K): the most a frame moves down
     // ---- blocks ----
-    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128)
+    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128; fp32_frame 256 for D <= 64)
     uint32_t blockKv;          // KV block length n (128)
     uint32_t numQBlocks;       // ceil(S1 / blockQ)
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)
@@ -82,6 +85,9 @@ struct PasaTilingData {
     // ---- valid lengths (int64 per batch in GM, B entries) ----
     uint32_t hasActualSeqQ;    // 0 for decode (S1 == 1): FIA ignores actual_seq_lengths there
     uint32_t hasActualSeqKv;
+    uint32_t queryTokens;      // TND: T, the query's rows (the last batch's tiles run to it); 0 otherwise
+    // ---- FIA v2's learnable_sink: FP32 (N,), one logit per query head in the true scale ----
+    uint32_t hasSink;          // 1: each row's sink joins its state once (pasa_vector_stage.h JoinSink, or the combine)
     // ---- PageAttention (FIA's block_table and block_size): key/value are caches of pages ----
     // Caches (num_blocks, pageSize, Nkv*D): kvPageStride = pageSize*Nkv*D, kvHeadStride = D, kvRowStride = Nkv*D;
     // (num_blocks, Nkv, pageSize, D): kvPageStride = Nkv*pageSize*D, kvHeadStride = pageSize*D, kvRowStride = D.
@@ -106,9 +112,10 @@ struct PasaTilingData {
     uint64_t wsCoreOffset;     // per-AI-core handshake slots, wsCoreStride bytes each
     uint64_t wsCoreStride;
     // per core, (preLaunch + 1) * kvStack block slots of each kind, S' first, then P, then PV
-    uint64_t wsScoreSlot;      // bytes of one S' block slot (blockQ x blockKv FP16)
+    uint64_t wsScoreSlot;      // bytes of one S' block slot (blockQ x blockKv, FP16; fp32_frame FP32)
     uint64_t wsProbSlot;       // bytes of one P block slot (blockQ x blockKv FP16)
-    uint64_t wsPvSlot;         // bytes of one PV block slot (blockQ x D, FP16 or FP32)
+    uint64_t wsPvSlot;         // bytes of one PV block slot (blockQ x D, FP16 or FP32); fp32_frame: the segment
+                               // closed before block j, [O | l] FP32 blockQ x (D + 16)
     // pasa_rs only (0 otherwise): the pre-pass outputs, shared by every task of a (b, kv head)
     uint64_t wsKSumOffset;     // column sums of the KV blocks, FP32 [prepassItems][D] (the AIC's ones-row GEMM)
     uint64_t wsCentreOffset;   // u_j and K^_j, FP16 [B][Nkv][2*numKvBlocks][D]: row 2j = u_j, row 2j+1 = K^_j
@@ -118,6 +125,10 @@ struct PasaTilingData {
     uint64_t wsCentreProdSlot; // C_j and Q^ K^_j, FP32 [2*kvBlocksPerSplit][blockQ]: row 2j = C_j
     uint64_t wsScore32Slot;    // S' - psi with FP32 out (the recompute), blockQ x blockKv FP32 (FP16 passes use the S' slots)
     uint64_t wsRequestSlot;    // the AIVs' requests to the AIC: uint32 [2 parities][2 AIVs], 64 B apart
+    // fp32_frame per-core slots, after the rings and the column of ones (128 x 16 FP16, in M's place)
+    uint64_t wsFinalSegmentSlot;  // the task's last segment, [O | l] FP32 blockQ x (D + 16)
+    uint64_t wsVerdictSlot;       // the AIVs' close verdicts: uint32 [2 preLaunch + 2 stacks][2 AIVs], a stack's two
+                                  // in one 64-byte line, 32 B apart
     uint64_t wsPartialOffset;  // split-KV partials: O/l FP32 [B*N*S1][kvSplits][D], then lse FP32 [B*N*S1][kvSplits]
     uint64_t wsPartialLseOffset;
     uint64_t workspaceBytes;   // total user workspace

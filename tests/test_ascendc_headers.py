@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from pasa_npu.precision import ALLOCATIONS
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "check_ascendc_headers.sh"
 E_FAILED, E_HEADERS = 40, 41
@@ -74,7 +76,8 @@ def test_every_tiling_key_for_both_cores_and_every_host_source(fake):
     assert res.returncode == 0, res.stdout + res.stderr
     lines = fake["log"].read_text().splitlines()
     keys = kernel_keys()
-    assert len(keys) == 4
+    # the entry dispatches every allocation the kernel implements (precision.py's kernel keys), by its number
+    assert sorted(keys) == sorted(str(a.kernel_key) for a in ALLOCATIONS.values() if a.kernel_key is not None)
     kernel = [line for line in lines if line.endswith("op_kernel/pasa_fused_attention.cpp")]
     seen = {(re.search(r"-DTILING_KEY_VAR=(\w+)", line).group(1), "__DAV_C220_CUBE__" in line,
              "__DAV_C220_VEC__" in line) for line in kernel}
@@ -98,11 +101,11 @@ def test_without_metadef_and_ge_op_host_is_not_checked_and_it_says_so(fake):
 
 def test_an_error_is_reported_at_the_line_of_ours_that_causes_it(fake):
     # A compiler error inside asc-devkit's headers, reached from our code: the report names our innermost line.
-    ours = ROOT / "op_kernel" / "pasa_vector_softmax.h"
+    ours = ROOT / "op_kernel" / "pasa_vector_rows.h"
     (fake["tmp"] / "errors.txt").write_text(
         f"{fake['asc']}/impl/x.h: In instantiation of 'void AscendC::CastImpl(T*, U*) [with T = half; U = half]':\n"
         f"{fake['asc']}/impl/y.h:191:13:   required from 'void AscendC::Cast(...)'\n"
-        f"{ours}:361:17:   required from 'void pasa_kernel::VectorSoftmax<Policy>::Softmax(...)'\n"
+        f"{ours}:361:17:   required from 'pasa_kernel::AivRows<T>::LoadScores(...)'\n"
         f"{ROOT}/op_kernel/pasa_fused_attention.cpp:73:36:   required from here\n"
         f"{fake['asc']}/impl/x.h:1016:31: error: no matching function for call to "
         "'CastIntrinsicsImpl(half*&, half*&)'\n")
@@ -111,7 +114,7 @@ def test_an_error_is_reported_at_the_line_of_ours_that_causes_it(fake):
     assert res.returncode == E_FAILED
     failed = [line for line in res.stdout.splitlines() if "FAILED" in line]
     assert len(failed) == len(kernel_keys()) and all(":AIV:" in line for line in failed)
-    assert "  op_kernel/pasa_vector_softmax.h:361: error: no matching function for call to 'CastIntrinsicsImpl" \
+    assert "  op_kernel/pasa_vector_rows.h:361: error: no matching function for call to 'CastIntrinsicsImpl" \
            in res.stdout
     assert f"{len(kernel_keys())} of {2 * len(kernel_keys())} configurations do not compile" in res.stderr
 

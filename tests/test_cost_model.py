@@ -72,9 +72,10 @@ def test_flash_baseline_counts_have_no_shift():
 
 def test_vector_barriers_match_the_hand_count():
     """PipeBarrier<PIPE_V> of one FlashAttention task ("fp16_fp32": T = float; one KV block of 128 kept keys, no
-    mask, every row valid, no KV split), per AIV, read off op_kernel/pasa_vector_softmax.h:
-      Run: after zeroing m, l, F and O                                                                   1
-      Softmax: S in FP32; S x scale; RowMax (the fold, the reduce); m_j; m_j clamped; its Brcb; S - m_j;
+    mask, every row valid, no KV split), per AIV, read off op_kernel/pasa_vector_stage.h (Run, Update, Finalize),
+    pasa_softmax_flash.h (Block) and the row operations of pasa_vector_rows.h they call:
+      Run: after zeroing m, l and O                                                                      1
+      Block: S in FP32; S x scale; RowMax (the fold, the reduce); m_j; m_j clamped; its Brcb; S - m_j;
                exp; P in FP16; the row sum (the fold, the reduce); m_{j-1} - m_j; GuardedExp (two);
                alpha l                                                                                  16
       Update: alpha's Brcb; alpha O                                                                      2

@@ -56,19 +56,20 @@ def _problem(**kw):
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_precisions_the_kernel_lacks_are_refused_with_the_ones_it_has(precision):
     why = npu.BACKEND.supports(_problem(precision=precision))
-    assert why == (f"the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs'), not "
-                   f"{precision!r}")
+    assert why == ("the AscendC kernel implements precision ('fp16_fp32', 'pasa', 'pasa_fp32', 'pasa_rs', "
+                   f"'fp32_frame'), not {precision!r}")
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel implements"):
         q = torch.zeros(1, 2, 4, 16, dtype=torch.float16)
         pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", precision=precision, backend="npu")
 
 
-def test_other_kv_block_lengths_and_tnd_are_refused():
+def test_other_kv_block_lengths_are_refused_and_tnd_is_taken():
     assert "KV block is 128" in npu.BACKEND.supports(_problem(block_kv=64))
     q = torch.zeros(4, 2, 16, dtype=torch.float16)
     tnd = make_problem(q, q, q, num_heads=2, input_layout="TND", actual_seq_lengths=[4], precision="pasa",
                        actual_seq_lengths_kv=[4])
-    assert "input_layout must be one of ('BNSD', 'BSH', 'BSND', 'BNSD_BSND')" in npu.BACKEND.supports(tnd)
+    assert npu.BACKEND.supports(tnd) is None
+    assert npu.kernel_call(tnd).attrs["input_layout"] == "TND"
 
 
 def test_head_dims_the_kernel_lacks_are_refused_so_that_a_call_falls_back():
@@ -77,7 +78,7 @@ def test_head_dims_the_kernel_lacks_are_refused_so_that_a_call_falls_back():
         why = npu.BACKEND.supports(make_problem(q, q, q, num_heads=2, input_layout="BNSD", precision="pasa_rs"))
         assert why == f"the AscendC kernel takes head dims that are multiples of 16 in [16, 256], got {d}"
     with pytest.raises(ValueError, match=r"backend='npu': the AscendC kernel takes head dims"):
-        pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", backend="npu", precision="pasa_rs")
+        pasa_npu.fused_attention(q, q, q, num_heads=2, input_layout="BNSD", backend="npu")
 
 
 @needs_host_model
@@ -87,8 +88,7 @@ def test_band_limits_beyond_the_sequences_are_saturated_for_the_tiling():
     q = torch.randn(1, 2, 20, 16).half()
     k = torch.randn(1, 2, 30, 16).half()
     mask = torch.rand(20, 30) < 0.2
-    kw = dict(num_heads=2, input_layout="BNSD", atten_mask=mask, backend="npu", precision="pasa_rs",
-              softmax_lse_flag=True)
+    kw = dict(num_heads=2, input_layout="BNSD", atten_mask=mask, backend="npu", softmax_lse_flag=True)
     want = pasa_npu.fused_attention(q, k, k, **kw)
     big = make_problem(q, k, k, num_heads=2, input_layout="BNSD", atten_mask=mask, pre_tokens=2**63 - 1,
                        next_tokens=2**63 - 1)
@@ -137,21 +137,22 @@ class _ExtensionStandIn:
         self.calls = []
 
     def fused_attention(self, query, key, value, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, block_table,
-                        *, num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
+                        learnable_sink, *, num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
                         inner_precise, block_size, beta, precision):
         self.calls.append(dict(input_layout=input_layout, lengths=(actual_seq_lengths, actual_seq_lengths_kv),
                                sparse_mode=sparse_mode, mask=atten_mask, block_table=block_table,
-                               block_size=block_size))
+                               block_size=block_size, learnable_sink=learnable_sink))
         assert inner_precise == 0
         assert actual_seq_lengths is None or isinstance(actual_seq_lengths, list)
         assert block_table is None or (block_table.dtype == torch.int32 and block_table.is_contiguous())
+        assert learnable_sink is None or (learnable_sink.dtype == torch.float32 and learnable_sink.is_contiguous())
         call = npu.KernelCall(query, key, value, atten_mask,
                               None if actual_seq_lengths is None else tuple(actual_seq_lengths),
                               None if actual_seq_lengths_kv is None else tuple(actual_seq_lengths_kv),
                               dict(num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens,
                                    input_layout=input_layout, num_key_value_heads=num_key_value_heads,
                                    sparse_mode=sparse_mode, beta=beta, precision=precision, block_size=block_size),
-                              block_table)
+                              block_table, learnable_sink)
         out, lse, _ = npu.launch_host_model(call)
         return out, lse[..., None]
 
@@ -332,6 +333,48 @@ def test_the_kernels_tiling_keys_are_the_allocations():
                 npu.tiling(call)
         else:
             assert npu.tiling(call)["tiling_key"] == alloc.kernel_key
+
+
+@needs_host_model
+def test_the_kernels_copies_of_shared_constants_are_the_packages():
+    """What the C++ side restates of python/pasa_npu (op_kernel/pasa_allocation.h's allocation table and policies,
+    op_host's default precision, pasa_rs's reshift thresholds, fp32_frame's frame rules) equals the Python statement: a change on one side
+    alone fails here. The β solver's port is checked in test_npu_host_model.py."""
+    from pasa_npu import blockwise
+    from pasa_npu.precision import ALLOCATIONS, DEFAULT_PRECISION
+
+    module = npu.host_model()
+    kernel = {a["name"]: a for a in module.kernel_allocations()}
+    assert set(kernel) == {n for n, a in ALLOCATIONS.items() if a.kernel_key is not None}
+    for name, policy in kernel.items():
+        alloc = ALLOCATIONS[name]
+        assert policy["tiling_key"] == alloc.kernel_key, name
+        # the score type is S's (or S''s) out of the cube; the state type is also P V's and O's
+        assert policy["score_bytes"] == {"float16": 2, "float32": 4}[alloc.score], name
+        assert alloc.output == alloc.state, name
+        assert policy["state_bytes"] == {"float16": 2, "float32": 4}[alloc.state], name
+        # the framed allocation sums O and l on the cube, from V with a column of ones appended
+        assert policy["sums_on_cube"] == alloc.framed, name
+        assert policy["value_extra_cols"] == (16 if alloc.framed else 0), name
+        assert policy["prepass"] == ("shift_matrix" if alloc.shifted else "centred_keys" if alloc.row_shifted
+                                     else "none"), name
+        assert policy["scale"] == ("in_shift_matrix" if alloc.shifted else "pow2_and_rho" if alloc.row_shifted
+                                   else "on_scores"), name
+        assert (policy["handshake"] == "per_block_rounds") == alloc.row_shifted, name
+    assert len({a["tiling_key"] for a in kernel.values()}) == len(kernel)
+    assert module.DEFAULT_PRECISION == DEFAULT_PRECISION
+    assert (module.RESHIFT_AT, module.RESHIFT_RELEVANCE) == (blockwise.RESHIFT_AT, blockwise.RESHIFT_RELEVANCE)
+    assert ((module.FRAME_UP, module.FRAME_DOWN, module.FRAME_DOWN_BLOCKS, module.FRAME_DROP_LIMIT)
+            == (blockwise.FRAME_UP, blockwise.FRAME_DOWN, blockwise.FRAME_DOWN_BLOCKS, blockwise.FRAME_DROP_LIMIT))
+
+
+def test_the_op_definition_takes_the_tilings_default_precision():
+    """The CANN op definition (never compiled here) names its default precision through pasa::kDefaultPrecision,
+    the constant the previous test holds equal to the package's default."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "op_host" / "pasa_fused_attention_def.cpp").read_text()
+    assert 'Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision)' in text
 
 
 def test_a_device_whose_kernel_cannot_take_the_call_warns_once_and_runs_the_reference(monkeypatch):

@@ -35,11 +35,14 @@ import torch
 
 from pasa_npu import beta as beta_mod
 from pasa_npu import golden, metrics, npu_host_model
+from pasa_npu.backends import npu as npu_backend
 from pasa_npu.interface import LSE_NO_KEY, LSE_PADDED_ROW
 from pasa_npu.precision import ALLOCATIONS
 
 #: The allocations the AscendC kernel implements (those with a tiling key).
 KERNEL_PRECISIONS = tuple(name for name, a in ALLOCATIONS.items() if a.kernel_key is not None)
+#: Their kernel policies (op_kernel/pasa_allocation.h), as the host-model module states them.
+KERNEL_POLICIES = {a["name"]: a for a in npu_backend.host_model().kernel_allocations()}
 
 BIG = 2147483647
 
@@ -294,6 +297,40 @@ CASES = {
                                        precision="fp16_fp32", mask="bool_b1", mask_p=0.1, pre=60, nxt=40),
     "flash_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="fp16_fp32",
                                      sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
+    # framed FlashAttention ("fp32_frame"): FP32 S, FP16 P against per-row frames, O and l summed on the cube;
+    # sigma 3 puts scores far apart, so that frames move (and segments close) in many blocks
+    "frame_kv_blocks_bnsd": dict(b=1, n=2, nkv=2, s1=128, s2=384, d=64, layout="BNSD", precision="fp32_frame"),
+    "frame_tails_bsh": dict(b=1, n=2, nkv=2, s1=100, s2=300, d=64, layout="BSH", precision="fp32_frame"),
+    "frame_short_single_block": dict(b=2, n=2, nkv=1, s1=40, s2=50, d=32, layout="BSND", precision="fp32_frame"),
+    "frame_gqa_d128_bsnd": dict(b=1, n=8, nkv=2, s1=130, s2=260, d=128, layout="BSND", precision="fp32_frame"),
+    "frame_d80_mqa": dict(b=2, n=4, nkv=1, s1=72, s2=200, d=80, layout="BNSD", precision="fp32_frame"),
+    "frame_d256": dict(b=1, n=2, nkv=2, s1=70, s2=300, d=256, layout="BSH", precision="fp32_frame"),
+    "frame_moves_d128": dict(b=1, n=2, nkv=1, s1=256, s2=1100, d=128, layout="BNSD", precision="fp32_frame",
+                             sigma=3.0),
+    "frame_moves_bias30": dict(b=1, n=2, nkv=2, s1=128, s2=640, d=64, layout="BSH", precision="fp32_frame",
+                               mean=30.0),
+    "frame_per_head_mask": dict(b=1, n=4, nkv=2, s1=64, s2=192, d=64, layout="BSND", precision="fp32_frame",
+                                mask="bool_bn", mask_p=0.2),
+    "frame_uint8_mask_mode1": dict(b=1, n=2, nkv=1, s1=100, s2=200, d=64, layout="BSH", precision="fp32_frame",
+                                   mask="uint8_2d", mask_p=0.5, sparse_mode=1),
+    "frame_fully_masked_rows": dict(b=1, n=2, nkv=2, s1=64, s2=256, d=64, layout="BNSD", precision="fp32_frame",
+                                    mask="empty_rows"),
+    "frame_skip_causal_mode2_square": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD",
+                                           precision="fp32_frame", sparse_mode=2, sigma=2.0),
+    "frame_causal_mode3_s1_gt_s2": dict(b=1, n=2, nkv=2, s1=200, s2=120, d=64, layout="BNSD",
+                                        precision="fp32_frame", sparse_mode=3),
+    "frame_skip_band_mode4": dict(b=1, n=2, nkv=2, s1=512, s2=640, d=64, layout="BSND", precision="fp32_frame",
+                                  sparse_mode=4, pre=100, nxt=10, sigma=2.0),
+    "frame_band_mode0_mask": dict(b=1, n=2, nkv=2, s1=200, s2=300, d=64, layout="BSND", precision="fp32_frame",
+                                  mask="bool_b1", mask_p=0.1, pre=60, nxt=40),
+    "frame_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="fp32_frame",
+                                     sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
+    "frame_decode_split_lengths": dict(b=2, n=2, nkv=2, s1=1, s2=768, d=128, layout="BNSD", precision="fp32_frame",
+                                       lk=[768, 333], mask="decode_2d", mask_p=0.2, split=True),
+    "frame_decode_mqa_tail_moves": dict(b=1, n=8, nkv=1, s1=1, s2=2000, d=64, layout="BSND",
+                                        precision="fp32_frame", split=True, sigma=3.0),
+    "frame_tasks_per_core_3": dict(b=2, n=8, nkv=2, s1=256, s2=256, d=64, layout="BSH", precision="fp32_frame",
+                                   sigma=2.0),
     # the same for the PASA allocations, whose F (pasa, pasa_fp32) and frame and shift lag (pasa_rs) start at
     # a tile's first visited block: bit-identical to the golden model's definition where it was before
     "skip_causal_mode2_square_pasa": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD", precision="pasa",
@@ -361,9 +398,9 @@ def _inputs(case: dict, seed: int):
     """Fresh FP16 inputs for a case, in its layout, and the user mask in its FIA shape."""
     rng = np.random.default_rng(seed)
     b, n, nkv, s1, s2, d = (case[x] for x in ("b", "n", "nkv", "s1", "s2", "d"))
-    mean = case.get("mean", 0.0)
-    q4 = (rng.standard_normal((b, n, s1, d)) + mean).astype(np.float16)
-    k4 = (rng.standard_normal((b, nkv, s2, d)) + mean).astype(np.float16)
+    mean, sigma = case.get("mean", 0.0), case.get("sigma", 1.0)
+    q4 = (sigma * rng.standard_normal((b, n, s1, d)) + mean).astype(np.float16)
+    k4 = (sigma * rng.standard_normal((b, nkv, s2, d)) + mean).astype(np.float16)
     v4 = rng.standard_normal((b, nkv, s2, d)).astype(np.float16)
     layout = case["layout"]
     q, k, v = (_from_bnsd(x, layout) for x in (q4, k4, v4))
@@ -412,8 +449,11 @@ def _golden_cfg(case, kw, tiling):
         assert tiling["beta"] == pytest.approx(beta, abs=1e-7)
     else:
         assert tiling["beta"] == 0.0 and tiling["shiftDiag"] == 0.0 and tiling["prepassItems"] == 0
-    return dict(precision=case["precision"], scale=kw["scale"], beta=beta,
-                block_q=tiling["blockQ"], block_kv=tiling["blockKv"])
+    cfg = dict(precision=case["precision"], scale=kw["scale"], beta=beta, block_q=tiling["blockQ"],
+               block_kv=tiling["blockKv"])
+    if alloc.framed:  # a move closes the segment of the kernel's tile: a decode task's rows are a group's heads
+        cfg["group_tile"] = tiling["packedHeads"] > 1
+    return cfg
 
 
 @contextlib.contextmanager
@@ -436,7 +476,9 @@ def _model_exp_and_log():
 #: its exp and log in float64 rounded to FP32 in the golden model already (docs/golden.md), the host
 #: model's; its S' is one Mmad call where the augmented column fits the same K chunk (D + 16 <= baseK, so
 #: D <= 112): beyond, psi is subtracted in a second call, one more FP32 rounding of S' - psi.
-BIT_IDENTICAL_PRECISIONS = ("fp16_fp32", "pasa_rs")
+#: fp32_frame takes its exp and log in float64 rounded to FP32 too, and its S = Q·Kᵀ is one Mmad call per chunk of
+#: keys over all of D, whatever D.
+BIT_IDENTICAL_PRECISIONS = ("fp16_fp32", "pasa_rs", "fp32_frame")
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -504,8 +546,11 @@ def _random_case(seed: int, precision: str | None = None) -> dict:
         case["mean"] = 30.0
     if precision is not None:
         case["precision"] = precision
-        if not (ALLOCATIONS[precision].shifted or ALLOCATIONS[precision].row_shifted) and "mean" in case:
+        alloc = ALLOCATIONS[precision]
+        if alloc.score == "float16" and not (alloc.shifted or alloc.row_shifted) and "mean" in case:
             case["mean"] = 4.0
+        if alloc.framed and rng.random() < 0.3:
+            case["sigma"] = 3.0
     return case
 
 
@@ -528,6 +573,12 @@ def test_random_flash_configuration_matches_golden(seed):
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_random_row_shifted_configuration_matches_golden(seed):
     case = _random_case(seed, precision="pasa_rs")
+    _check_against_golden(f"random seed {seed}: {case}", case, seed)
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_random_framed_configuration_matches_golden(seed):
+    case = _random_case(seed, precision="fp32_frame")
     _check_against_golden(f"random seed {seed}: {case}", case, seed)
 
 
@@ -568,7 +619,9 @@ def _check_against_golden(name: str, case: dict, seed: int):
         g_err = metrics.rmse(g_out[rows], ref_out[rows])
         assert k_err <= 1.1 * g_err, f"{name}: kernel RMSE {k_err:.3e} vs golden {g_err:.3e}"
     assert not out4[special].any(), f"{name}: padded rows / rows with no key must be 0"
-    if case["precision"] in BIT_IDENTICAL_PRECISIONS and tiling["kShiftCols"] <= tiling["baseK"] and not split:
+    # one Mmad call over D for S: D + 16 <= baseK for pasa_rs, D <= baseK for fp16_fp32; always for fp32_frame
+    one_call = ALLOCATIONS[case["precision"]].framed or tiling["kShiftCols"] <= tiling["baseK"]
+    if case["precision"] in BIT_IDENTICAL_PRECISIONS and one_call and not split:
         with _model_exp_and_log():
             m_out, m_lse = fia_oracle(q4, k4, v4, mask4, cfg=cfg, **oracle)
         np.testing.assert_array_equal(out4, m_out.astype(np.float16), err_msg=f"{name}: output")
@@ -632,7 +685,8 @@ def test_each_core_walks_exactly_the_kv_blocks_the_band_shows(call, precision):
                                         sparse_mode=mode, pre_tokens=pre, next_tokens=nxt, **kw)
     blocks = _tile_blocks_by_hand(s1, s2, bq, lo, hi)
     assert 0 < min(blocks) and sum(blocks) < nq * -(-s2 // 128)  # every tile sees a key, some blocks hidden
-    pair = (bq // 16) * 8 * (tiling["kShiftCols"] // 16) + (bq // 16) * (d // 16) * 8  # S' and P·V of one pair
+    value_cols = d + KERNEL_POLICIES[precision]["value_extra_cols"]  # fp32_frame's V carries the column of ones
+    pair = (bq // 16) * 8 * (tiling["kShiftCols"] // 16) + (bq // 16) * (value_cols // 16) * 8  # S' and P·V
     cores = len(full) // 3
     tasks = npu_host_model.core_task_ids(cores, n * nq, -(-n * nq // cores))
     for core in range(cores):
@@ -675,6 +729,14 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # the first half of each tile's rows (the first AIV's) at 1/1000 of the scores: no FP32 pass there,
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
+    elif kind == "far_peak":  # 16 rows against one key 200 (scaled) above 3071 others, 24 blocks of 128 keys
+        s1, s2 = 16, 3072
+        q = np.zeros((1, 2, s1, d))
+        q[..., 0] = 1.0
+        k = rng.normal(0, 0.01, (1, 2, s2, d))
+        k[..., 0] = -200 / scale
+        k[..., 0, 0] = 0.0
+        v = rng.standard_normal((1, 2, s2, d))
     elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)
         q, k = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d))
         scale = 32768.0
@@ -717,6 +779,38 @@ def test_row_shifted_hard_inputs_equal_golden_with_its_counters(kind):
         assert stats["reshifted_row_blocks"] == stats["recomputed_row_blocks"] == 0
     else:
         assert stats["reshifted_row_blocks"] > 0 and stats["recomputed_row_blocks"] == 0
+
+
+@pytest.mark.parametrize("kind", ["bias_n30", "resonance", "drift", "long_near_equal", "recompute", "mixed",
+                                  "far_peak"])
+def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
+    """fp32_frame on the same hard inputs: the kernel's output and lse equal the golden model's bit for bit
+    (D = 64, no KV split), and its counts of moved (row, KV block) pairs and of closed (tile, KV block) pairs (a
+    tile is one head's query block here) equal the golden model's. The drifting key level moves frames up block
+    after block; resonance and the recompute case put scores tens of thousands apart; under a far peak a frame
+    moves down once, to FRAME_DROP_LIMIT below the peak, and stays there (a second move, measured from the moved
+    frame, would overflow the closed sums)."""
+    q, k, v, scale = _row_shift_hard_inputs(kind, np.random.default_rng(17))
+    kw = dict(num_heads=2, input_layout="BNSD", scale=scale, precision="fp32_frame", softmax_lse_flag=True)
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    assert tiling["kvSplits"] == 1
+    out, lse, counters = npu_host_model.count(q, k, v, cost={}, **kw)
+    stats = {}
+    g_out, g_lse = golden.attention(q, k, v, precision="fp32_frame", scale=scale, block_q=tiling["blockQ"],
+                                    block_kv=tiling["blockKv"], stats=stats)
+    np.testing.assert_array_equal(out, g_out)
+    np.testing.assert_array_equal(lse[..., 0], g_lse)
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    aivs = counters[tiling["block_dim"]:]
+    for name in ("moved_row_blocks", "moved_tile_blocks"):
+        assert sum(c[name] for c in aivs) == stats[name], name
+    first_keys = q.shape[1] * q.shape[2]  # every row's first block moves its frame
+    if kind == "drift":
+        assert stats["moved_row_blocks"] > first_keys
+    elif kind == "far_peak":
+        assert stats["moved_row_blocks"] == 2 * first_keys
+    else:
+        assert stats["moved_row_blocks"] >= first_keys
 
 
 @pytest.mark.parametrize("block_kv", [16, 32, 64, 128, 256])
@@ -862,8 +956,8 @@ def test_bad_inputs():
     bad[0, 0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="query contains NaN or Inf"):
         npu_host_model.run(bad, k, k, num_heads=2, input_layout="BNSD", check_inputs=True)
-    # a head dim the kernel refuses (not a multiple of 16), for an allocation it implements: the message names it
+    # a head dim the kernel refuses (not a multiple of 16): the message names it
     q40 = np.zeros((1, 2, 32, 40), np.float16)
     k40 = np.zeros((1, 2, 64, 40), np.float16)
     with pytest.raises(ValueError, match="head dims"):
-        npu_host_model.run(q40, k40, k40, num_heads=2, input_layout="BNSD", precision="pasa_rs")
+        npu_host_model.run(q40, k40, k40, num_heads=2, input_layout="BNSD")

@@ -368,7 +368,7 @@ def test_triton_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32()
 
 needs_host_model = pytest.mark.skipif(importlib.util.find_spec("pasa_npu._npu_host_model") is None,
                                       reason="pasa_npu._npu_host_model is not built (pip install -e .)")
-NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa", "pasa_rs"]
+NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame"]
 
 
 @needs_host_model

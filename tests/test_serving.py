@@ -350,25 +350,28 @@ def test_bad_out_and_workspace_are_named(out, match):
                                         **_tnd_kw(cum, kv_lens, table, 3))
 
 
-def test_npu_tensors_refuse_what_the_ascendc_kernel_lacks_rather_than_emulate(monkeypatch):
-    """On NPU tensors the kernel refuses sinks and TND with a table (an error naming the feature) instead of
-    running the reference emulator in its place; CPU tensors run on the reference backend. (CPU tensors
-    stand in for NPU ones here, through the device's backend order: the npu backend runs on the CPU's host
-    model.)"""
+def test_npu_tensors_run_tnd_with_a_table_and_sinks_on_the_ascendc_kernel(monkeypatch):
+    """On NPU tensors the device's backend order takes TND with a table and sinks to the AscendC kernel, not the
+    reference emulator. (CPU tensors stand in for NPU ones here, through the device's backend order: the npu
+    backend runs on the CPU's host model.)"""
     from pasa_npu import backends
 
     q, k, v, kc, vc, table, cum, kv_lens = _mixed()
-    kw = _tnd_kw(cum, kv_lens, table, 3)
-    assert torch.isfinite(pasa_npu.fused_attention_v2(q, kc, vc, **kw)[0]).all()
+    kw = _tnd_kw(cum, kv_lens, table, 3, sink=torch.tensor([0.3, -1.0, 2.0, 0.0]))
+    ref = pasa_npu.fused_attention_v2(q, kc, vc, **kw)
     if backends.get("npu").unavailable_reason(q.device) is not None:
         pytest.skip("the host model is not built")
     monkeypatch.setitem(backends._ORDER, "cpu", ("npu", "reference"))
-    with pytest.raises(ValueError, match="does not implement input_layout='TND' with a block_table yet"):
-        pasa_npu.fused_attention_v2(q, kc, vc, **kw)
-    dense = torch.randn(1, N, 8, D).half()
-    with pytest.raises(ValueError, match="does not implement FIA v2's learnable_sink yet"):
-        pasa_npu.fused_attention_v2(dense, dense, dense, num_query_heads=N, input_layout="BNSD",
-                                    learnable_sink=torch.zeros(N))
+    from pasa_npu.backends import npu
+
+    launches = []
+    launch = npu.launch_host_model
+    monkeypatch.setattr(npu, "launch_host_model", lambda call: launches.append(call) or launch(call))
+    out = pasa_npu.fused_attention_v2(q, kc, vc, **kw)
+    assert len(launches) == 1 and launches[0].attrs["input_layout"] == "TND"
+    assert launches[0].block_table is not None and launches[0].learnable_sink is not None
+    assert torch.isfinite(out[0]).all() and (out[0].float() - ref[0].float()).abs().max() < 2e-2
+    assert (out[1] - ref[1]).abs().nan_to_num().max() < 1e-3
 
 
 # ------------------------------------------------------------------------------------------------

@@ -108,23 +108,31 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
     const PasaTilingData& t = r.data;
     const pasa::PlatformInfo& pl = in.platform;
-    const bool fp32 = in.precision != "pasa";          // FP32 row state, O and PV
-    const bool rowShifted = in.precision == "pasa_rs";  // pasa_rs: the key pre-pass, K' one strip wider
-    const bool shifted = in.precision == "pasa" || in.precision == "pasa_fp32";  // PASA: K' = M K and M
+    // The allocation's policy (op_kernel/pasa_allocation.h; tests/test_npu_backend.py holds it equal to
+    // python/pasa_npu/precision.py's state type and shift).
+    const pasa::AllocationTraits& alloc = pasa::FindAllocation(in.precision);
+    const bool fp32 = alloc.stateBytes == 4;                                  // FP32 row state, O and PV
+    const bool rowShifted = alloc.prepass == pasa_kernel::Prepass::CENTRED_KEYS;  // pasa_rs: the key pre-pass,
+                                                                              // K' one strip wider
+    const bool shifted = alloc.prepass == pasa_kernel::Prepass::SHIFT_MATRIX;  // PASA: K' = M K and M
+    const bool framed = alloc.sumsOnCube;  // fp32_frame: FP32 S, O and l summed on the cube from [V | 1]
+    CHECK(framed == (alloc.valueExtraCols == 16) && (alloc.scoreBytes == 4) == framed);
 
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
     CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
-    CHECK(r.tilingKey == (rowShifted ? PASA_TILING_KEY_ROW_SHIFTED
-                          : !shifted ? PASA_TILING_KEY_FLASH_FP16_SCORE
-                          : fp32     ? PASA_TILING_KEY_FP32_STATE : PASA_TILING_KEY_FP16_STATE));
+    // the allocation's key (tests/test_npu_backend.py checks the keys against python/pasa_npu/precision.py)
+    CHECK(r.tilingKey == pasa::FindAllocation(in.precision).tilingKey);
     CHECK(t.precision == r.tilingKey);
     CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);
     CHECK(r.workspaceBytes == t.workspaceBytes);
 
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
-    CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= 128);
+    CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
+    // fp32_frame takes 256 query rows where Q stays in an L0A half beside P (D <= 64), the others at most 128
+    CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256 && d.D <= 64));
+    if (framed && d.D <= 64) CHECK(t.blockQ == 256);
     // decode with GQA: a task's rows are its KV head's group of query heads
     const uint32_t packedHeads = d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1;
     CHECK(t.packedHeads == packedHeads);
@@ -160,12 +168,17 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.l0cBytes <= pl.l0cSize);
     // What the plan must at least hold (a plan that under-counts would "fit" trivially): L1 keeps a
     // Q block and double-buffered K and V blocks in FP16; one L0A/L0B ping-pong half holds a
-    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile.
+    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile, or, where
+    // the cube sums O and l, L0C holds the segment's FP32 accumulator [O | l] beside at least one FP32 S chunk
+    // of 16 rows.
     const uint64_t l1Min = (uint64_t)t.blockQ * d.D * 2 + 2ull * t.blockKv * d.D * 2 * 2;
     CHECK(t.l1Bytes >= l1Min);
     const uint64_t rowsMax = std::max(t.blockQ, t.blockKv);
     CHECK(2ull * rowsMax * t.baseK * 2 <= t.l0aBytes && 2ull * rowsMax * t.baseK * 2 <= t.l0bBytes);
-    CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
+    if (framed)
+        CHECK((uint64_t)t.blockQ * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= t.l0cBytes);
+    else
+        CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
     // UB per AIV: at least the double-buffered S' tile (FP16) of its half of the rows and its O rows
     // in the state type.
     const uint64_t aivRows = t.blockQ / 2, st = fp32 ? 4 : 2;
@@ -248,12 +261,16 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- GM workspace: regions in order, large enough, aligned, inside workspaceBytes ------------
     const uint64_t kshift =
         shifted || rowShifted ? (uint64_t)d.B * d.NKV * t.numKvBlocks * t.blockKv * t.kShiftCols * 2 : 0;
-    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each
-    const uint64_t slotMin =
-        (uint64_t)(t.preLaunch + 1) * t.kvStack * ((uint64_t)t.blockQ * t.blockKv * 2 * 2 + (uint64_t)t.blockQ * d.D * st);
-    CHECK(t.wsScoreSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
+    // the S', P and PV rings: (preLaunch + 1) * kvStack block slots each; S in the score type; where the cube
+    // sums O and l, a PV slot holds a closed segment [O | l] (FP32, D + 16 columns), and M's slot the n x 16
+    // strip of ones that V's tiles append
+    const uint64_t scoreSlot = (uint64_t)t.blockQ * t.blockKv * alloc.scoreBytes;
+    const uint64_t pvSlot = (uint64_t)t.blockQ * (d.D + (framed ? 16 : 0)) * st;
+    const uint64_t slotMin = (uint64_t)(t.preLaunch + 1) * t.kvStack *
+                             (scoreSlot + (uint64_t)t.blockQ * t.blockKv * 2 + pvSlot);
+    CHECK(t.wsScoreSlot >= scoreSlot);
     CHECK(t.wsProbSlot >= (uint64_t)t.blockQ * t.blockKv * 2);
-    CHECK(t.wsPvSlot >= (uint64_t)t.blockQ * d.D * st);
+    CHECK(t.wsPvSlot >= pvSlot);
     for (uint64_t off : {t.wsStatusOffset, t.wsKShiftOffset, t.wsCoreOffset, t.wsCoreStride,
                          t.wsPartialOffset, t.wsPartialLseOffset, t.workspaceBytes})
         CHECK(off % 32 == 0);
@@ -277,6 +294,17 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     } else {
         CHECK(t.wsKSumOffset <= t.wsCoreOffset && t.wsCentreOffset == t.wsKSumOffset);
     }
+    if (framed) {
+        // per core, after the slots and the strip of ones: the task's last segment [O | l], then the ring of
+        // the AIVs' close verdicts, a 64-byte line per stack (a 32-byte word per AIV), 2 preLaunch + 2 stacks deep
+        const uint64_t fixed = slotMin + (uint64_t)t.blockKv * 16 * 2;
+        CHECK(fixed <= t.wsFinalSegmentSlot);
+        CHECK(t.wsFinalSegmentSlot + pvSlot <= t.wsVerdictSlot);
+        CHECK(t.wsVerdictSlot + (2ull * t.preLaunch + 2) * 64 <= t.wsCoreStride);
+        CHECK(t.wsFinalSegmentSlot % 64 == 0 && t.wsVerdictSlot % 64 == 0);
+    } else {
+        CHECK(t.wsFinalSegmentSlot == 0 && t.wsVerdictSlot == 0);
+    }
     CHECK(t.wsCoreStride >= slotMin);
     CHECK(t.wsCoreOffset + (uint64_t)t.blockDim * t.wsCoreStride <= t.wsPartialOffset);
     if (t.kvSplits > 1) {
@@ -287,6 +315,8 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
 
     // ---- PASA constants (FlashAttention and pasa_rs have none: all 0) ---------------------------
+    // fp32_frame: the most a frame moves down, FRAME_DROP_LIMIT / scale in units of Q K (0 elsewhere)
+    CHECK(t.frameDropLimit == (framed ? (float)(pasa_kernel::FramedFamily::FRAME_DROP_LIMIT / in.scale) : 0.0f));
     if (!shifted) {
         CHECK(t.beta == 0.0f && t.invariance == 0.0f && t.shiftDiag == 0.0f && t.shiftOff == 0.0f);
         CHECK(t.scale == (float)in.scale);
@@ -330,11 +360,11 @@ void SectionGrid() {
         for (int64_t S1 : S1s)
             for (int64_t S2 : S2s)
                 for (int64_t g : ratios)
-                    for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"}) {
+                    for (const pasa::AllocationTraits& alloc : pasa::KernelAllocations()) {
                         // Long queries with few heads keep the task list small enough to enumerate.
                         const int64_t nkv = S1 >= 8192 ? 1 : 2, B = S1 >= 8192 ? 1 : 2;
                         Dims d{B, nkv * g, nkv, S1, S2, D};
-                        CheckPlan(MakeInput(d, "BNSD", prec), d);
+                        CheckPlan(MakeInput(d, "BNSD", alloc.name), d);
                     }
 }
 
@@ -394,11 +424,11 @@ void SectionHeadDims() {
     uint64_t worstUb = 0, worstL1 = 0;
     std::string worstUbCase, worstL1Case;
     for (int64_t D = 16; D <= 256; D += 16)
-        for (const char* prec : {"pasa", "pasa_fp32", "fp16_fp32", "pasa_rs"})
+        for (const pasa::AllocationTraits& alloc : pasa::KernelAllocations())
             for (int64_t S1 : {1, 128, 4096})
                 for (int64_t g : {1, 8}) {
                     Dims d{1, 2 * g, 2, S1, 4096, D};
-                    pasa::TilingInput in = MakeInput(d, "BNSD", prec);
+                    pasa::TilingInput in = MakeInput(d, "BNSD", alloc.name);
                     CheckPlan(in, d);
                     g_case = Describe(in);
                     const pasa::TilingResult r = pasa::ComputeTiling(in);
@@ -406,7 +436,7 @@ void SectionHeadDims() {
                     // The handshake's ring never costs query rows: the FP32 plan at D = 192 and 32 rows per
                     // AIV takes 184320 B with single blocks one ahead (15 row vectors), so blockQ stays 64
                     // and the stack shortens instead.
-                    const std::string p = prec;
+                    const std::string p = alloc.name;
                     if (D == 192 && (p == "pasa_fp32" || p == "fp16_fp32")) CHECK(r.data.blockQ == 64);
                     CHECK(r.data.l1Bytes <= 512 * 1024 - 256);
                     if (r.data.ubBytes > worstUb) worstUb = r.data.ubBytes, worstUbCase = g_case;

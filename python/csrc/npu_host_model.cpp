@@ -34,7 +34,8 @@
 #define PASA_KERNEL_ENTRY(name)                                                                           \
     extern "C" void name(uint8_t* query, uint8_t* key, uint8_t* value, uint8_t* attenMask,               \
                          uint8_t* actualSeqLengths, uint8_t* actualSeqLengthsKv, uint8_t* blockTable,   \
-                         uint8_t* attentionOut, uint8_t* softmaxLse, uint8_t* workspace, uint8_t* tiling)
+                         uint8_t* learnableSink, uint8_t* attentionOut, uint8_t* softmaxLse,            \
+                         uint8_t* workspace, uint8_t* tiling)
 PASA_KERNEL_ENTRY(pasa_fused_attention_aic);
 PASA_KERNEL_ENTRY(pasa_fused_attention_aiv);
 #undef PASA_KERNEL_ENTRY
@@ -102,7 +103,7 @@ void CheckArray(const char* name, const py::array& a, const char* dtype) {
 // tiling input built from them.
 struct Call {
     py::array query, key, value;
-    std::optional<py::array> mask, actualSeqQ, actualSeqKv, blockTable;
+    std::optional<py::array> mask, actualSeqQ, actualSeqKv, blockTable, sink;
     pasa::TilingInput in;
 };
 
@@ -116,13 +117,14 @@ std::vector<int64_t> Lengths(const char* name, const std::optional<py::array>& a
 
 Call MakeCall(py::array query, py::array key, py::array value, std::optional<py::array> mask,
               std::optional<py::array> actualSeqQ, std::optional<py::array> actualSeqKv,
-              std::optional<py::array> blockTable, const std::string& inputLayout, int64_t numHeads,
+              std::optional<py::array> blockTable, std::optional<py::array> sink, const std::string& inputLayout,
+              int64_t numHeads,
               int64_t numKeyValueHeads, double scale, double beta, int64_t sparseMode, int64_t preTokens,
               int64_t nextTokens, const std::string& precision, int64_t blockSize) {
     CheckArray("query", query, "float16");
     CheckArray("key", key, "float16");
     CheckArray("value", value, "float16");
-    Call c{query, key, value, mask, actualSeqQ, actualSeqKv, blockTable, {}};
+    Call c{query, key, value, mask, actualSeqQ, actualSeqKv, blockTable, sink, {}};
     pasa::TilingInput& in = c.in;
     in.queryShape = ShapeOf(query);
     in.keyShape = ShapeOf(key);
@@ -145,6 +147,10 @@ Call MakeCall(py::array query, py::array key, py::array value, std::optional<py:
     if (blockTable) {
         CheckArray("block_table", *blockTable, "int32");
         in.blockTableShape = ShapeOf(*blockTable);
+    }
+    if (sink) {
+        CheckArray("learnable_sink", *sink, "float32");
+        in.learnableSinkShape = ShapeOf(*sink);
     }
     in.blockSize = blockSize;
     in.precision = precision;
@@ -187,6 +193,8 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(bandMode) PASA_FIELD(preTokens)
     PASA_FIELD(nextTokens) PASA_FIELD(maskBatch) PASA_FIELD(maskHeads) PASA_FIELD(maskBatchStride)
     PASA_FIELD(maskHeadStride) PASA_FIELD(maskRowStride) PASA_FIELD(hasActualSeqQ) PASA_FIELD(hasActualSeqKv)
+    PASA_FIELD(queryTokens)
+    PASA_FIELD(hasSink)
     PASA_FIELD(hasBlockTable) PASA_FIELD(pageSize) PASA_FIELD(maxBlocksPerSeq) PASA_FIELD(kvPageStride)
     PASA_FIELD(blockDim) PASA_FIELD(packedHeads) PASA_FIELD(kvSplits) PASA_FIELD(kvBlocksPerSplit) PASA_FIELD(totalTasks)
     PASA_FIELD(tasksPerCore) PASA_FIELD(prepassItems) PASA_FIELD(prepassPerCore) PASA_FIELD(combineRowsPerAiv)
@@ -195,8 +203,9 @@ py::dict TilingDict(const pasa::TilingResult& r) {
     PASA_FIELD(wsPartialLseOffset) PASA_FIELD(workspaceBytes) PASA_FIELD(ubBytes) PASA_FIELD(l1Bytes)
     PASA_FIELD(l0aBytes) PASA_FIELD(l0bBytes) PASA_FIELD(l0cBytes)
     PASA_FIELD(kShiftCols) PASA_FIELD(rsScalePow2) PASA_FIELD(rsRho) PASA_FIELD(rsRelevance) PASA_FIELD(rsReshiftAt)
-    PASA_FIELD(wsKSumOffset) PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot) PASA_FIELD(wsCentreProdSlot)
-    PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot)
+    PASA_FIELD(wsKSumOffset) PASA_FIELD(wsCentreOffset) PASA_FIELD(wsQhatSlot) PASA_FIELD(wsShiftColSlot)
+    PASA_FIELD(wsCentreProdSlot) PASA_FIELD(wsScore32Slot) PASA_FIELD(wsRequestSlot) PASA_FIELD(frameDropLimit)
+    PASA_FIELD(wsFinalSegmentSlot) PASA_FIELD(wsVerdictSlot)
 #undef PASA_FIELD
     return d;
 }
@@ -291,8 +300,11 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
     auto seqQ = OptionalInput("actual_seq_lengths", c.actualSeqQ);
     auto seqKv = OptionalInput("actual_seq_lengths_kv", c.actualSeqKv);
     auto table = OptionalInput("block_table", c.blockTable);
+    auto sink = OptionalInput("learnable_sink", c.sink);
     GmBuffer out("attention_out", c.query.nbytes());
-    const size_t lseCount = size_t(t.batch) * t.numHeads * t.seqQ;
+    const std::vector<int64_t> lseShape = pasa::LseShape(t);
+    size_t lseCount = 1;
+    for (int64_t dim : lseShape) lseCount *= size_t(dim);
     GmBuffer lse("softmax_lse", lseCount * sizeof(float));
     GmBuffer ws("workspace", r.workspaceBytes);
     GmBuffer tiling("tiling", sizeof(PasaTilingData), &t);
@@ -315,40 +327,47 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
                 cfg,
                 [&] {
                     pasa_fused_attention_aic(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
-                                             ptr(table), out.data(), lse.data(), ws.data(), tiling.data());
+                                             ptr(table), ptr(sink), out.data(), lse.data(), ws.data(), tiling.data());
                 },
                 [&] {
                     pasa_fused_attention_aiv(q.data(), k.data(), v.data(), ptr(mask), ptr(seqQ), ptr(seqKv),
-                                             ptr(table), out.data(), lse.data(), ws.data(), tiling.data());
+                                             ptr(table), ptr(sink), out.data(), lse.data(), ws.data(), tiling.data());
                 });
         } catch (const ascendc_model::Error& e) {
             throw std::runtime_error(std::string("host model: pasa_fused_attention failed: ") + e.what());
         }
     }
     for (const GmBuffer* b : {&q, &k, &v, &out, &lse, &ws, &tiling}) b->CheckGuards();
-    for (const auto* b : {&mask, &seqQ, &seqKv, &table})
+    for (const auto* b : {&mask, &seqQ, &seqKv, &table, &sink})
         if (*b) (*b)->CheckGuards();
     q.CheckUnchanged(c.query.data());
     k.CheckUnchanged(c.key.data());
     v.CheckUnchanged(c.value.data());
     if (mask) mask->CheckUnchanged(c.mask->data());
     if (table) table->CheckUnchanged(c.blockTable->data());
+    if (sink) sink->CheckUnchanged(c.sink->data());
 
     py::array outArr(py::dtype("float16"), ShapeOf(c.query));
     std::memcpy(outArr.mutable_data(), out.data(), out.bytes());
-    py::array_t<float> lseArr({int64_t(t.batch), int64_t(t.numHeads), int64_t(t.seqQ)});
+    py::array_t<float> lseArr(lseShape);
     std::memcpy(lseArr.mutable_data(), lse.data(), lse.bytes());
-    if (counters)
+    if (counters) {
+        // Status words 1 and 2 (the epilogue's, pasa_vector_stage.h), named as the golden model's counters:
+        // fp32_frame's moved rows and closed tiles, else pasa_rs's reshifted and recomputed rows (0 for the others).
+        const bool framed = pasa::FindAllocation(c.in.precision).sumsOnCube;
+        const char* word1 = framed ? "moved_row_blocks" : "reshifted_row_blocks";
+        const char* word2 = framed ? "moved_tile_blocks" : "recomputed_row_blocks";
         for (size_t i = 0; i < coreCounters.size(); ++i) {
             py::dict d = CountersDict(coreCounters[i]);
-            if (i >= r.blockDim) {  // an AIV: pasa_rs's row counts from its status words (0 for the others)
+            if (i >= r.blockDim) {  // an AIV
                 uint32_t words[3];
                 std::memcpy(words, ws.data() + pasa::StatusWordOffset(t, uint32_t(i - r.blockDim)), sizeof(words));
-                d["reshifted_row_blocks"] = words[1];
-                d["recomputed_row_blocks"] = words[2];
+                d[word1] = words[1];
+                d[word2] = words[2];
             }
             counters->append(d);
         }
+    }
     return py::make_tuple(outArr, lseArr, OverflowStatus(ws, t, r.blockDim));
 }
 
@@ -358,15 +377,16 @@ void DefCall(py::module_& m, const char* name, F f, const char* doc) {
     m.def(
         name,
         [f](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
-            std::optional<py::array> skv, std::optional<py::array> table, const std::string& layout, int64_t n,
-            int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre, int64_t next,
-            const std::string& precision, int64_t blockSize) {
-            return f(MakeCall(q, k, v, mask, sq, skv, table, layout, n, nkv, scale, beta, sparse, pre, next, precision,
-                              blockSize));
+            std::optional<py::array> skv, std::optional<py::array> table, std::optional<py::array> sink,
+            const std::string& layout, int64_t n, int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre,
+            int64_t next, const std::string& precision, int64_t blockSize) {
+            return f(MakeCall(q, k, v, mask, sq, skv, table, sink, layout, n, nkv, scale, beta, sparse, pre, next,
+                              precision, blockSize));
         },
         doc, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
         py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
-        py::arg("block_table") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),
+        py::arg("block_table") = py::none(), py::arg("learnable_sink") = py::none(), py::kw_only(),
+        py::arg("input_layout"), py::arg("num_heads"),
         py::arg("num_key_value_heads"), py::arg("scale"), py::arg("beta"), py::arg("sparse_mode"),
         py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"), py::arg("block_size") = 0);
 }
@@ -376,13 +396,13 @@ void DefCount(py::module_& m) {
     m.def(
         "count",
         [](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
-           std::optional<py::array> skv, std::optional<py::array> blockTable, const std::string& layout, int64_t n,
-           int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre, int64_t next,
-           const std::string& precision, int64_t blockSize, const py::dict& cost, uint32_t aiCores) {
+           std::optional<py::array> skv, std::optional<py::array> blockTable, std::optional<py::array> sink,
+           const std::string& layout, int64_t n, int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre,
+           int64_t next, const std::string& precision, int64_t blockSize, const py::dict& cost, uint32_t aiCores) {
             const ascendc_model::CostTable table = CostTableFrom(cost);
             py::list counters;
-            Call call = MakeCall(q, k, v, mask, sq, skv, blockTable, layout, n, nkv, scale, beta, sparse, pre, next,
-                                 precision, blockSize);
+            Call call = MakeCall(q, k, v, mask, sq, skv, blockTable, sink, layout, n, nkv, scale, beta, sparse, pre,
+                                 next, precision, blockSize);
             if (aiCores > 0) {  // a smaller machine, so a reduced problem keeps the per-core work it is scaled from
                 call.in.platform.aicNum = aiCores;
                 call.in.platform.aivNum = 2 * aiCores;
@@ -396,10 +416,10 @@ void DefCount(py::module_& m) {
         "hold pasa_rs's reshifted_row_blocks and recomputed_row_blocks).",
         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
         py::arg("actual_seq_lengths") = py::none(), py::arg("actual_seq_lengths_kv") = py::none(),
-        py::arg("block_table") = py::none(), py::kw_only(), py::arg("input_layout"), py::arg("num_heads"),
-        py::arg("num_key_value_heads"), py::arg("scale"), py::arg("beta"), py::arg("sparse_mode"),
-        py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"), py::arg("block_size") = 0,
-        py::arg("cost"), py::arg("ai_cores") = 0);
+        py::arg("block_table") = py::none(), py::arg("learnable_sink") = py::none(), py::kw_only(),
+        py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
+        py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"),
+        py::arg("block_size") = 0, py::arg("cost"), py::arg("ai_cores") = 0);
 }
 
 }  // namespace
@@ -409,9 +429,10 @@ PYBIND11_MODULE(_npu_host_model, m) {
               "Use pasa_npu.npu_host_model.run, which checks FIA's arguments and prepares these.";
     DefCall(m, "run", [](const Call& c) { return Run(c); },
             "Launch the kernel: FP16 query/key/value (C-contiguous, the layout's shape; with an int32 block_table "
-            "(B, max_blocks_per_seq) and block_size, key/value are the paged caches), uint8 mask (1|B, 1|N, MS1, "
+            "(B, max_blocks_per_seq) and block_size, key/value are the paged caches; float32 learnable_sink (N,)), "
+            "uint8 mask (1|B, 1|N, MS1, "
             "MS2) or None, int64 per-batch lengths or None; beta < 0 = the kernel's default. Returns "
-            "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1), overflow: the kernel's "
+            "(attention_out FP16 in query's shape, softmax_lse FP32 (B, N, S1) (TND: (T, N)), overflow: the kernel's "
             "status words report an Inf in S').");
     DefCount(m);
     DefCall(m, "tiling", [](const Call& c) { return TilingDict(Tiling(c.in)); },
@@ -438,4 +459,38 @@ PYBIND11_MODULE(_npu_host_model, m) {
         "with these fields.");
     m.def("default_beta", &pasa::DefaultBeta, py::arg("block_kv"), py::arg("scale"),
           "pasa::DefaultBeta: the C++ port of pasa_npu.beta.default_beta (scale <= 0: no scale).");
+    m.def(
+        "kernel_allocations",
+        [] {
+            static const char* prepass[] = {"none", "shift_matrix", "centred_keys"};
+            static const char* scale[] = {"on_scores", "in_shift_matrix", "pow2_and_rho"};
+            static const char* handshake[] = {"stacked", "per_block_rounds"};
+            py::list out;
+            for (const pasa::AllocationTraits& a : pasa::KernelAllocations()) {
+                py::dict d;
+                d["name"] = a.name;
+                d["tiling_key"] = a.tilingKey;
+                d["state_bytes"] = a.stateBytes;
+                d["prepass"] = prepass[static_cast<uint32_t>(a.prepass)];
+                d["scale"] = scale[static_cast<uint32_t>(a.scale)];
+                d["handshake"] = handshake[static_cast<uint32_t>(a.handshake)];
+                d["score_bytes"] = a.scoreBytes;
+                d["key_extra_cols"] = a.keyExtraCols;
+                d["value_extra_cols"] = a.valueExtraCols;
+                d["sums_on_cube"] = a.sumsOnCube;
+                d["state_row_vectors"] = a.stateRowVectors;
+                d["fp32_row_vectors"] = a.fp32RowVectors;
+                out.append(d);
+            }
+            return out;
+        },
+        "The allocations the kernel runs (op_kernel/pasa_allocation.h's PASA_KERNEL_ALLOCATIONS), each policy as "
+        "a dict, in table order.");
+    m.attr("DEFAULT_PRECISION") = pasa::kDefaultPrecision;
+    m.attr("RESHIFT_AT") = pasa_kernel::RowShiftedFamily::RESHIFT_AT;
+    m.attr("RESHIFT_RELEVANCE") = pasa_kernel::RowShiftedFamily::RESHIFT_RELEVANCE;
+    m.attr("FRAME_UP") = pasa_kernel::FramedFamily::FRAME_UP;
+    m.attr("FRAME_DOWN") = pasa_kernel::FramedFamily::FRAME_DOWN;
+    m.attr("FRAME_DOWN_BLOCKS") = pasa_kernel::FramedFamily::FRAME_DOWN_BLOCKS;
+    m.attr("FRAME_DROP_LIMIT") = pasa_kernel::FramedFamily::FRAME_DROP_LIMIT;
 }

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 from . import npu_host_model
-from .precision import ALLOCATIONS
 
 #: Clock of the AI cores. An estimate: public figures for 910B parts (about 313-376 FP16 TFLOP/s with
 #: 20-24 AI cores of 4096 FP16 MACs a cycle) imply about 1.8-1.9 GHz; no primary source is at hand.
@@ -192,10 +191,12 @@ def _busiest(counters, aic: bool) -> dict:
     return max(side, key=lambda c: sum(c["pipe_cycles"].values()))["pipe_cycles"]
 
 
-def _block_q(head_dim, precision, layout) -> int:
+def _plan(head_dim, precision, layout) -> tuple[int, bool]:
+    """The kernel's query block for this head dim and allocation, and whether the allocation has a key pre-pass
+    (PASA's K' = M K, pasa_rs's centring): what the tiling reads from the allocation's kernel policy."""
     q, k, v = _inputs(1, 1, 1, 1, 1, head_dim, layout)
     t = npu_host_model.tiling(q, k, v, num_heads=1, input_layout=layout, precision=precision)
-    return int(t["blockQ"])
+    return int(t["blockQ"]), t["prepassItems"] > 0
 
 
 def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted=True) -> float:
@@ -215,12 +216,9 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     costs = dict(A2_COSTS if costs is None else costs)
     if sparse_mode not in (0, 2, 3):
         raise ValueError("the cost model takes sparse_mode 0 (no mask), 2 or 3 (causal)")
-    bq = _block_q(head_dim, precision, layout)
+    bq, shifted = _plan(head_dim, precision, layout)
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
-    # PASA and pasa_rs have a key pre-pass (K' = M K; the centring)
-    alloc = ALLOCATIONS[precision]
-    shifted = alloc.shifted or alloc.row_shifted
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
     kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
     if batch * num_heads * nq * nkb <= full_run_limit:

@@ -174,7 +174,7 @@ def reference(q, k, v, *, scale: float, mask=None, causal: bool = False, band=No
 
 def attention(q, k, v, *, precision: str, scale: float, beta: float | None = None,
               block_q: int = 128, block_kv: int = 128, mask=None, causal: bool = False, band=None,
-              sink=None, stats: dict | None = None):
+              sink=None, stats: dict | None = None, group_tile: bool = False):
     """Blockwise attention emulating the allocation ``precision``.
 
     q: (B, N, S1, D); k, v: (B, Nkv, S2, D) with N % Nkv == 0. Inputs are rounded to FP16 (an
@@ -193,7 +193,8 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     KV block) passes, block 1's two passes counted; ``recomputed_row_blocks``, those that took FP32
     S because FP16 S' left its range; ``tile_blocks`` and ``recomputed_tile_blocks``, the same for
     (tile of ``block_q`` rows of one head, KV block), the unit the kernel recomputes. The other
-    allocations leave it unchanged.
+    allocations leave it unchanged. ``group_tile``: ``fp32_frame``'s tile is a KV head's whole group of query heads
+    (``block_q`` rows of each), as the AscendC kernel packs decode, instead of ``block_q`` rows of one head.
     """
     alloc = get_allocation(precision)
     if stats is not None and not isinstance(stats, dict):
@@ -211,5 +212,6 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
         q16, k16, v16 = (NumpyOps.cast(x, "float16") for x in (q, k, v))
         out, lse = blockwise.grouped_attention(NumpyOps, q16, k16, v16, alloc=alloc, scale=float(scale),
                                                beta=beta, block_q=int(block_q), block_kv=int(block_kv),
-                                               mask=mask, band=band, sink=sink, stats=stats)
+                                               mask=mask, band=band, sink=sink, stats=stats,
+                                               group_tile=group_tile)
     return out.astype(np.float16), lse.astype(np.float32)

@@ -36,7 +36,7 @@ def run(query, key, value, **fia_kwargs):
     """The AscendC kernel on the host model, with FIA's semantics.
 
     Arguments are those of :func:`pasa_npu.fused_attention` (without ``backend`` and
-    ``safety_net``), restricted to what the kernel implements (layouts BNSD, BSH, BSND, BNSD_BSND;
+    ``safety_net``), restricted to what the kernel implements (layouts BNSD, BSH, BSND, BNSD_BSND, TND;
     the allocations whose ``kernel_key`` is set; block_kv 128; PageAttention's ``block_table`` and
     ``block_size`` with its caches as ``key``/``value``). ``query``, ``key``, ``value`` (and
     ``atten_mask``) are all NumPy arrays or all CPU torch tensors. The default precision is
@@ -75,13 +75,13 @@ def count(query, key, value, *, cost: dict, ai_cores: int = 0, **fia_kwargs):
     the A2's 24. A model, not a measurement: see docs/cost_model.md."""
     numpy_kind, tensors = _as_tensors(query, key, value, fia_kwargs)
     problem = _problem(tensors, fia_kwargs)
-    if problem.query.numel() == 0 or problem.s2 == 0:
+    if _npu.launches_nothing(problem):
         raise ValueError("count: empty query or key/value launch no kernel")
     call = _npu.kernel_call(problem)
     arrays, attrs = _npu.host_model_arguments(call)
     out, lse, _, counters = _npu.host_model().count(*arrays, **attrs, cost=dict(cost), ai_cores=ai_cores)
     out = _npu.to_bnsd(torch.from_numpy(out), attrs["input_layout"], problem)
-    out, lse = finish(problem, out, torch.from_numpy(lse).reshape(problem.batch, problem.num_heads, problem.s1))
+    out, lse = finish(problem, out, torch.from_numpy(lse).reshape(_npu.lse_shape(problem)))
     return (out.numpy(), lse.numpy(), counters) if numpy_kind else (out, lse, counters)
 
 
@@ -91,7 +91,7 @@ def tiling(query, key, value, **fia_kwargs) -> dict:
     the kernel reads (block sizes, β, the split of the work over the cores, ...)."""
     _, tensors = _as_tensors(query, key, value, fia_kwargs)
     problem = _problem(tensors, fia_kwargs)
-    if problem.query.numel() == 0 or problem.s2 == 0:
+    if _npu.launches_nothing(problem):
         raise ValueError("the tiling takes B, S1, S2 >= 1: empty query or key/value tensors have no tiling")
     return _npu.tiling(_npu.kernel_call(problem))
 

@@ -69,7 +69,7 @@ ALLOCATIONS: dict[str, Allocation] = {
                    "FP32 S, FP16 P against a per-row frame moved only where a block's scores rise far above "
                    "it (no block max, rescale or merge per block), O and l summed from the same FP16 P in FP32 "
                    "on the matrix unit",
-                   framed=True, overflow_free=True),
+                   framed=True, overflow_free=True, kernel_key=4),
     )
 }
 

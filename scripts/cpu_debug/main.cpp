@@ -20,8 +20,8 @@
 extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                            GM_ADDR attenMask, GM_ADDR actualSeqLengths,
                                                            GM_ADDR actualSeqLengthsKv, GM_ADDR blockTable,
-                                                           GM_ADDR attentionOut, GM_ADDR softmaxLse, GM_ADDR workspace,
-                                                           GM_ADDR tiling);
+                                                           GM_ADDR learnableSink, GM_ADDR attentionOut,
+                                                           GM_ADDR softmaxLse, GM_ADDR workspace, GM_ADDR tiling);
 
 namespace {
 
@@ -80,11 +80,11 @@ int main(int argc, char** argv) {
 
         AscendC::SetKernelMode(KernelMode::MIX_MODE);
         ICPU_SET_TILING_KEY(r.tilingKey);
-        // The absent optional inputs (mask, actual lengths, block table) are null pointers, as the op passes
+        // The absent optional inputs (mask, actual lengths, block table, sink) are null pointers, as the op passes
         // them; the ICPU_RUN_KF docs ask for GmAlloc pointers, so this is the first thing to check if the
         // launch refuses.
-        ICPU_RUN_KF(pasa_fused_attention, r.blockDim, q, k, v, nullptr, nullptr, nullptr, nullptr, out, lse, ws,
-                    tiling);
+        ICPU_RUN_KF(pasa_fused_attention, r.blockDim, q, k, v, nullptr, nullptr, nullptr, nullptr, nullptr, out, lse,
+                    ws, tiling);
 
         Save(dir + "/out.bin", out, qBytes);
         Save(dir + "/lse.bin", lse, lseBytes);

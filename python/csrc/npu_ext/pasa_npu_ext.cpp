@@ -34,7 +34,8 @@ namespace {
 using GetWorkspaceSizeFn = int32_t (*)(
     const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* attenMaskOptional,
     const aclIntArray* actualSeqLengthsOptional, const aclIntArray* actualSeqLengthsKvOptional,
-    const aclTensor* blockTableOptional, int64_t numHeads, double scale, int64_t preTokens, int64_t nextTokens,
+    const aclTensor* blockTableOptional, const aclTensor* learnableSinkOptional, int64_t numHeads, double scale,
+    int64_t preTokens, int64_t nextTokens,
     char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize,
     bool softmaxLseFlag, double beta, char* precision,
     const aclTensor* attentionOutOut, const aclTensor* softmaxLseOut, uint64_t* workspaceSize,
@@ -117,15 +118,16 @@ aclTensor* Describe(const at::Tensor& t) {
                            dims.size(), t.data_ptr());
 }
 
-// (attention_out, softmax_lse (B, N, S1, 1) FP32) of the deployed op. Inputs are checked and normalised by
-// python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling). PageAttention:
-// blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
+// (attention_out, softmax_lse FP32 (B, N, S1, 1), TND (T, N, 1)) of the deployed op. Inputs are checked and
+// normalised by python/pasa_npu/backends/npu.py; the op's tiling checks them again (pasa::ComputeTiling).
+// PageAttention: blockTable int32 (B, max_blocks_per_seq) with blockSize > 0, key/value the paged caches; the table's
 // entries stay on the device unchecked, as FIA leaves them (pasa_npu's check_inputs checks them before).
 std::tuple<at::Tensor, at::Tensor> FusedAttention(
     const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const c10::optional<at::Tensor>& attenMask,
     const c10::optional<std::vector<int64_t>>& actualSeqLengths,
     const c10::optional<std::vector<int64_t>>& actualSeqLengthsKv, const c10::optional<at::Tensor>& blockTable,
-    int64_t numHeads, double scale, int64_t preTokens, int64_t nextTokens, std::string inputLayout,
+    const c10::optional<at::Tensor>& learnableSink, int64_t numHeads, double scale, int64_t preTokens,
+    int64_t nextTokens, std::string inputLayout,
     int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, double beta,
     std::string precision) {
     const OpApi& api = Api();
@@ -139,19 +141,28 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
                 "pasa_npu._npu_ext: block_table must be a contiguous int32 tensor");
 
     at::Tensor out = at::empty_like(query);
-    int64_t b, n, s1;
-    if (inputLayout == "BNSD") {
-        b = query.size(0); n = query.size(1); s1 = query.size(2);
-    } else {  // BSH, BSND
-        b = query.size(0); n = numHeads; s1 = query.size(1);
+    at::Tensor lse;
+    if (inputLayout == "TND") {  // (T, N, 1)
+        lse = at::empty({query.size(0), query.size(1), 1}, query.options().dtype(at::kFloat));
+    } else {
+        int64_t b, n, s1;
+        if (inputLayout == "BNSD") {
+            b = query.size(0); n = query.size(1); s1 = query.size(2);
+        } else {  // BSH, BSND
+            b = query.size(0); n = numHeads; s1 = query.size(1);
+        }
+        lse = at::empty({b, n, s1, 1}, query.options().dtype(at::kFloat));
     }
-    at::Tensor lse = at::empty({b, n, s1, 1}, query.options().dtype(at::kFloat));
 
     aclTensor* q = Describe(query);
     aclTensor* k = Describe(key);
     aclTensor* v = Describe(value);
     aclTensor* m = attenMask.has_value() ? Describe(attenMask->contiguous()) : nullptr;
     aclTensor* bt = blockTable.has_value() ? Describe(*blockTable) : nullptr;
+    TORCH_CHECK(!learnableSink.has_value() || (learnableSink->is_contiguous() &&
+                                                learnableSink->scalar_type() == at::kFloat),
+                "pasa_npu._npu_ext: learnable_sink must be a contiguous float32 tensor");
+    aclTensor* sk = learnableSink.has_value() ? Describe(*learnableSink) : nullptr;
     aclIntArray* lq = actualSeqLengths ? aclCreateIntArray(actualSeqLengths->data(), actualSeqLengths->size()) : nullptr;
     aclIntArray* lk = actualSeqLengthsKv ? aclCreateIntArray(actualSeqLengthsKv->data(), actualSeqLengthsKv->size())
                                          : nullptr;
@@ -160,7 +171,7 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
 
     uint64_t wsSize = 0;
     aclOpExecutor* executor = nullptr;
-    int32_t st = api.getWorkspaceSize(q, k, v, m, lq, lk, bt, numHeads, scale, preTokens, nextTokens,
+    int32_t st = api.getWorkspaceSize(q, k, v, m, lq, lk, bt, sk, numHeads, scale, preTokens, nextTokens,
                                       inputLayout.data(), numKeyValueHeads, sparseMode, innerPrecise, blockSize,
                                       /*softmaxLseFlag=*/true, beta, precision.data(), o, l, &wsSize, &executor);
     TORCH_CHECK(st == 0, "aclnnPasaFusedAttentionGetWorkspaceSize failed (", st, "): ", aclGetRecentErrMsg());
@@ -175,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor> FusedAttention(
     auto launch = [=]() -> int {
         int32_t rc = run(wsPtr, wsSize, executor, stream);
         TORCH_CHECK(rc == 0, "aclnnPasaFusedAttention failed (", rc, "): ", aclGetRecentErrMsg());
-        for (aclTensor* t : {q, k, v, m, bt, o, l})
+        for (aclTensor* t : {q, k, v, m, bt, sk, o, l})
             if (t != nullptr) aclDestroyTensor(t);
         if (lq != nullptr) aclDestroyIntArray(lq);
         if (lk != nullptr) aclDestroyIntArray(lk);
@@ -194,7 +205,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
     mod.doc() = "PasaFusedAttention custom op (AscendC, CANN) for torch_npu tensors";
     mod.def("fused_attention", &FusedAttention, py::arg("query"), py::arg("key"), py::arg("value"),
             py::arg("atten_mask") = py::none(), py::arg("actual_seq_lengths") = py::none(),
-            py::arg("actual_seq_lengths_kv") = py::none(), py::arg("block_table") = py::none(), py::arg("num_heads"),
+            py::arg("actual_seq_lengths_kv") = py::none(), py::arg("block_table") = py::none(),
+            py::arg("learnable_sink") = py::none(), py::arg("num_heads"),
             py::arg("scale"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("input_layout"),
             py::arg("num_key_value_heads"), py::arg("sparse_mode"), py::arg("inner_precise"), py::arg("block_size"),
             py::arg("beta"), py::arg("precision"));

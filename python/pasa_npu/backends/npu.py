@@ -1,9 +1,9 @@
 """The ``npu`` backend: the AscendC kernel (``op_kernel/``, the CANN custom op ``PasaFusedAttention``).
 
-The problem goes to the kernel natively: its layout (BNSD, BSH, BSND; BNSD_BSND as BNSD), the
-per-batch lengths, the sparse mode with pre/next tokens, the user's mask, and PageAttention's caches
-with their block table (the kernel reads each key block through the table; nothing is gathered) — the
-kernel's own paths for each, not a normalised stand-in. Two executors run the same call:
+The problem goes to the kernel natively: its layout (BNSD, BSH, BSND, TND; BNSD_BSND as BNSD), the
+per-batch lengths (TND: FIA's cumulative ones), the sparse mode with pre/next tokens, the user's mask, and
+PageAttention's caches with their block table (the kernel reads each key block through the table; nothing
+is gathered) — the kernel's own paths for each, not a normalised stand-in. Two executors run the same call:
 
 * NPU tensors: the torch_npu extension ``pasa_npu._npu_ext`` (python/csrc/npu_ext/) calls the op
   deployed by ``scripts/build_and_deploy.sh`` through aclnn. It needs an Ascend NPU, CANN and
@@ -26,15 +26,14 @@ import numpy as np
 import torch
 
 from ..problem import Problem
-from . import Refused
 
 __all__ = ["BACKEND", "KV_BLOCK", "KernelCall", "kernel_call", "launch_extension", "launch_host_model", "host_model",
-           "host_model_arguments", "to_bnsd", "tiling", "unavailable_reason"]
+           "host_model_arguments", "launches_nothing", "lse_shape", "to_bnsd", "tiling", "unavailable_reason"]
 
 #: The kernel's KV block length n (M = (I − β/n·J)·scale and the default β are built for it).
 KV_BLOCK = 128
 #: The layouts the kernel reads and writes.
-LAYOUTS: tuple[str, ...] = ("BNSD", "BSH", "BSND")
+LAYOUTS: tuple[str, ...] = ("BNSD", "BSH", "BSND", "TND")
 _NPU_DEVICE_TYPES = ("npu", "privateuseone")
 
 
@@ -42,8 +41,10 @@ _NPU_DEVICE_TYPES = ("npu", "privateuseone")
 class KernelCall:
     """The op's FIA-level arguments for one problem: contiguous FP16 tensors in ``input_layout`` (key
     and value: the paged caches where there is a block table), the user's mask as (1|B, 1|N, S1, S2)
-    bool or None, per-batch lengths or None, the attributes (``block_size``: the page length, 0 without
-    a table), and PageAttention's (B, max_blocks_per_seq) int32 table or None."""
+    bool or None, per-batch lengths or None (TND: the cumulative query lengths, and the cumulative key
+    lengths or with a table each batch's own), the attributes (``block_size``: the page length, 0 without
+    a table), PageAttention's (B, max_blocks_per_seq) int32 table or None, and FIA v2's learnable sink as a
+    float32 (N,) tensor or None."""
 
     query: torch.Tensor
     key: torch.Tensor
@@ -53,13 +54,14 @@ class KernelCall:
     actual_seq_lengths_kv: tuple[int, ...] | None
     attrs: dict
     block_table: torch.Tensor | None = None
+    learnable_sink: torch.Tensor | None = None
 
 
 def kernel_call(problem: Problem) -> KernelCall:
     """The op's arguments for ``problem`` (which :meth:`NpuBackend.supports`)."""
     layout = "BNSD" if problem.input_layout == "BNSD_BSND" else problem.input_layout
     # pre/next tokens saturated at ±(S1 + S2), where they keep the same keys: the tiling adds them in int64.
-    edge = problem.s1 + problem.s2
+    edge = problem.s1 + problem.s2 if not problem.tnd else problem.query.shape[0] + _tnd_key_rows(problem)
     pre, nxt = (max(-edge, min(x, edge)) for x in (problem.pre_tokens, problem.next_tokens))
     attrs = dict(num_heads=problem.num_heads, scale=problem.scale, pre_tokens=pre,
                  next_tokens=nxt, input_layout=layout, num_key_value_heads=problem.num_kv_heads,
@@ -67,8 +69,9 @@ def kernel_call(problem: Problem) -> KernelCall:
                  precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
     table = None if problem.block_table is None else problem.block_table.to(torch.int32).contiguous()
+    sink = None if problem.sink is None else problem.sink.to(torch.float32).contiguous()
     return KernelCall(problem.query.contiguous(), problem.key.contiguous(), problem.value.contiguous(), mask,
-                      problem.q_lens, problem.kv_lens, attrs, table)
+                      problem.q_lens, problem.kv_lens, attrs, table, sink)
 
 
 class NpuBackend:
@@ -85,11 +88,6 @@ class NpuBackend:
                 f"on CPU tensors (the same kernel on the host model), got tensors on {device}")
 
     def supports(self, problem: Problem) -> str | None:
-        # Serving features first: on NPU tensors such a call is refused whatever its allocation.
-        if problem.sink is not None:
-            return Refused("the AscendC kernel does not implement FIA v2's learnable_sink yet")
-        if problem.tnd and problem.paged:
-            return Refused("the AscendC kernel does not implement input_layout='TND' with a block_table yet")
         if problem.alloc.kernel_key is None:
             from ..precision import ALLOCATIONS
 
@@ -112,19 +110,39 @@ class NpuBackend:
         """:meth:`run` and the kernel's overflow report: True when the status words the vector cores
         write say that a valid row saw an Inf in S' (read on the host model; None from the extension,
         which cannot reach the words behind CANN's system workspace)."""
-        if problem.query.numel() == 0 or problem.s2 == 0:
+        if launches_nothing(problem):
             # The tiling takes B, S1, S2 >= 1 and leaves these to the caller, as FIA does.
             return (*problem.padded_results(), False)
         call = kernel_call(problem)
         launch = launch_host_model if problem.device.type == "cpu" else launch_extension
         out, lse, overflow = launch(call)
-        lse = lse.reshape(problem.batch, problem.num_heads, problem.s1)
-        return to_bnsd(out, call.attrs["input_layout"], problem), lse, overflow
+        return to_bnsd(out, call.attrs["input_layout"], problem), lse.reshape(lse_shape(problem)), overflow
+
+
+def launches_nothing(problem: Problem) -> bool:
+    """An empty query, or no key in any batch: the results are the padded ones, no kernel runs."""
+    if problem.tnd:
+        keys = problem.kv_lens if problem.paged else tuple(b - a for a, b in zip((0,) + problem.kv_lens,
+                                                                                  problem.kv_lens))
+        return problem.query.numel() == 0 or max(keys) == 0
+    return problem.query.numel() == 0 or problem.s2 == 0
+
+
+def lse_shape(problem: Problem) -> tuple[int, ...]:
+    """The kernel's softmax_lse: (T, N) for TND, else (B, N, S1)."""
+    if problem.tnd:
+        return (problem.query.shape[0], problem.num_heads)
+    return (problem.batch, problem.num_heads, problem.s1)
+
+
+def _tnd_key_rows(problem: Problem) -> int:
+    """TND: the key rows a batch can reach, T_kv or a table row's keys."""
+    return problem.block_table.shape[1] * problem.page if problem.paged else problem.key.shape[0]
 
 
 def to_bnsd(out: torch.Tensor, layout: str, problem: Problem) -> torch.Tensor:
     b, n, s1, d = problem.batch, problem.num_heads, problem.s1, problem.head_dim
-    if layout == "BNSD":
+    if layout in ("BNSD", "TND"):  # TND stays (T, N, D), as the backends return it
         return out
     return out.reshape(b, s1, n, d).transpose(1, 2)
 
@@ -135,7 +153,7 @@ def launch_extension(call: KernelCall) -> tuple[torch.Tensor, torch.Tensor, None
         call.query, call.key, call.value, call.atten_mask,
         None if call.actual_seq_lengths is None else list(call.actual_seq_lengths),
         None if call.actual_seq_lengths_kv is None else list(call.actual_seq_lengths_kv), call.block_table,
-        inner_precise=0, **call.attrs)
+        call.learnable_sink, inner_precise=0, **call.attrs)
     return out, lse, None
 
 
@@ -159,7 +177,8 @@ def host_model_arguments(call: KernelCall):
                                                                       call.actual_seq_lengths_kv)]
     mask = None if call.atten_mask is None else call.atten_mask.to(torch.uint8).numpy()
     table = None if call.block_table is None else call.block_table.numpy()
-    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens, table), call.attrs
+    sink = None if call.learnable_sink is None else call.learnable_sink.numpy()
+    return (call.query.numpy(), call.key.numpy(), call.value.numpy(), mask, *lens, table, sink), call.attrs
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,124 @@
+// The block geometry and the on-chip buffers of the kernel, shared by the kernel (which allocates them) and the
+// host tiling (which chooses the largest query block whose buffers fit, op_host/pasa_tiling.cpp): one statement
+// of both, so that the plan is the sum of the kernel's InitBuffer calls by construction. Plain C++.
+#ifndef PASA_BUFFER_PLAN_H
+#define PASA_BUFFER_PLAN_H
+
+#include <cstdint>
+
+#include "pasa_allocation.h"
+#include "pasa_tiling_data.h"
+
+namespace pasa_kernel {
+
+constexpr uint32_t BLOCK_KV = 128;              // keys per KV block (n of M); the tiling fixes it
+constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 128)
+constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles: more rows per AIV
+                                                // (a query block of 256) are taken in tiles of this many
+constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
+constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
+constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
+
+// Row vectors every allocation's AIVs keep (pasa_vector_stage.h AivRows): of the state type m, m_new, l, the
+// block's max and row sum and two temporaries; FP32, four for the lse and the decisions' sums.
+constexpr uint32_t SHARED_STATE_ROW_VECTORS = 7;
+constexpr uint32_t SHARED_FP32_ROW_VECTORS = 4;
+
+// One AIV's UB: the bytes of one buffer of each queue, and the VECCALC buffer carved, in this order, into the
+// pieces below.
+struct AivUbPlan {
+    uint32_t scoreBytes;     // S' in, the score type (2 buffers)
+    uint32_t probBytes;      // P out, FP16 (probBuffers buffers)
+    uint32_t probBuffers;
+    uint32_t pvBytes;        // P V in, the state type (2 buffers); where the sums stay on the cube, a row of the
+                             // split-KV combine
+    uint32_t maskBytes;      // a mask tile, uint8
+    uint32_t outBytes;       // the output rows in FP16, or one row of FP32 partials
+    uint32_t lseBytes;       // lse values (and the status and request words)
+    uint32_t fp32TileBytes;  // S' and P in FP32, one tile each (FP16 scores into an FP32 state only, else 0)
+    uint32_t tileBytes;      // the work tile, the state type
+    uint32_t bitsBytes;      // compare results of a tile
+    uint32_t oBytes;         // O, the state type
+    uint32_t stateVectors;   // row vectors of the state type: the shared ones, the epilogue's, then alpha and gamma
+                             // of every block slot of the handshake's ring (where the policy merges per block)
+    uint32_t brcbBytes;      // one 32-byte block per row (Brcb)
+    uint32_t fp32Vectors;    // FP32 row vectors: the shared ones, then the epilogue's
+    uint32_t calcBytes;      // VECCALC in all
+    PASA_HOST_AICORE inline uint64_t Total() const {
+        return 2ull * scoreBytes + (uint64_t)probBuffers * probBytes + 2ull * pvBytes + maskBytes + outBytes +
+               lseBytes + calcBytes;
+    }
+};
+
+// rowsPerAiv rows of D columns, `ring` block slots (PasaSlotRing), and the policy's traits (pasa_allocation.h).
+// The tiles of a block (scores, P, mask, work, compare bits) hold at most AIV_TILE_ROWS rows; O, the outputs and
+// the row vectors all of the AIV's rows.
+PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDim, uint32_t ring,
+                                            const PolicyTraits& a) {
+    AivUbPlan p;
+    const uint32_t rows = rowsPerAiv, st = a.stateBytes;
+    const uint32_t tile = rows < AIV_TILE_ROWS ? rows : AIV_TILE_ROWS;
+    p.scoreBytes = tile * BLOCK_KV * a.scoreBytes;
+    p.probBytes = tile * BLOCK_KV * 2;
+    p.probBuffers = a.probBuffers;
+    p.pvBytes = a.sumsOnCube ? (headDim > 64 ? headDim : 64) * 4 : rows * headDim * st;
+    p.maskBytes = tile * BLOCK_KV;
+    p.outBytes = rows * headDim * 2 > headDim * 4 ? rows * headDim * 2 : headDim * 4;
+    p.lseBytes = 2 * ROW_VEC * 4;
+    p.tileBytes = tile * a.workCols * st;
+    p.fp32TileBytes = st == 4 && a.scoreBytes == 2 ? tile * BLOCK_KV * 4 : 0;
+    p.bitsBytes = (tile * BLOCK_KV / 8 + 31) / 32 * 32;
+    p.oBytes = rows * headDim * st;
+    p.stateVectors = SHARED_STATE_ROW_VECTORS + a.stateRowVectors + (a.mergeWeights ? 2 * ring : 0);
+    p.brcbBytes = rows * 32;
+    p.fp32Vectors = SHARED_FP32_ROW_VECTORS + a.fp32RowVectors + a.fp32RowVectorsPerSlot * ring;
+    p.calcBytes = 2 * p.fp32TileBytes + p.tileBytes + p.bitsBytes + p.oBytes + p.stateVectors * ROW_VEC * st +
+                  p.brcbBytes + p.fp32Vectors * ROW_VEC * 4;
+    return p;
+}
+
+// One AIC's L1 (pasa_cube_ops.h CubeOps): the query tile, then double-buffered K (or K'), V and P (or M, L)
+// tiles, and the VALUE_EXTRA_COLS columns the V tiles share (fp32_frame's column of ones: 128 x 16, loaded once).
+// Q, K and V carry D + KEY_EXTRA_COLS columns (V: K's pre-pass borrows its buffers); a P tile has the query
+// block's rows, M and L tiles 128.
+struct AicL1Plan {
+    uint32_t qBytes, kBytes, vBytes, pBytes, valueExtraBytes;
+    PASA_HOST_AICORE inline uint64_t Total() const {
+        return qBytes + 2ull * kBytes + 2ull * vBytes + 2ull * pBytes + valueExtraBytes;
+    }
+};
+PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
+    const uint32_t keyCols = headDim + a.keyExtraCols;
+    const uint32_t pRows = blockQ > BLOCK_KV ? blockQ : BLOCK_KV;
+    return AicL1Plan{blockQ * keyCols * 2, BLOCK_KV * keyCols * 2, BLOCK_KV * keyCols * 2, pRows * BLOCK_KV * 2,
+                     BLOCK_KV * a.valueExtraCols * 2};
+}
+
+// One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,
+// where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them,
+// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it; Q (blockQ x D FP16) must fit
+// an L0A half, where it stays for the task (S' is one Mmad call over D there). scoreRows 0: nothing fits.
+struct AicL0cPlan {
+    uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
+    PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
+};
+PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
+    constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
+    if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, 2, L0C_HALF_BYTES};
+    AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0};
+    if (blockQ * headDim * 2 > L0_HALF_BYTES) return p;  // Q stays in an L0A half (S over all of D in one Mmad)
+    for (uint32_t rows = blockQ; rows >= FRACTAL && p.scoreRows == 0; rows /= 2) {
+        for (uint32_t buffers = 2; buffers >= 1 && p.scoreRows == 0; --buffers) {
+            if (p.accBytes + buffers * rows * BLOCK_KV * 4 <= L0C_BYTES) {
+                p.scoreRows = rows;
+                p.scoreBuffers = buffers;
+                p.scoreBufferBytes = rows * BLOCK_KV * 4;
+            }
+        }
+    }
+    return p;
+}
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_BUFFER_PLAN_H

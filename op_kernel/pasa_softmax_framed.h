@@ -1,0 +1,377 @@
+// The AIVs' softmax epilogue of fp32_frame (FramedFamily in pasa_allocation.h; blockwise._query_block_frame, the
+// rules in docs/golden.md), T = float. Per row a frame G (FP32, units of Q K), versioned: a row without a key yet
+// has G = 0 and no frame. Per block j of the task:
+//   S_j (FP32, unscaled) of this AIV's rows from its slot, masked; m = its row max;
+//   has = m > -inf; top = FP32(scale FP32(m - G)) (the row max of the exp argument: FP32 rounding is monotonic);
+//   low counts a row's consecutive blocks with a key more than FRAME_DOWN below its frame (a block with a key not
+//   that low resets it, one without a key leaves it);
+//   peak = the row's maximum so far (of the m); target = m for a row without a frame, else
+//   max(m, FP32(peak - FRAME_DROP_LIMIT / scale));
+//   move = has and (no frame yet, or top > FRAME_UP, or low >= FRAME_DOWN_BLOCKS and target < G): G moves to
+//   target and low to 0 (a row already at its floor below the peak stays, and keeps counting);
+//   P = FP16(exp(FP32(scale FP32(S - G)))) against the moved frames, to the AIC, which sums [O | l] += P [V | 1].
+// Whether a valid row of this AIV moved is one vector sum and one scalar read per block; the stack's moves go to
+// the AIC as one word per AIV (bit b: the stack's block b), with P. A move in any row of the tile closes the
+// tile's segment before that block (pasa_framed_cube.h). After the stack's PV_READY this AIV reads both words and
+// merges each closed segment into its rows' running O (the stage's O, rows x D) and l, in the golden model's
+// order and roundings: acc = FP32(FP32(a acc) + seg), a = exp(FP32(scale FP32(G_acc - G_seg))) (0 where l = 0),
+// G_acc = G_seg, G_seg being the frames the segment was summed against: the frame version in force before the
+// block that closed it, or, for the task's last segment, the current one. O/l and lse = FP32(scale G_acc) + ln l
+// are then the stage's (m = scale G_acc).
+// An AIV with more rows than its tiles hold (a query block of 256: 128 rows) takes each block in row tiles of
+// AIV_TILE_ROWS (AivRows::EnterTile); each tile keeps its own frame versions, and its lanes of the row vectors.
+//
+// The rings. Frames: a version per move, kept while a segment summed against it may still be merged: the merges
+// trail the moves by at most a block-slot ring (PasaSlotRing) of blocks, so ring + 1 versions. Verdict words: an
+// AIV's word for stack s is read by the AIC (before it sets PV_READY(s)) and by the other AIV (after it); this AIV
+// may write stack s + R before the other reads stack s unless R >= 2 preLaunch + 2 (the other reads stack s after
+// its softmax of stack s + preLaunch, and this AIV's softmax of stack s + R needs the AIC past P V of stack
+// s + R - preLaunch - 1, which needs the other's P of that stack), counted over the launch, not the task: the
+// AIVs may still read a task's last stacks when the next task's first ones are written.
+#ifndef PASA_SOFTMAX_FRAMED_H
+#define PASA_SOFTMAX_FRAMED_H
+
+#include "pasa_framed_cube.h"
+#include "pasa_vector_rows.h"
+
+namespace pasa_kernel {
+
+template <class Policy>
+class FramedSoftmax {
+public:
+    // Nothing to check: S is FP32 from FP16 inputs, P <= exp(FRAME_UP), and O, l and G_acc are FP32 sums of them.
+    static constexpr bool CHECKS_OVERFLOW = false;
+
+    // Its FP32_ROW_VECTORS and, per block slot, a frame version.
+    __aicore__ inline void Init(AivRows<float>* rows, const PasaTilingData* t, GM_ADDR, GM_ADDR workspace,
+                                uint32_t core) {
+        v_ = rows;
+        t_ = t;
+        scale_ = t->scale;
+        dropLimit_ = t->frameDropLimit;
+        versions_ = PasaSlotRing(*t) + 1;
+        LocalTensor<float>* vecs[8] = {&ones_, &has_, &known_, &low_, &peak_, &move_, &accFrame_, &segL_};
+        for (uint32_t i = 0; i < 8; ++i) *vecs[i] = rows->epilogueFp32[i * ROW_VEC];
+        frames_ = rows->epilogueFp32[8 * ROW_VEC];
+        slots_.Init(*t, workspace, core);
+        core_ = core;
+        Duplicate(ones_, 1.0f, LANES);
+    }
+
+    // Before the tasks: this AIV's half of the column of ones the AIC puts beside V (rows 64 sub on), FLAG_M_READY.
+    __aicore__ inline void Prepare() {
+        constexpr uint32_t HALF = BLOCK_KV / 2, cols = Policy::VALUE_EXTRA_COLS;
+        LocalTensor<half> strip = v_->pQue.template AllocTensor<half>();
+        Duplicate(strip, (half)0.0f, (int32_t)(HALF * cols));
+        PipeBarrier<PIPE_V>();
+        uint64_t firstLanes[2] = {0x0001000100010001ull, 0x0001000100010001ull};  // lane 0 of each 16-lane row
+        Duplicate(strip, (half)1.0f, firstLanes, (uint8_t)(HALF * cols / 128), 1, 8);
+        v_->pQue.EnQue(strip);
+        strip = v_->pQue.template DeQue<half>();
+        DataCopy(slots_.ones[(uint64_t)v_->sub * HALF * cols], strip, HALF * cols);
+        v_->pQue.FreeTensor(strip);
+        CrossCoreSetFlag<0x2, PIPE_MTE3>(FLAG_M_READY);
+    }
+
+    __aicore__ inline void BeginTask(const Task&) {
+        taskStack0_ = stacksSent_;
+        for (uint32_t i = 0; i < MAX_TILES; ++i) version_[i] = 0;
+        merged_ = false;
+        lanes_ = v_->rows > (uint32_t)LANES ? 2 * LANES : LANES;
+    }
+
+    // No frame, nothing below it, no key seen, nothing merged yet.
+    __aicore__ inline void ResetRows() {
+        Duplicate(known_, 0.0f, lanes_);
+        Duplicate(low_, 0.0f, lanes_);
+        Duplicate(peak_, NegInf<float>(), lanes_);
+        Duplicate(Frame(0, 0), 0.0f, lanes_);
+        Duplicate(accFrame_, 0.0f, lanes_);
+    }
+
+    // Block j of this AIV's rows, tile by tile; a move in a row of any tile sets the block's bit of the verdict.
+    __aicore__ inline void Block(const Task& k, uint32_t j) {
+        AivRows<float>& v = *v_;
+        bool moved = false;
+        for (uint32_t r = 0; r < v.aivRows; r += v.tileRows) {
+            v.EnterTile(r);
+            if (TileBlock(k, j, r)) moved = true;
+        }
+        v.LeaveTile();
+        if (moved) verdict_ |= 1u << (j % t_->kvStack);
+    }
+
+    // The stack's moves to the AIC (before the stage's P_READY), one word of this AIV's in the verdict ring.
+    __aicore__ inline void EndStack() {
+        LocalTensor<uint32_t> w = v_->lseQue.template AllocTensor<uint32_t>();
+        Duplicate(w, verdict_, 8);
+        v_->lseQue.EnQue(w);
+        w = v_->lseQue.template DeQue<uint32_t>();
+        DataCopy(slots_.verdict[VerdictWordIndex(*t_, stacksSent_, v_->sub)], w, 8);
+        v_->lseQue.FreeTensor(w);
+        ++stacksSent_;
+        verdict_ = 0;
+    }
+
+    // After the stack's PV_READY: the segments closed before its blocks, and after the task's last block the final
+    // one, merged into the rows' O and l; then m = scale G_acc for the stage's lse.
+    __aicore__ inline void MergeStack(const Task& k, const KvStack& st) {
+        const uint32_t closes = Closes(taskStack0_ + st.first / t_->kvStack);
+        for (uint32_t j = st.first; j < st.end; ++j) {
+            if (((closes >> (j - st.first)) & 1u) == 0) continue;
+            if (v_->sub == 0) ++tileCloses_;
+            if (j > 0) MergeSegment(slots_.Segment(j), j % PasaSlotRing(*t_), false);
+        }
+        if (st.end == k.nBlocks) {
+            MergeSegment(slots_.finalSegment, 0, true);
+            Muls(v_->m, accFrame_, scale_, lanes_);
+        }
+    }
+
+    // lse = m + ln l with m = scale G_acc: no terms of its own.
+    __aicore__ inline void LoadLseTerms() {}
+    __aicore__ inline void ScaleLseTerms() {}
+    __aicore__ inline void AddLseTerms() {}
+
+    // Word 1: the (valid row, KV block) pairs whose frame moved (the first key of a row counts); word 2, from the
+    // first AIV: the (tile, KV block) pairs that closed a segment (the golden model's moved_row_blocks and, for a
+    // tile of one head, moved_tile_blocks).
+    __aicore__ inline void WriteStatusWords(LocalTensor<uint32_t>& s) {
+        s.SetValue(1, movedRows_);
+        s.SetValue(2, tileCloses_);
+    }
+
+private:
+    // A row tile's lanes of the row vectors: one FP32 repeat (tiles of at most AIV_TILE_ROWS = 64 rows).
+    static constexpr int32_t LANES = 64;
+    static constexpr uint32_t MAX_TILES = ROW_VEC / AIV_TILE_ROWS;
+
+    // The frames of the row tile at row r (its lanes r on) in frame version `version` of that tile.
+    __aicore__ inline LocalTensor<float> Frame(uint32_t r, uint32_t version) {
+        return frames_[(version % versions_) * ROW_VEC + r];
+    }
+    __aicore__ inline uint32_t TileOf(uint32_t r) const { return r / v_->tileRows; }
+
+    // Block j of the row tile at row r (AivRows::EnterTile'd): S, masks, row max, the frames' moves, P to the AIC.
+    // Returns whether a valid row of the tile moved.
+    __aicore__ inline bool TileBlock(const Task& k, uint32_t j, uint32_t r) {
+        AivRows<float>& v = *v_;
+        const uint32_t tile = TileOf(r);
+        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
+        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
+        v.sQue.EnQue(s);
+        s = v.sQue.template DeQue<float>();
+        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        v.RowMax(v.mBlk, s);
+        versionAt_[tile][j % PasaSlotRing(*t_)] = version_[tile];
+        const bool moved = Decide(r) > 0;
+        if (moved) Move(r);
+        // P = FP16(exp(scale (S - G))) against the moved frames
+        v.Broadcast(Frame(r, version_[tile]));
+        v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
+        PipeBarrier<PIPE_V>();
+        Muls(s, s, scale_, cnt);
+        PipeBarrier<PIPE_V>();
+        Exp(s, s, cnt);
+        PipeBarrier<PIPE_V>();
+        LocalTensor<half> p = v.pQue.template AllocTensor<half>();
+        Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
+        v.pQue.EnQue(p);
+        v.sQue.FreeTensor(s);
+        p = v.pQue.template DeQue<half>();
+        DataCopy(v.slots.Prob(j)[(uint64_t)v.r0 * BLOCK_KV], p, v.rows * BLOCK_KV);
+        v.pQue.FreeTensor(p);
+        return moved;
+    }
+
+    // has, peak, low and move of the block (S's row max in mBlk against the current frame); returns the valid rows
+    // that move. peak' = max(peak, m); low' = has ? (known and top < -FRAME_DOWN ? low + 1 : 0) : low; move = has
+    // and (not known, or top > FRAME_UP, or low' >= FRAME_DOWN_BLOCKS and max(m, peak' - the drop limit) < G: the
+    // target of a known row, Move's). tmp1 = top, tmp2 = up, fa = 1 where the target lies below G, fb = low + 1
+    // where far below, fc = 1 - known; compare bits at bits[0], [32], [64], [96].
+    __aicore__ inline uint32_t Decide(uint32_t r) {
+        AivRows<float>& v = *v_;
+        const LocalTensor<uint8_t> key = v.bits, below = v.bits[32], up = v.bits[64], lower = v.bits[96];
+        const LocalTensor<float> low = low_[r], known = known_[r], peak = peak_[r];
+        const LocalTensor<float> frame = Frame(r, version_[TileOf(r)]);
+        CompareScalar(key, v.mBlk, NegInf<float>(), CMPMODE::NE, LANES);
+        Sub(v.tmp1, v.mBlk, frame, LANES);
+        Adds(v.fb, low, 1.0f, LANES);
+        Sub(v.fc, ones_, known, LANES);
+        Max(peak, peak, v.mBlk, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(has_, key, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
+        Adds(v.fa, peak, -dropLimit_, LANES);
+        PipeBarrier<PIPE_V>();
+        CompareScalar(below, v.tmp1, -Policy::FRAME_DOWN, CMPMODE::LT, LANES);
+        CompareScalar(up, v.tmp1, Policy::FRAME_UP, CMPMODE::GT, LANES);
+        Max(v.fa, v.fa, v.mBlk, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(v.fb, below, v.fb, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        Select(v.tmp2, up, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // up, or no frame yet
+        Sub(v.fa, v.fa, frame, LANES);  // its sign is target < G's: the FP32 difference of finite G is exact in sign
+        PipeBarrier<PIPE_V>();
+        Mul(v.fb, v.fb, known, LANES);
+        CompareScalar(lower, v.fa, 0.0f, CMPMODE::LT, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(v.fa, lower, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        PipeBarrier<PIPE_V>();
+        CompareScalar(below, low, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
+        Max(v.tmp1, v.fa, v.tmp2, LANES);  // up, no frame yet, or a target below G
+        PipeBarrier<PIPE_V>();
+        Select(v.tmp2, below, v.tmp1, v.tmp2, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        PipeBarrier<PIPE_V>();
+        Mul(move_, v.tmp2, has_, LANES);
+        PipeBarrier<PIPE_V>();
+        const uint32_t moved = v.CountValidRows(move_, v.fa);
+        movedRows_ += moved;
+        return moved;
+    }
+
+    // The moving rows' new frame, a new version: a row that had a frame moves to max(m, peak - the drop limit), the
+    // others to m; low 0 on the moving rows; every moving row has a frame from now on.
+    __aicore__ inline void Move(uint32_t r) {
+        AivRows<float>& v = *v_;
+        uint32_t& version = version_[TileOf(r)];
+        const LocalTensor<float> frame = Frame(r, version), moved = Frame(r, version + 1);
+        const LocalTensor<float> low = low_[r], known = known_[r];
+        const LocalTensor<uint8_t> hadFrame = v.bits, moving = v.bits[32], staying = v.bits[64];
+        Adds(v.fb, peak_[r], -dropLimit_, LANES);
+        CompareScalar(hadFrame, known, 0.5f, CMPMODE::GT, LANES);
+        CompareScalar(moving, move_, 0.5f, CMPMODE::GT, LANES);
+        CompareScalar(staying, move_, 0.5f, CMPMODE::LT, LANES);
+        PipeBarrier<PIPE_V>();
+        Max(v.fb, v.fb, v.mBlk, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(v.fb, hadFrame, v.fb, v.mBlk, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(moved, moving, v.fb, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(low, staying, low, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        Max(known, known, move_, LANES);
+        PipeBarrier<PIPE_V>();
+        ++version;
+    }
+
+    // The stack's close verdicts: both AIVs' words (written before their P_READY; the AIC set PV_READY after it
+    // had both), ORed.
+    __aicore__ inline uint32_t Closes(uint32_t stack) {
+        LocalTensor<uint32_t> w = v_->maskQue.template AllocTensor<uint32_t>();
+        DataCopy(w, slots_.verdict[VerdictWordIndex(*t_, stack, 0)], VerdictWordIndex(*t_, 0, 1) + 8);
+        v_->maskQue.EnQue(w);
+        w = v_->maskQue.template DeQue<uint32_t>();
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        const uint32_t closes = w.GetValue(0) | w.GetValue(VerdictWordIndex(*t_, 0, 1));
+        v_->maskQue.FreeTensor(w);
+        return closes;
+    }
+
+    // A segment into every row tile's O and l: summed against the frames in force before block slot `slot`'s
+    // block, or, for the task's last segment (final), against the current ones.
+    __aicore__ inline void MergeSegment(const GlobalTensor<float>& seg, uint32_t slot, bool final) {
+        AivRows<float>& v = *v_;
+        for (uint32_t r = 0; r < v.aivRows; r += v.tileRows) {
+            v.EnterTile(r);
+            const uint32_t tile = TileOf(r);
+            const LocalTensor<float> segFrame = Frame(r, final ? version_[tile] : versionAt_[tile][slot]);
+            if (!merged_) FirstMerge(seg, segFrame, r);  // nothing summed yet: a = 0 and acc = 0, so acc = seg
+            else Merge(seg, segFrame, r);
+        }
+        v.LeaveTile();
+        merged_ = true;
+    }
+
+    // acc = FP32(FP32(a acc) + seg) for O (the stage's oAcc, rows x D) and l of the row tile at row r, a =
+    // exp(FP32(scale FP32(G_acc - G_seg))) or 0 where nothing was summed yet (l = 0); G_acc = G_seg. seg: the
+    // segment's rows of [O | l] (D + 16 FP32 each) in GM; its O in row chunks through S's queue, its l column
+    // through the mask queue.
+    __aicore__ inline void Merge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame, uint32_t r) {
+        AivRows<float>& v = *v_;
+        const uint32_t d = v.d, cols = d + Policy::VALUE_EXTRA_COLS, rows = v.rows;
+        const LocalTensor<float> l = v.l[r], accFrame = accFrame_[r], oAcc = v.oAcc[r * d];
+        Sub(v.tmp1, accFrame, segFrame, LANES);
+        CompareScalar(v.bits, l, 0.0f, CMPMODE::NE, LANES);
+        PipeBarrier<PIPE_V>();
+        Muls(v.tmp1, v.tmp1, scale_, LANES);
+        PipeBarrier<PIPE_V>();
+        Exp(v.tmp1, v.tmp1, LANES);
+        PipeBarrier<PIPE_V>();
+        Select(v.tmp1, v.bits, v.tmp1, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);  // a
+        PipeBarrier<PIPE_V>();
+        v.Broadcast(v.tmp1);
+        const uint32_t chunk = MinU(rows, v.tileRows * BLOCK_KV / d);  // rows of O a buffer of S's queue holds
+        for (uint32_t i = 0; i < rows; i += chunk) {
+            const uint32_t n = MinU(chunk, rows - i);
+            LocalTensor<float> o = v.sQue.template AllocTensor<float>();
+            DataCopy(o, seg[(uint64_t)(v.r0 + i) * cols],
+                     DataCopyParams((uint16_t)n, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
+            v.sQue.EnQue(o);
+            o = v.sQue.template DeQue<float>();
+            v.RowBroadcast(RowOp::MUL, oAcc[i * d], oAcc[i * d], v.bc[i * 8], n, d);
+            PipeBarrier<PIPE_V>();
+            Add(oAcc[i * d], oAcc[i * d], o, (int32_t)(n * d));
+            PipeBarrier<PIPE_V>();
+            v.sQue.FreeTensor(o);
+        }
+        LocalTensor<float> lcol = LoadLColumn(seg);
+        WholeReduceSum<float>(segL_, lcol, 1, (int32_t)rows, 1, 1, 1);
+        Mul(l, v.tmp1, l, LANES);
+        PipeBarrier<PIPE_V>();
+        Add(l, l, segL_, LANES);
+        Muls(accFrame, segFrame, 1.0f, LANES);
+        PipeBarrier<PIPE_V>();
+        v.maskQue.FreeTensor(lcol);
+    }
+
+    // Merge's first segment of a task: O, l and G_acc of the row tile at row r take the segment's.
+    __aicore__ inline void FirstMerge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame, uint32_t r) {
+        AivRows<float>& v = *v_;
+        const uint32_t d = v.d, cols = d + Policy::VALUE_EXTRA_COLS, rows = v.rows;
+        SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // O's buffer was zeroed by the vector pipe
+        WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
+        DataCopy(v.oAcc[r * d], seg[(uint64_t)v.r0 * cols],
+                 DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
+        LocalTensor<float> lcol = LoadLColumn(seg);
+        WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
+        Muls(accFrame_[r], segFrame, 1.0f, LANES);
+        SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+        WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+        PipeBarrier<PIPE_V>();
+        v.maskQue.FreeTensor(lcol);
+    }
+
+    // The segment's l column of this AIV's rows: a 32-byte block from column D of each row (dequeued from the mask
+    // queue; the caller frees it), lane 0 of each taken by a one-lane row sum.
+    __aicore__ inline LocalTensor<float> LoadLColumn(const GlobalTensor<float>& seg) {
+        AivRows<float>& v = *v_;
+        const uint32_t cols = v.d + Policy::VALUE_EXTRA_COLS;
+        LocalTensor<float> lcol = v.maskQue.template AllocTensor<float>();
+        DataCopy(lcol, seg[(uint64_t)v.r0 * cols + v.d],
+                 DataCopyParams((uint16_t)v.rows, 1, (uint16_t)(cols / 8 - 1), 0));
+        v.maskQue.EnQue(lcol);
+        return v.maskQue.template DeQue<float>();
+    }
+
+    AivRows<float>* v_;
+    const PasaTilingData* t_;
+    float scale_ = 0.0f, dropLimit_ = 0.0f;
+    uint32_t core_ = 0, versions_ = 1;
+    uint32_t lanes_ = LANES;            // lanes of this AIV's rows in its row vectors (64 or 128)
+    uint32_t version_[MAX_TILES] = {};  // per row tile, the current frame version of the task
+    uint32_t versionAt_[MAX_TILES][16] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
+                                              // force before block j
+    uint32_t verdict_ = 0;              // the open stack's moves (bit b: its block b)
+    uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first
+    uint32_t movedRows_ = 0, tileCloses_ = 0;   // the status words 1 and 2
+    bool merged_ = false;                       // a segment of the task merged already
+    LocalTensor<float> ones_, has_, known_, low_, peak_, move_, accFrame_, segL_, frames_;
+    FramedSlots slots_;
+};
+
+}  // namespace pasa_kernel
+
+#endif  // PASA_SOFTMAX_FRAMED_H
