@@ -7,7 +7,7 @@ exceed twice the L2 cache, so small shapes are not timed from cache), and the me
 measurements taken round-robin over the methods (their spread is recorded); decode is timed as
 CUDA-graph replays. TFLOP/s count 4·B·H·S1·S2·D
 (halved for causal). Columns: ``pasa_fp32`` (PASA, FP32 row state), ``pasa`` (all-FP16 state),
-``pasa_rs`` (row-shifted PASA: centred K, per-row shift, FP32 merge; the default), ``fp32`` (our FP32-state
+``pasa_rs`` (row-shifted PASA: centred K, per-row shift, FP32 merge), ``fp32`` (our FP32-state
 FlashAttention-2, same kernel without the shift), the same PASA with K' = M·K fused into the loop
 instead of the pre-pass, and SDPA's flash, cuDNN and efficient backends. Accuracy: relative RMSE
 against float64 attention and NaN count, on N(0, 1) inputs, on Q, K ~ N(30, 1) (V ~ N(0, 1)), where

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute profile of the Triton attention kernel, the default pasa_rs and fp32 FlashAttention at
+# Nsight Compute profile of the Triton attention kernel, pasa_rs and fp32 FlashAttention at
 # D = 64, 128 and 256 (B = 4, H = 2048/D, S = 4096, non-causal), and a count of the matrix, exp and
 # local-memory instructions in the SASS of every attention_kernel cubin in Triton's cache. On the GPU
 # machine, from the repo root:

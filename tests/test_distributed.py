@@ -40,7 +40,7 @@ from pasa_npu.distributed import (ring_attention, ring_ulysses_attention, shard_
                                   unshard_sequence)
 from pasa_npu.merge import merge_partials
 
-PRECISIONS = [p for p in ("fp32", "pasa_fp32", "pasa_rs") if p in pasa_npu.PRECISIONS]
+PRECISIONS = [p for p in ("fp32", "pasa_fp32", "pasa_rs", "fp32_frame") if p in pasa_npu.PRECISIONS]
 KINDS = ("random", "biased", "resonant")
 B, N, NKV, S, D = 2, 4, 2, 32, 16
 SCALE = D ** -0.5

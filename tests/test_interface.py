@@ -730,7 +730,7 @@ def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
 
 @pytest.mark.parametrize("scale", [2e4, 1e6, 2.0**64])
 def test_every_allocation_computes_a_large_scale_or_refuses_it_by_name(scale):
-    """N(0, 1) inputs at a large scale (the default pasa_rs returned NaN from ~2·10⁴ on): with the safety net,
+    """N(0, 1) inputs at a large scale (pasa_rs once returned NaN from ~2·10⁴ on): with the safety net,
     every allocation is finite, with an lse within 10⁻⁶ of float64's (relative) and as accurate as fp32 where
     its scores are FP32 or its overflowing rows are recomputed on the fp32 path; fp16_fp32 (FP16 scores, which
     do not overflow here) is its golden model's result, its lse within the FP16 rounding of the scores (2⁻¹¹).

@@ -956,8 +956,8 @@ def test_bad_inputs():
     bad[0, 0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="query contains NaN or Inf"):
         npu_host_model.run(bad, k, k, num_heads=2, input_layout="BNSD", check_inputs=True)
-    # a head dim the kernel's tiling refuses (not a multiple of 16): the tiling's message names it
+    # a head dim the kernel refuses (not a multiple of 16): the message names it
     q40 = np.zeros((1, 2, 32, 40), np.float16)
     k40 = np.zeros((1, 2, 64, 40), np.float16)
-    with pytest.raises(ValueError, match="(?i)head|D"):
+    with pytest.raises(ValueError, match="head dims"):
         npu_host_model.run(q40, k40, k40, num_heads=2, input_layout="BNSD")

@@ -2,7 +2,7 @@
 the safety net (FP32 recompute) and its counters, the exact key centring, and the PyTorch
 reference backend bit for bit against the NumPy golden model.
 
-Targets (the package's promise for its default allocation): on every draw, relative RMSE ≤ 10 × the fp32 allocation's on the same draw,
+Targets (the package's promise): on every draw, relative RMSE ≤ 10 × the fp32 allocation's on the same draw,
 the median ratio ≤ 2, |lse − lse64| ≤ max(10 × fp32's, 1e-3), and never NaN, Inf or a zero row
 where float64 attention has none.
 """

@@ -76,7 +76,7 @@ ALLOCATIONS: dict[str, Allocation] = {
 PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
 #: The allocation used wherever none is named: fused_attention, the integrations, the scanner's
 #: verification (README, "Accuracy", says why).
-DEFAULT_PRECISION = "pasa_rs"
+DEFAULT_PRECISION = "fp32_frame"
 # The blockwise loop relies on it: scores enter the softmax without a second rounding.
 assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())
 assert all(not (a.shifted and a.row_shifted) for a in ALLOCATIONS.values())
