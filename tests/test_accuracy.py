@@ -69,6 +69,17 @@ def test_run_case_matches_a_direct_golden_call_and_shows_the_overflow():
     assert rows["pasa"]["rmse"] == pytest.approx(metrics.rmse(out, ref), rel=1e-9)  # float64 BLAS last bits
 
 
+def test_a_scale_the_shifted_allocations_refuse_leaves_them_out_of_the_draw():
+    """The hard sweep's scale 1e6 lies outside the FP16 shifting matrix's range: pasa and pasa_fp32 refuse it (as
+    fused_attention does), so the study (the quick start's main job) has no row for them there instead of
+    stopping; the others are computed."""
+    rows = accuracy.run_case(Case("scale_ties", 1e6, 1), 0, 7, TINY, ("fp32", "pasa", "pasa_fp32", "fp32_frame"))
+    assert [r["precision"] for r in rows] == ["fp32", "fp32_frame"]
+    assert all(r["rmse"] < 1e-2 for r in rows)
+    rows = accuracy.run_case(Case("scale_ties", 20000, 1), 0, 7, TINY, ("fp32", "pasa"))
+    assert [r["precision"] for r in rows] == ["fp32", "pasa"]
+
+
 def test_study_is_reproducible_and_independent_of_jobs():
     kw = dict(shape=(1, 1, 16, 128), seed=3, precisions=("fp16_fp32", "pasa"), table4_seeds=2, hard_seeds=0,
               progress=False)
