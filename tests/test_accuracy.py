@@ -76,6 +76,7 @@ def test_a_scale_the_shifted_allocations_refuse_leaves_them_out_of_the_draw():
     rows = accuracy.run_case(Case("scale_ties", 1e6, 1), 0, 7, TINY, ("fp32", "pasa", "pasa_fp32", "fp32_frame"))
     assert [r["precision"] for r in rows] == ["fp32", "fp32_frame"]
     assert all(r["rmse"] < 1e-2 for r in rows)
+    assert accuracy.format_results(rows, ("fp32", "pasa")).splitlines()[1].split()[-1] == "refused"
     rows = accuracy.run_case(Case("scale_ties", 20000, 1), 0, 7, TINY, ("fp32", "pasa"))
     assert [r["precision"] for r in rows] == ["fp32", "pasa"]
 

@@ -485,7 +485,8 @@ def format_classes(summ: dict[str, dict]) -> str:
 
 
 def format_results(rows: list[dict], precisions) -> str:
-    """The sweep table: one line per case, RMSE per allocation ('NaN x%' where it overflowed)."""
+    """The sweep table: one line per case, RMSE per allocation ('NaN x%' where it overflowed, 'refused' where
+    the allocation refuses the case's scale: :func:`run_case`)."""
     first = [r for r in rows if r["seed"] == 0]
     cases = list(dict.fromkeys((r["dist"], r["x0"], r["am"]) for r in first))
     cell = {(r["dist"], r["x0"], r["am"], r["precision"]): r for r in first}
@@ -493,8 +494,10 @@ def format_results(rows: list[dict], precisions) -> str:
     for d, x0, am in cases:
         vals = []
         for p in precisions:
-            r = cell[d, x0, am, p]
-            if r["overflow"]:
+            r = cell.get((d, x0, am, p))
+            if r is None:
+                vals.append(f"{'refused':>12}")
+            elif r["overflow"]:
                 vals.append(f"{'NaN ' + format(r['nan_pct'], '.2f') + '%':>12}")
             elif r["zero_rows"]:
                 vals.append(f"{str(r['zero_rows']) + ' 0-rows':>12}")
