@@ -197,19 +197,20 @@ def test_reference_backend_bit_identical_to_golden(kind):
     np.testing.assert_array_equal(got[1].numpy(), want[1])
 
 
-def far_peak(rows: int = 1):
-    """One key 200 (scaled) above a sea of 767 others, in 16-key blocks: (q, k, v, scale, block_kv)."""
+def far_peak(rows: int = 1, heads: int = 1, blocks: int = 48, block_kv: int = 16):
+    """Each head's first key 200 (scaled) above a sea of the others, ``blocks`` blocks of ``block_kv`` keys, D = 64:
+    (q, k, v, scale, block_kv)."""
     rng = np.random.default_rng(0)
-    d, keys = 64, 48 * 16
+    d, keys = 64, blocks * block_kv
     scale = d ** -0.5
-    q = np.zeros((1, 1, rows, d))
+    q = np.zeros((1, heads, rows, d))
     q[..., 0] = 1.0
-    k = rng.normal(0, 0.01, (1, 1, keys, d))
+    k = rng.normal(0, 0.01, (1, heads, keys, d))
     k[..., 0] = -200 / scale
     k[..., 0, 0] = 0.0
-    v = rng.normal(0, 1, (1, 1, keys, d))
+    v = rng.normal(0, 1, (1, heads, keys, d))
     q, k, v = (x.astype(np.float16) for x in (q, k, v))
-    return q, k, v, scale, 16
+    return q, k, v, scale, block_kv
 
 
 def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():

@@ -730,13 +730,9 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
     elif kind == "far_peak":  # 16 rows against one key 200 (scaled) above 3071 others, 24 blocks of 128 keys
-        s1, s2 = 16, 3072
-        q = np.zeros((1, 2, s1, d))
-        q[..., 0] = 1.0
-        k = rng.normal(0, 0.01, (1, 2, s2, d))
-        k[..., 0] = -200 / scale
-        k[..., 0, 0] = 0.0
-        v = rng.standard_normal((1, 2, s2, d))
+        from test_fp32_frame import far_peak
+
+        q, k, v, scale, _ = far_peak(rows=16, heads=2, blocks=24, block_kv=128)
     elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)
         q, k = rng.standard_normal((1, 2, s1, d)), rng.standard_normal((1, 2, s2, d))
         scale = 32768.0
