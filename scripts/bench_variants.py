@@ -47,8 +47,10 @@ SHAPES = {
 }
 #: shape -> method -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
 SWEEP = {
-    "d64": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 4, 2, None), (64, 4, 4, None)) for m in ("pasa_rs", "fp32")},
-    "d128": {"pasa_rs": ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None))},
+    "d64": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 4, 2, None), (64, 4, 4, None))
+            for m in ("fp32_frame", "fp32")},
+    "d128": {m: ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None)) for m in ("fp32_frame", "fp32")},
+    "qwen2_7b_causal": {m: ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None)) for m in ("fp32_frame", "fp32")},
     "d256": {"fp32_frame": ((64, 8, 1, None), (128, 8, 1, None), (64, 4, 1, None))},
 }
 

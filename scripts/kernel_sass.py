@@ -36,7 +36,7 @@ CONFIGS = {
     "fp32_d128": (128, 128, 8, 3, "fp32", False),
     "fp32_decode": (128, 16, 4, 2, "fp32", True),
     "fp32_frame_d64": (64, 64, 4, 3, "fp32_frame", False),
-    "fp32_frame_d128": (128, 128, 8, 2, "fp32_frame", False),
+    "fp32_frame_d128": (128, 128, 8, 3, "fp32_frame", False),
     "fp32_frame_d256": (256, 64, 8, 1, "fp32_frame", False),
     "fp32_frame_decode": (128, 16, 4, 2, "fp32_frame", True),
 }

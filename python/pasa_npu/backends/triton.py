@@ -109,10 +109,9 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
         block_m, warps, stages = (128, 8, 2) if block_n <= 64 or row_shifted else (64, 8, 2)
     # Each pipeline stage holds a K and a V tile, and the mask's BLOCK_M × BLOCK_N bytes with a mask
     # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
-    # must fit in shared memory, and fp32_frame's BLOCK_N × 16 FP16 ones (P·1's operand) with them (at D = 128
-    # they take the third stage: 233 504 bytes on the H100).
+    # must fit in shared memory, and fp32_frame's BLOCK_N × ONES FP16 ones (P·1's operand) with them.
     stage_bytes = 4 * block_n * d_pad + (block_m * block_n if has_mask else 0)
-    fixed_bytes = 2 * block_m * d_pad + (32 * block_n if framed else 0)
+    fixed_bytes = 2 * block_m * d_pad + (2 * _k.ONES.value * block_n if framed else 0)
     while stages > 1 and stages * stage_bytes + fixed_bytes > _SMEM_BYTES:
         stages -= 1
     return block_m, block_n, warps, stages

@@ -96,6 +96,8 @@ LOG2E = tl.constexpr(1.4426950408889634)
 FRAME_UP = tl.constexpr(blockwise.FRAME_UP)
 FRAME_DOWN = tl.constexpr(blockwise.FRAME_DOWN)
 FRAME_DOWN_BLOCKS = tl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
+#: Columns of ``fp32_frame``'s P·1 product (each holds the row sum Σ P): the tensor cores' narrowest.
+ONES = tl.constexpr(8)
 #: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
 #: batch's first query row in a TND query (VARLEN).
 KV_INFO = tl.constexpr(5)
@@ -444,7 +446,7 @@ def _frame(s, frame, low, known, peak, l, o, row_ok, sm_scale, exp_scale, frame_
     ``low`` counts each row's consecutive blocks with a key whose scaled maximum lies more than FRAME_DOWN below G,
     ``known`` marks the rows that have a frame (a key seen), ``peak`` holds each row's maximum so far (units of
     Q·K), ``frame_drop`` is FRAME_DROP_LIMIT in units of Q·K: a move down stops that far below the peak;
-    l is the (BLOCK_M, 16) accumulator of P·1 whose columns all hold the row sum. Padding rows (not ``row_ok``)
+    l is the (BLOCK_M, ONES) accumulator of P·1 whose columns all hold the row sum. Padding rows (not ``row_ok``)
     never move. Returns (P in FP16, G, low, known, peak, l, O)."""
     m_blk = tl.max(s, axis=1)
     has = m_blk != float("-inf")
@@ -655,10 +657,11 @@ def attention_kernel(
             low = tl.zeros([BLOCK_M], tl.int32)
             known = frame != 0.0
             peak = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum (the
-            # smallest product the tensor cores take is 16 columns wide; each holds Σ P).
-            l_acc = tl.zeros([BLOCK_M, 16], tl.float32)
-            ones = tl.full([BLOCK_N, 16], 1.0, tl.float16)
+            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum. Hopper's
+            # narrowest product is 8 columns wide (each holds Σ P); at D = 128 its 2 KB of ones leave room for
+            # a third pipeline stage of K and V, where 16 columns did not.
+            l_acc = tl.zeros([BLOCK_M, ONES], tl.float32)
+            ones = tl.full([BLOCK_N, ONES], 1.0, tl.float16)
 
     for blk in range(blk_lo, blk_hi):
         if ROW_SHIFT:
@@ -694,7 +697,7 @@ def attention_kernel(
             m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16, FP16_EXP)
 
     if FRAMED:
-        l = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, l_acc, 0.0), axis=1)
+        l = tl.sum(tl.where(tl.arange(0, ONES)[None, :] == 0, l_acc, 0.0), axis=1)
     if HAS_SINK and not SPLIT:
         # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
         if ROW_SHIFT:
