@@ -69,6 +69,29 @@ def test_run_case_matches_a_direct_golden_call_and_shows_the_overflow():
     assert rows["pasa"]["rmse"] == pytest.approx(metrics.rmse(out, ref), rel=1e-9)  # float64 BLAS last bits
 
 
+def test_the_study_takes_a_head_dim_and_a_kv_block_for_every_allocation(tmp_path, monkeypatch):
+    """--head-dim draws every hard case at that head dim, --block-kv runs every allocation (fp32 too) at that
+    block: the rows are the golden model's on that draw at that block (which fp32_frame's result depends on),
+    and the metadata records both."""
+    case = Case("steps", 20, 1)  # a level per 128 keys, on which fp32_frame at 64 and 128 keys differ
+    rows = {r["precision"]: r for r in accuracy.run_case(case, 0, 7, None, ("fp32", "fp32_frame"), s2=512, d=160,
+                                                         block_kv=64)}
+    q, k, v, call = accuracy.draw_hard(case, np.random.default_rng(accuracy.case_seed(7, case, 0)), s2=512, d=160)
+    assert q.shape[-1] == k.shape[-1] == 160 and call["scale"] == 160 ** -0.5
+    ref, _ = golden.reference(*(x.astype(np.float16) for x in (q, k, v)), **call)
+    for p in ("fp32", "fp32_frame"):
+        errs = {n: metrics.rmse(golden.attention(q, k, v, precision=p, block_kv=n, **call)[0], ref) for n in (64, 128)}
+        assert rows[p]["rmse"] == pytest.approx(errs[64], rel=1e-9)
+    assert errs[64] != errs[128]  # fp32_frame's: the block is part of its result here
+    seen = {}
+    monkeypatch.setattr(accuracy, "run_study", lambda **kw: seen.update(kw) or list(rows.values()))
+    assert cli.main(["accuracy", "--hard-only", "--head-dim", "160", "--block-kv", "64", "--precisions", "fp32",
+                     "fp32_frame", "--no-plots", "--no-progress", "--out", str(tmp_path)]) == 0
+    assert seen["head_dim"] == 160 and seen["block_kv"] == 64
+    meta = json.loads((tmp_path / "results.json").read_text())["metadata"]
+    assert meta["hard_head_dim"] == 160 and meta["block_kv"] == 64
+
+
 def test_a_scale_the_shifted_allocations_refuse_leaves_them_out_of_the_draw():
     """The hard sweep's scale 1e6 lies outside the FP16 shifting matrix's range: pasa and pasa_fp32 refuse it (as
     fused_attention does), so the study (the quick start's main job) has no row for them there instead of

@@ -322,6 +322,81 @@ def test_fp32_frame_moves_down_only_to_its_limit_below_the_row_maximum():
     np.testing.assert_allclose(lse.numpy(), want_lse, rtol=2.0 ** -23, atol=0)
 
 
+def sea_below_a_sink(d: int, heads: int = 1, rows: int = 32, keys: int = 640, seed: int = 0):
+    """Key 0 scores 261/16 ≈ 16.3 (scaled, scale 1/16) above a sea of equal keys and holds a zero value, so the
+    output is the sea's values weighted by its P. Against the sink's frame a sea key's P = e^-16.3 is an FP16
+    subnormal of 1.4 ulps, rounded to 1; fp32_frame moves the frame down to the sea after FRAME_DOWN_BLOCKS
+    blocks below it: at key 512 with 64-key blocks, never in 640 keys with 128-key blocks, so the two blocks'
+    outputs differ by a quarter. Scores exact in FP32; ``rows`` >= 2 kernel tiles, so the kernel does not split
+    the keys (each split would set its own frames). (q, k, v) FP16 (1, heads, ·, d), and the scale."""
+    rng = np.random.default_rng(seed)
+    q = np.zeros((1, heads, rows, d))
+    q[..., 0] = 1.0
+    k = rng.integers(-4, 5, (1, heads, keys, d)) / 4
+    k[..., 0] = -261.0
+    k[..., 0, 0] = 0.0
+    v = rng.standard_normal(k.shape) * 1000
+    v[..., 0, :] = 0.0
+    return (*(torch.from_numpy(x.astype(np.float16)) for x in (q, k, v)), 1 / 16)
+
+
+@interpreted
+@pytest.mark.parametrize("d, block", [(160, 64), (64, 128)])
+def test_fp32_frame_default_block_on_the_kernel_is_64_keys_above_d128(d, block):
+    """block_kv=None on the Triton backend: fp32_frame's block is 64 keys above D = 128, 128 up to it, and the
+    kernel's output is the golden model's at that block, not at the other; an explicit block_kv is honoured."""
+    from pasa_npu import golden
+
+    q, k, v, scale = sea_below_a_sink(d)
+    want = {n: torch.from_numpy(golden.attention(q.numpy(), k.numpy(), v.numpy(), precision="fp32_frame",
+                                                 scale=scale, block_kv=n)[0]) for n in (64, 128)}
+    assert rel_rmse(want[64], want[128]) > 0.1
+    kw = dict(num_heads=1, input_layout="BNSD", scale=scale, backend="triton")
+    out, _ = interface.fused_attention(q, k, v, **kw)
+    other = 64 + 128 - block
+    assert rel_rmse(out, want[block]) < 1e-3 and rel_rmse(out, want[other]) > 0.1
+    if block == 64:
+        out, _ = interface.fused_attention(q, k, v, block_kv=128, **kw)
+        assert rel_rmse(out, want[128]) < 1e-3
+
+
+@interpreted
+@pytest.mark.parametrize("precision, d, block", [("fp32_frame", 160, 64), ("fp32_frame", 128, 128),
+                                                 ("pasa_rs", 160, 128)])
+def test_every_form_takes_the_backends_default_block(monkeypatch, precision, d, block):
+    """The default block reaches the kernel's plan in every form of a call: the first call, the repeated
+    (planned) one, the .out form with its workspace, decode, PageAttention and TND with a block table; an
+    explicit block_kv reaches it as given."""
+    from pasa_npu.backends import triton as tb
+
+    seen = []
+    plan_init = tb.AttentionPlan.__init__
+
+    def spy(self, *args, block_kv, **kw):
+        seen.append(block_kv)
+        plan_init(self, *args, block_kv=block_kv, **kw)
+
+    monkeypatch.setattr(tb.AttentionPlan, "__init__", spy)
+    q, k, v = draw(1, 2, 1, 3, 80, d, seed=2)
+    kw = dict(num_heads=2, num_key_value_heads=1, input_layout="BNSD", scale=d ** -0.5, precision=precision,
+              backend="triton", softmax_lse_flag=True)
+    out, lse = interface.fused_attention(q, k, v, **kw)
+    interface.fused_attention(q, k, v, **kw)  # planned
+    ws = interface.fused_attention_workspace(q, k, v, **kw)
+    interface.fused_attention_out(q, k, v, out=(torch.empty_like(out), torch.empty_like(lse)), workspace=ws, **kw)
+    interface.fused_attention(q[:, :, :1], k, v, **kw)  # decode (split over the keys)
+    page = 16
+    kc, vc = (t[0].reshape(5, page, d) for t in (k, v))  # (blocks, page, Nkv·D), Nkv = 1
+    table = torch.arange(5, dtype=torch.int32)[None]
+    paged = dict(kw, block_table=table, block_size=page, actual_seq_lengths_kv=[80])
+    interface.fused_attention(q.transpose(1, 2).reshape(1, 3, 2 * d), kc, vc, **dict(paged, input_layout="BSH"))
+    interface.fused_attention(q[0].transpose(0, 1), kc, vc, actual_seq_lengths=[3], **dict(paged, input_layout="TND"))
+    assert seen and set(seen) == {block}, seen
+    seen.clear()
+    interface.fused_attention(q, k, v, block_kv=32, **kw)
+    assert seen == [32]
+
+
 @interpreted
 def test_fused_attention_routes_layouts_varlen_and_causal_to_the_kernel():
     """fused_attention(backend="triton") against the reference backend through the same front end:

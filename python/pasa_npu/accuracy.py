@@ -108,13 +108,14 @@ LONG_KEYS = 131_072
 SPREAD_KEYS = 8192
 
 
-def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2: int | None = None):
+def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2: int | None = None,
+              d: int | None = None):
     """One draw of a hard case: ``(q, k, v, call)``, float32 arrays (B, N, S, D) and the keywords of the
     call to :func:`pasa_npu.golden.attention` and :func:`pasa_npu.golden.reference`: ``scale``; ``band``,
     None or FIA's band rule (lo, hi) (key j kept for query i only where lo <= j − i <= hi), which decides
     the KV blocks a query tile visits as in the kernels; ``mask``, None or bool (B, 1, 1, S2), True =
-    masked out; ``sink``, None or (N,) learnable sink logits. ``s1``, ``s2``: query rows and keys in place
-    of the case's own (scripts/causal_skip_accuracy.py draws square causal calls).
+    masked out; ``sink``, None or (N,) learnable sink logits. ``s1``, ``s2``, ``d``: query rows, keys and
+    head dim in place of the case's own (scripts/causal_skip_accuracy.py draws square causal calls).
 
     Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
     V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):
@@ -147,7 +148,7 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
       last key (FIA's sparse_mode 3); band: the same with a window of 256 keys (sparse_mode 4);
       decode: one query row, 8 heads.
     """
-    rows, keys = s1, s2
+    rows, keys, dim = s1, s2, d
     b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
     dist, x0, am = case.dist, case.x0, case.am
     band = mask = sink = None
@@ -167,9 +168,9 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
         b = 2
     elif dist in ("scale", "scale_ties"):
         q, k, v = draw_large_scale("ties" if dist == "scale_ties" else "normal", rng, **{
-            name: val for name, val in (("s1", rows), ("s2", keys)) if val})
+            name: val for name, val in (("s1", rows), ("s2", keys), ("d", dim)) if val})
         return (*(x.astype(np.float32) for x in (q, k, v)), _call(x0))
-    s1, s2 = rows or s1, keys or s2
+    s1, s2, d = rows or s1, keys or s2, dim or d
     nkv = nkv or n
     qs, ks = (b, n, s1, d), (b, nkv, s2, d)
     v = rng.normal(0.0, 1.0, ks)
@@ -259,12 +260,12 @@ def case_seed(base: int, case: Case, rep: int) -> np.random.SeedSequence:
                                    round(case.am * 1000) % 2**32, rep])
 
 
-def _draw_case(case: Case, rep: int, base_seed: int, shape, s1=None, s2=None):
+def _draw_case(case: Case, rep: int, base_seed: int, shape, s1=None, s2=None, d=None):
     """(q, k, v, call) of one draw (:func:`draw_hard`): the paper's distributions at ``shape``, or a hard
-    case (``s1``, ``s2`` as in :func:`draw_hard`)."""
+    case (``s1``, ``s2``, ``d`` as in :func:`draw_hard`)."""
     rng = np.random.default_rng(case_seed(base_seed, case, rep))
     if case.dist in HARD_DISTRIBUTIONS:
-        return draw_hard(case, rng, s1=s1, s2=s2)
+        return draw_hard(case, rng, s1=s1, s2=s2, d=d)
     q, k = (draw(case, shape, rng) for _ in range(2))
     v = draw(Case(case.dist, 0.0, case.am) if case.dist == "biased" else case, shape, rng)
     return q, k, v, _call(1.0 / np.sqrt(shape[-1]))
@@ -276,9 +277,10 @@ COUNTERS = ("recomputed", "reshifted", "moved")
 
 
 def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int | None = None,
-             s2: int | None = None) -> list[dict]:
-    """Every allocation on one draw of (Q, K, V): a row per allocation. ``s1``, ``s2``: a hard case's query
-    rows and keys in place of its own (:func:`draw_hard`).
+             s2: int | None = None, d: int | None = None, block_kv: int = 128) -> list[dict]:
+    """Every allocation on one draw of (Q, K, V): a row per allocation. ``s1``, ``s2``, ``d``: a hard case's
+    query rows, keys and head dim in place of its own (:func:`draw_hard`); ``block_kv``: every allocation's
+    KV block (fp32's too, so that each ratio compares the same loop).
 
     Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
     is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
@@ -287,17 +289,17 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int
     (:data:`COUNTERS`) as fractions of its (row, KV block) passes, None where it keeps none. An allocation
     that refuses the draw's scale (PASA's shifting matrix holds it in FP16 only within
     :func:`pasa_npu.beta.scale_range`, and ``fused_attention`` refuses it there) has no row."""
-    q, k, v, call = _draw_case(case, rep, base_seed, shape, s1, s2)
+    q, k, v, call = _draw_case(case, rep, base_seed, shape, s1, s2, d)
     ref, ref_lse = golden.reference(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), **call)
     live = np.isfinite(ref_lse)
     nonzero = (ref != 0).any(-1)
     rows = []
-    lo, hi = scale_range(128)
+    lo, hi = scale_range(block_kv)
     for p in precisions:
         if get_allocation(p).shifted and not lo <= call["scale"] <= hi:
             continue
         stats = {}
-        out, lse = golden.attention(q, k, v, precision=p, stats=stats, **call)
+        out, lse = golden.attention(q, k, v, precision=p, stats=stats, block_kv=block_kv, **call)
         lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
         rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if f"{key}_row_blocks" in stats else None
               for key in COUNTERS}
@@ -311,30 +313,37 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int
 
 
 def _run_task(task):
-    return run_case(*task)
+    *args, d, block_kv = task
+    return run_case(*args, d=d, block_kv=block_kv)
 
 
 def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precisions=PRECISIONS,
               table4_seeds: int | None = None, hard_seeds: int | None = None, jobs: int | None = None,
-              progress: bool = True, paper: bool = True) -> list[dict]:
+              progress: bool = True, paper: bool = True, head_dim: int | None = None,
+              block_kv: int = 128) -> list[dict]:
     """Run the sweeps (one draw per case), Table 4's cases (``table4_seeds`` draws each, the first
     shared with the sweeps) and the hard cases (``hard_seeds`` draws each, 0 to skip them; their
-    shapes are their own, not ``shape``). ``paper=False`` skips the sweeps and Table 4 (the hard cases
-    alone). Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
+    shapes are their own, not ``shape``, with ``head_dim`` in place of their head dims where given).
+    ``paper=False`` skips the sweeps and Table 4 (the hard cases alone). ``block_kv``: every allocation's
+    KV block. Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
     processes (the caller's main module must be import-safe)."""
     table4_seeds = (10 if full else 3) if table4_seeds is None else table4_seeds
     hard_seeds = (5 if full else 3) if hard_seeds is None else hard_seeds
     for name, val in (("table4_seeds", table4_seeds), ("hard_seeds", hard_seeds)):
         if not isinstance(val, int) or val < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
+    for name, val in (("head_dim", head_dim), ("block_kv", block_kv)):
+        if val is not None and (not isinstance(val, int) or val < 1):
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
     cases = list(dict.fromkeys(c for cs in sweeps(full).values() for c in cs)) if paper else []
     # The hard cases first, the long one leading: with several workers the longest tasks should
     # not start last.
-    tasks = [(c, r, seed, tuple(shape), tuple(precisions)) for r in range(hard_seeds)
+    tasks = [(c, r, seed, tuple(shape), tuple(precisions), head_dim, block_kv) for r in range(hard_seeds)
              for c in sorted(HARD_CASES, key=lambda c: c.dist != "long")]
-    tasks += [(c, 0, seed, tuple(shape), tuple(precisions)) for c in cases]
+    tasks += [(c, 0, seed, tuple(shape), tuple(precisions), None, block_kv) for c in cases]
     t4_prec = tuple(p for p in ("fp16_fp32", "pasa") if p in precisions)
-    tasks += [(c, r, seed, tuple(shape), t4_prec) for c in TABLE4 if paper for r in range(1, table4_seeds)]
+    tasks += [(c, r, seed, tuple(shape), t4_prec, None, block_kv) for c in TABLE4 if paper
+              for r in range(1, table4_seeds)]
     jobs = jobs or 1
     bar = None
     if progress:
@@ -625,9 +634,10 @@ def source_commit() -> str | None:
 
 
 def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: int, precisions,
-                  plots: bool = True) -> dict:
+                  plots: bool = True, head_dim: int | None = None, block_kv: int = 128) -> dict:
     """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
-    JSON), table4.csv and accuracy.png under ``out_dir``. Returns the JSON's content (with NaN)."""
+    JSON), table4.csv and accuracy.png under ``out_dir``; ``head_dim`` and ``block_kv`` as given to
+    :func:`run_study`. Returns the JSON's content (with NaN)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -642,6 +652,7 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
             "pasa_npu": __version__, "commit": source_commit(), "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
+            "hard_head_dim": head_dim, "block_kv": block_kv,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count()}
@@ -653,6 +664,7 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
         paper = any(r["dist"] in DISTRIBUTIONS for r in rows)
         title = (f"pasa-npu accuracy ({meta['grid']} grid): sweeps at shape (B, N, S, D) = {tuple(shape)}, "
                  if paper else "pasa-npu accuracy, the hard sweep: ") + \
-            f"base seed {seed}; hard cases {hard_seeds} draws each"
+            f"base seed {seed}; hard cases {hard_seeds} draws each" + \
+            (f" at D = {head_dim}" if head_dim else "") + f"; KV block {block_kv}"
         plot(rows, full, out_dir / "accuracy.png", precisions, title=title)
     return result

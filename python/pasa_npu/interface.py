@@ -22,7 +22,8 @@ import torch
 
 from . import backends
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
-                      call_signature, checks_values, from_bnsd, int_list, keeps_lengths_on_device, make_problem)
+                      call_signature, checks_values, default_block_kv, from_bnsd, int_list, keeps_lengths_on_device,
+                      make_problem)
 
 __all__ = ["fused_attention", "fused_attention_v2", "fused_attention_out", "fused_attention_v2_out",
            "fused_attention_workspace", "fused_attention_v2_workspace", "OPTIONS", "V2_NAMES", "LAYOUTS", "BACKENDS",
@@ -132,9 +133,13 @@ def fused_attention(
             and scale. Only used by the shifted allocations.
         block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
             result; the Triton and AscendC kernels pick their own.
-        block_kv: the KV block length of the loop (None = 128): PASA's shift matrix is
-            block_kv × block_kv, so it changes the shifted allocations' results. The Triton
-            kernel takes 16, 32, 64, 128 or 256 for them, the AscendC kernel 128.
+        block_kv: the KV block length of the loop. It is part of the blocked allocations' results:
+            PASA's shift matrix is block_kv × block_kv, ``pasa_rs`` centres each block's keys and
+            ``fp32_frame`` decides its frame moves per block. None takes the backend's block
+            (:func:`pasa_npu.problem.default_block_kv`): 128, but 64 for ``fp32_frame`` on the
+            Triton kernel above D = 128 (two pipeline stages of K and V fit the GPU's shared memory
+            only at 64 keys there). The Triton kernel takes 16, 32, 64, 128 or 256 for the blocked
+            allocations, the AscendC kernel 128.
         backend: "reference" (the golden model's loop in PyTorch ops, every allocation, any
             device: an emulator, slow), "triton" (the Triton kernel, CUDA tensors), "npu" (the
             AscendC kernel: NPU tensors once built with scripts/build_and_deploy.sh, or CPU
@@ -398,6 +403,7 @@ def _fused_attention(query, key, value, options: dict, out=None, workspace=None)
                          "CPU, CUDA or NPU tensors; torch.ops.pasa_npu.fused_attention gives its results' shapes on "
                          "meta tensors")
     runner = backends.select(problem, backend)
+    problem = _backend_block(problem, runner, fia["block_kv"])
     if out is not None:
         _check_out(out, *_out_spec(problem))
     if plan is _SEEN_ONCE:  # a repeated call: plan it, once
@@ -423,6 +429,15 @@ def _fused_attention(query, key, value, options: dict, out=None, workspace=None)
     return out
 
 
+def _backend_block(problem: Problem, runner, block_kv: int | None) -> Problem:
+    """``problem`` with the KV block of the backend that computes it where the call names none
+    (:func:`pasa_npu.problem.default_block_kv`): every form, planned or not, takes its block here."""
+    if block_kv is not None:
+        return problem
+    block = default_block_kv(problem.alloc, problem.head_dim, runner.name)
+    return problem if block == problem.block_kv else problem._replace(block_kv=block)
+
+
 def _host_lengths(options: dict) -> None:
     """Lengths given as tensors read on the host (a list each), but those the kernels read on the device
     (:func:`pasa_npu.problem.keeps_lengths_on_device`): the host values are then part of the signature."""
@@ -446,6 +461,7 @@ def _workspace(query, key, value, options: dict) -> torch.Tensor:
     fia.pop("safety_net")
     problem = make_problem(query, key, value, **fia)
     runner = backends.select(problem, backend)
+    problem = _backend_block(problem, runner, fia["block_kv"])
     nbytes = getattr(runner, "workspace_bytes", lambda _: 0)(problem)
     return torch.empty(nbytes, dtype=torch.uint8, device=problem.device)
 

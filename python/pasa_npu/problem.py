@@ -32,12 +32,13 @@ from .beta import check_scale as check_shift_scale
 from .precision import DEFAULT_PRECISION, PRECISIONS, Allocation, get_allocation
 
 __all__ = ["Problem", "Job", "make_problem", "LAYOUTS", "SPARSE_MODES", "INNER_PRECISE", "FP16_MAX",
-           "LSE_NO_KEY", "LSE_PADDED_ROW", "DEFAULT_PRECISION", "DEFAULT_BLOCK", "NO_BAND", "CHECK_INPUTS_ENV"]
+           "LSE_NO_KEY", "LSE_PADDED_ROW", "DEFAULT_PRECISION", "DEFAULT_BLOCK", "default_block_kv", "NO_BAND",
+           "CHECK_INPUTS_ENV"]
 
 LAYOUTS: tuple[str, ...] = ("BSH", "BSND", "BNSD", "BNSD_BSND", "TND")
 SPARSE_MODES: tuple[int, ...] = (0, 1, 2, 3, 4)
 INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
-#: The query and KV tile length when none is named.
+#: The query and KV tile length when none is named (the KV block: see :func:`default_block_kv`).
 DEFAULT_BLOCK = 128
 #: FIA's int32 "no limit" for pre_tokens / next_tokens.
 NO_BAND = 2147483647
@@ -64,6 +65,17 @@ _SHAPE_TXT = {"BSH": "(B, S, H)", "BSND": "(B, S, N, D)", "BNSD": "(B, N, S, D)"
               "TND": "(T, N, D)"}
 
 Band = tuple[int | None, int]
+
+
+def default_block_kv(alloc: Allocation, head_dim: int, backend: str) -> int:
+    """The KV block of a call that names none (``block_kv=None``) computed by ``backend``: DEFAULT_BLOCK, but
+    64 for ``fp32_frame`` on the ``triton`` backend above D = 128. The block is part of the blocked allocations'
+    results (``fp32_frame`` decides its frame moves per block), so each backend's default is one rule, here."""
+    if backend == "triton" and alloc.framed and head_dim > 128:
+        # fp32_frame's KV block is the Triton kernel's K and V tile: above D = 128, two pipeline stages of
+        # K and V fit Hopper's shared memory only at 64 keys (128 keys leave one stage, no overlap of loads).
+        return 64
+    return DEFAULT_BLOCK
 
 
 class Job(NamedTuple):

@@ -31,7 +31,7 @@ class PasaSettings:
 
     precision: the allocation, one of pasa_npu.PRECISIONS (default pasa_npu.DEFAULT_PRECISION).
     beta: PASA's shift coefficient in [0, 1), None = the backend's optimal default.
-    block_kv: the KV block length (None = 128).
+    block_kv: the KV block length (None = the backend's, see :func:`pasa_npu.fused_attention`).
     backend: None (by device), "reference", "npu" or "triton".
     safety_net: fused_attention's recompute of overflowed rows on the FP32 path (False only to study
         what an allocation itself does).
