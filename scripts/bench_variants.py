@@ -65,9 +65,16 @@ def load(name: str, pkg: Path, tmp: Path):
 
 
 def run(tb, q, k, v, causal, method, config=None):
-    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than 128 keys."""
+    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than the one the public call takes
+    (``problem.default_block_kv`` of the version's package, or 128 for a version without it)."""
     precision, _, block_kv = method.partition("@")
-    return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=int(block_kv or 128),
+    if block_kv:
+        block_kv = int(block_kv)
+    else:
+        pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
+        rule = getattr(pkg.problem, "default_block_kv", None)
+        block_kv = 128 if rule is None else rule(pkg.precision.get_allocation(precision), q.shape[-1], "triton")
+    return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
                         scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
 
 
