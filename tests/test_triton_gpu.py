@@ -29,6 +29,7 @@ CASES = {
     "gqa_d128": (2, 8, 2, 257, 1000, 128, 0.0, None, None, 128),
     "gqa7_d128": (1, 7, 1, 130, 700, 128, 0.0, None, None, 128),  # a tile spans two heads
     "d256": (1, 2, 2, 200, 300, 256, 0.0, None, None, 128),
+    "d256_block64": (1, 4, 2, 300, 700, 256, 0.0, None, (None, 0), 64),  # fp32_frame's default block there
     "d96_block64": (1, 2, 1, 100, 333, 96, 0.0, None, None, 64),
     "causal": (1, 4, 2, 700, 700, 128, 0.0, None, (None, 0), 128),
     "band_bottom_right": (1, 2, 2, 300, 900, 64, 0.0, None, (600 - 64, 600 + 32), 128),
