@@ -353,7 +353,7 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
         for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(s.S2, BLOCK_KV)); stack >= 1; --stack)
             rings.push_back({stack, kPreLaunch});
     rings.push_back({1, 1});
-    for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
+    for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ) continue;
         for (const Ring& r : rings) {
             t.kvStack = r.kvStack;

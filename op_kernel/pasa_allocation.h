@@ -127,7 +127,7 @@ struct FramedFamily : FamilyDefaults {
     static constexpr bool MERGE_WEIGHTS = false;
     static constexpr bool SUMS_ON_CUBE = true;
     static constexpr uint32_t PROB_BUFFERS = 1;
-    static constexpr uint32_t MAX_BLOCK_Q = 256;  // where Q (256 x D FP16) fits an L0A half: D <= 64
+    static constexpr uint32_t MAX_BLOCK_Q = 256;  // where [O | l] and a chunk of S fit L0C (pasa_buffer_plan.h)
     static constexpr uint32_t WORK_COLS = 64;
     // ones, has, known, low, peak, move, the segments' frame, the segment's l; a frame version per block slot, and one
     static constexpr uint32_t FP32_ROW_VECTORS = 9;
