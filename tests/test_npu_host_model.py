@@ -826,9 +826,10 @@ def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_
     sequence: the first tile's rows see their scores rise (their frames move up in almost every block, more often
     than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far below), so a
     move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S computed
-    from the wrong rows of Q, changes the output or the counts. A tail tile of fewer rows follows."""
+    from the wrong rows of Q, changes the output or the counts. A tail tile of 136 rows follows (two blocks make
+    fewer than 128-row blocks would, the tiling's condition for taking the larger ones)."""
     rng = np.random.default_rng(d)
-    heads, s1, s2 = 2, block_q + 40, 2048
+    heads, s1, s2 = 2, block_q + 136, 2048
     rising = (np.arange(s1) % block_q % (block_q // 2) < block_q // 4)[:, None]
     q = rng.standard_normal((1, heads, s1, d)) + np.where(rising, 1.0, -0.5)
     k = rng.standard_normal((1, heads, s2, d)) + np.linspace(0.0, 16.0, s2)[:, None]
