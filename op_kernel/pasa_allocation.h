@@ -27,7 +27,7 @@
 //                         block through the vector cores, an accumulator in L0C beside S
 //   PROB_BUFFERS          buffers of the AIVs' P queue
 //   MAX_BLOCK_Q           the largest query block the family's components take (128: an AIV's rows fit its score
-//                         tiles; fp32_frame: 256, its AIVs take their rows in tiles of AIV_TILE_ROWS and its AIC
+//                         tiles; fp32_frame: 256, its AIVs take their rows in row tiles (AivTileRows) and its AIC
 //                         its P V in row halves); the host takes the largest that fits
 //   WORK_COLS             columns of the AIVs' work tile (the row max's first fold, the mask's cast)
 //   STATE_ROW_VECTORS     row vectors of the state type the epilogue keeps (PASA: F, its block mean, the two
