@@ -353,8 +353,12 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
         for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(s.S2, BLOCK_KV)); stack >= 1; --stack)
             rings.push_back({stack, kPreLaunch});
     rings.push_back({1, 1});
-    for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
+    // A query block beyond 128 rows (fp32_frame's) only where it makes fewer tasks than 128 rows do: with no fewer,
+    // K and V are read as often and the AIVs take their rows in more tiles (tiles of 48 rows for a block of 192).
+    const uint64_t headRows = (uint64_t)s.S1 * (DecodeBranch(s) && s.N > s.NKV ? s.N / s.NKV : 1);
+    for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ) continue;
+        if (bq > BLOCK_KV && CeilDiv(headRows, bq) >= CeilDiv(headRows, BLOCK_KV)) continue;
         for (const Ring& r : rings) {
             t.kvStack = r.kvStack;
             t.preLaunch = r.preLaunch;

@@ -27,7 +27,7 @@
 //                         block through the vector cores, an accumulator in L0C beside S
 //   PROB_BUFFERS          buffers of the AIVs' P queue
 //   MAX_BLOCK_Q           the largest query block the family's components take (128: an AIV's rows fit its score
-//                         tiles; fp32_frame: 256, its AIVs take their rows in tiles of AIV_TILE_ROWS and its AIC
+//                         tiles; fp32_frame: 256, its AIVs take their rows in row tiles (AivTileRows) and its AIC
 //                         its P V in row halves); the host takes the largest that fits
 //   WORK_COLS             columns of the AIVs' work tile (the row max's first fold, the mask's cast)
 //   STATE_ROW_VECTORS     row vectors of the state type the epilogue keeps (PASA: F, its block mean, the two
@@ -127,7 +127,7 @@ struct FramedFamily : FamilyDefaults {
     static constexpr bool MERGE_WEIGHTS = false;
     static constexpr bool SUMS_ON_CUBE = true;
     static constexpr uint32_t PROB_BUFFERS = 1;
-    static constexpr uint32_t MAX_BLOCK_Q = 256;  // where Q (256 x D FP16) fits an L0A half: D <= 64
+    static constexpr uint32_t MAX_BLOCK_Q = 256;  // where [O | l] and a chunk of S fit L0C (pasa_buffer_plan.h)
     static constexpr uint32_t WORK_COLS = 64;
     // ones, has, known, low, peak, move, the segments' frame, the segment's l; a frame version per block slot, and one
     static constexpr uint32_t FP32_ROW_VECTORS = 9;

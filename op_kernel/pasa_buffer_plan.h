@@ -13,8 +13,8 @@ namespace pasa_kernel {
 
 constexpr uint32_t BLOCK_KV = 128;              // keys per KV block (n of M); the tiling fixes it
 constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 128)
-constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles: more rows per AIV
-                                                // (a query block of 256) are taken in tiles of this many
+constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles at most: more rows per
+                                                // AIV (a query block of 192 or 256) are taken in tiles (AivTileRows)
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
@@ -23,6 +23,15 @@ constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong 
 // block's max and row sum and two temporaries; FP32, four for the lse and the decisions' sums.
 constexpr uint32_t SHARED_STATE_ROW_VECTORS = 7;
 constexpr uint32_t SHARED_FP32_ROW_VECTORS = 4;
+
+// Rows of an AIV's tiles for its rowsPerAiv rows: all of them up to AIV_TILE_ROWS, else the fewest tiles of at most
+// AIV_TILE_ROWS, as even as 16 rows allow (128 rows: two of 64; 96: two of 48, the same vector instructions per block
+// as 64 + 32 in less UB).
+PASA_HOST_AICORE inline uint32_t AivTileRows(uint32_t rowsPerAiv) {
+    if (rowsPerAiv <= AIV_TILE_ROWS) return rowsPerAiv;
+    const uint32_t tiles = (rowsPerAiv + AIV_TILE_ROWS - 1) / AIV_TILE_ROWS;
+    return ((rowsPerAiv + tiles - 1) / tiles + FRACTAL - 1) / FRACTAL * FRACTAL;
+}
 
 // One AIV's UB: the bytes of one buffer of each queue, and the VECCALC buffer carved, in this order, into the
 // pieces below.
@@ -33,7 +42,8 @@ struct AivUbPlan {
     uint32_t pvBytes;        // P V in, the state type (2 buffers); where the sums stay on the cube, a row of the
                              // split-KV combine
     uint32_t maskBytes;      // a mask tile, uint8
-    uint32_t outBytes;       // the output rows in FP16, or one row of FP32 partials
+    uint32_t outBytes;       // a tile's output rows in FP16, a 32-byte block per row (the strided lse), or one row
+                             // of FP32 partials
     uint32_t lseBytes;       // lse values (and the status and request words)
     uint32_t fp32TileBytes;  // S' and P in FP32, one tile each (FP16 scores into an FP32 state only, else 0)
     uint32_t tileBytes;      // the work tile, the state type
@@ -51,19 +61,20 @@ struct AivUbPlan {
 };
 
 // rowsPerAiv rows of D columns, `ring` block slots (PasaSlotRing), and the policy's traits (pasa_allocation.h).
-// The tiles of a block (scores, P, mask, work, compare bits) hold at most AIV_TILE_ROWS rows; O, the outputs and
-// the row vectors all of the AIV's rows.
+// The tiles of a block (scores, P, mask, work, compare bits) and of the output hold AivTileRows rows; O and the row
+// vectors all of the AIV's rows.
 PASA_HOST_AICORE inline AivUbPlan PlanAivUb(uint32_t rowsPerAiv, uint32_t headDim, uint32_t ring,
                                             const PolicyTraits& a) {
     AivUbPlan p;
     const uint32_t rows = rowsPerAiv, st = a.stateBytes;
-    const uint32_t tile = rows < AIV_TILE_ROWS ? rows : AIV_TILE_ROWS;
+    const uint32_t tile = AivTileRows(rows);
     p.scoreBytes = tile * BLOCK_KV * a.scoreBytes;
     p.probBytes = tile * BLOCK_KV * 2;
     p.probBuffers = a.probBuffers;
     p.pvBytes = a.sumsOnCube ? (headDim > 64 ? headDim : 64) * 4 : rows * headDim * st;
     p.maskBytes = tile * BLOCK_KV;
-    p.outBytes = rows * headDim * 2 > headDim * 4 ? rows * headDim * 2 : headDim * 4;
+    p.outBytes = tile * headDim * 2 > rows * 32 ? tile * headDim * 2 : rows * 32;
+    if (p.outBytes < headDim * 4) p.outBytes = headDim * 4;
     p.lseBytes = 2 * ROW_VEC * 4;
     p.tileBytes = tile * a.workCols * st;
     p.fp32TileBytes = st == 4 && a.scoreBytes == 2 ? tile * BLOCK_KV * 4 : 0;
@@ -96,8 +107,11 @@ PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, c
 
 // One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,
 // where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them,
-// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it; Q (blockQ x D FP16) must fit
-// an L0A half, where it stays for the task (S' is one Mmad call over D there). scoreRows 0: nothing fits.
+// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it: the largest of blockQ,
+// blockQ / 2, ... (rounded down to a multiple of 16) whose tiles fit, two where they fit, else one. A task's Q
+// (its rows x D FP16) stays in an L0A half for the task where it fits one; else each chunk's rows of Q are loaded
+// from L1 into an L0A half beside the chunk's product, which they must fit (scoreRows x D FP16). Either way S' is one
+// Mmad call over D per chunk of rows and keys. scoreRows 0: nothing fits.
 struct AicL0cPlan {
     uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
@@ -106,8 +120,9 @@ PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim,
     constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
     if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, 2, L0C_HALF_BYTES};
     AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0};
-    if (blockQ * headDim * 2 > L0_HALF_BYTES) return p;  // Q stays in an L0A half (S over all of D in one Mmad)
-    for (uint32_t rows = blockQ; rows >= FRACTAL && p.scoreRows == 0; rows /= 2) {
+    const bool queryInL0a = blockQ * headDim * 2 <= L0_HALF_BYTES;
+    for (uint32_t rows = blockQ; rows >= FRACTAL && p.scoreRows == 0; rows = rows / 2 / FRACTAL * FRACTAL) {
+        if (!queryInL0a && rows * headDim * 2 > L0_HALF_BYTES) continue;
         for (uint32_t buffers = 2; buffers >= 1 && p.scoreRows == 0; --buffers) {
             if (p.accBytes + buffers * rows * BLOCK_KV * 4 <= L0C_BYTES) {
                 p.scoreRows = rows;

@@ -2,7 +2,9 @@
 // task, with the stacked handshake of pasa_cube_stage.h:
 //   * S_j = Q K_j^T, K straight from GM (a tail padded with copies of its last key, whose columns the AIVs mask),
 //     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows where the
-//     accumulator leaves room for fewer rows than the tile's;
+//     accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
+//     one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more rows than an L0A
+//     half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
 //     the tile before that block), then per block j: at a close, the accumulator [O | l] (FP32, L0C) out to block
 //     j's segment slot; then [O | l] += P_j [V_j | 1] (a fresh sum at a close and at block 0), one Mmad per
@@ -83,25 +85,29 @@ public:
         else cube_->valueExtraL1_.FreeTensor(ones1_);
     }
 
-    // Q stays in one L0A half for the task (its mp x D FP16 fit: the L0C plan's rule); P takes the other.
+    // Q stays in one L0A half for the task where the tile's mp x D FP16 fit one; P takes the other.
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage&) {
         const uint32_t mp = Align16(k.tileRows);
         LocalTensor<half> q1 = cube_->LoadRows(cube_->qL1_, qGm_[TileQOffset(*t_, k)], k.rowsValid, mp,
                                                t_->headDim, k.qRowStride);
-        LocalTensor<half> q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
-        q = cube_->L0A().DeQue<half>();
+        queryInL0a_ = mp * t_->headDim * 2 <= L0_HALF_BYTES;
+        LocalTensor<half> q;
+        if (queryInL0a_) {
+            q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
+            q = cube_->L0A().DeQue<half>();
+        }
         const uint32_t stacks = StacksOf(*t_, k), stack0 = stacksSummed_;
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
             if (i < stacks) {
                 const KvStack st = StackOf(*t_, k, i);
-                for (uint32_t j = st.first; j < st.end; ++j) Score(k, q, mp, j);
+                for (uint32_t j = st.first; j < st.end; ++j) Score(k, q1, q, mp, j);
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
             }
             if (i >= t_->preLaunch) Sums(k, mp, i - t_->preLaunch, stack0);
         }
         stacksSummed_ = stack0 + stacks;
-        cube_->L0A().FreeTensor(q);
+        if (queryInL0a_) cube_->L0A().FreeTensor(q);
         cube_->qL1_.FreeTensor(q1);
     }
 
@@ -117,8 +123,10 @@ private:
 
     // S_j of the tile's mp rows, FP32, into block j's S slot: in row chunks of scoreRows_, each one Mmad call over
     // all of D per chunk of keys that fits an L0B half with it (the golden model's one rounding of the exact sum).
-    // Where the keys fit one chunk, K is loaded into L0B once for every row chunk. q: Q in L0A (zZ, mp rows).
-    __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q, uint32_t mp, uint32_t j) {
+    // Where the keys fit one chunk, K is loaded into L0B once for every row chunk. q1: Q in L1 (NZ, mp rows); q: Q in
+    // L0A (zZ, mp rows) where it stays there for the task, else each chunk's rows are loaded from q1.
+    __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q1, const LocalTensor<half>& q, uint32_t mp,
+                                 uint32_t j) {
         const uint32_t d = t_->headDim, jb = k.kvBlock0 + j;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
         const uint32_t keyChunk = MinU(BLOCK_KV, L0_HALF_BYTES / (d * 2) / FRACTAL * FRACTAL);
@@ -131,7 +139,13 @@ private:
         for (uint32_t r0 = 0; r0 < mp; r0 += scoreRows_) {
             const uint32_t m = MinU(scoreRows_, mp - r0);
             LocalTensor<float> c = cube_->L0C().AllocTensor<float>();
-            const LocalTensor<half> a2 = q[r0 * d];  // zZ: the row chunk's fractals follow each other
+            LocalTensor<half> a2;
+            if (queryInL0a_) {
+                a2 = q[r0 * d];  // zZ: the row chunk's fractals follow each other
+            } else {
+                a2 = cube_->LoadA(q1, mp, r0, m, 0, d);
+                a2 = cube_->L0A().DeQue<half>();
+            }
             if (keyChunk == BLOCK_KV) {
                 cube_->Multiply(c, a2, kAll, m, BLOCK_KV, d, true, false);  // one call: the Fixpipe waits on it
             } else {
@@ -143,6 +157,7 @@ private:
                     cube_->L0B().FreeTensor(b2);
                 }
             }
+            if (!queryInL0a_) cube_->L0A().FreeTensor(a2);
             cube_->L0C().EnQue(c);
             c = cube_->L0C().DeQue<float>();
             cube_->template ToGm<float>(slots_.Score(j)[(uint64_t)r0 * BLOCK_KV], c, m, m, BLOCK_KV, BLOCK_KV);
@@ -224,7 +239,7 @@ private:
         return line.GetValue(0) | line.GetValue(VerdictWordIndex(*t_, 0, 1));
     }
 
-    // Rows of P an L0A half holds (128 keys of FP16), the other half holding Q.
+    // Rows of P an L0A half holds (128 keys of FP16), the other half holding Q or a chunk of it.
     static constexpr uint32_t PV_ROWS = L0_HALF_BYTES / (BLOCK_KV * 2);
 
     const PasaTilingData* t_;
@@ -237,6 +252,7 @@ private:
     LocalTensor<half> ones1_;         // the column of ones in L1 (NZ, 128 x 16), once loaded
     uint32_t cols_ = 0, pvChunk_ = 0, scoreRows_ = 0;
     bool oneChunk_ = false;  // V in one L0B chunk
+    bool queryInL0a_ = false;  // the task's Q in an L0A half (else loaded per row chunk of S)
     uint32_t stacksSummed_ = 0;  // stacks of the launch summed so far: the verdict ring's index
     bool onesLoaded_ = false;
 };

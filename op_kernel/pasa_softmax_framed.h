@@ -18,8 +18,10 @@
 // G_acc = G_seg, G_seg being the frames the segment was summed against: the frame version in force before the
 // block that closed it, or, for the task's last segment, the current one. O/l and lse = FP32(scale G_acc) + ln l
 // are then the stage's (m = scale G_acc).
-// An AIV with more rows than its tiles hold (a query block of 256: 128 rows) takes each block in row tiles of
-// AIV_TILE_ROWS (AivRows::EnterTile); each tile keeps its own frame versions, and its lanes of the row vectors.
+// An AIV with more rows than its tiles hold (a query block of 256: 128 rows, of 192: 96) takes each block in row
+// tiles (AivRows::EnterTile); each tile keeps its own frame versions, and its lanes of the row vectors, which an op
+// writes exactly (the tile's rows), so that a tile of 48 rows leaves the next tile's lanes alone; compares and ops
+// on scratch vectors take a whole 256-byte repeat.
 //
 // The rings. Frames: a version per move, kept while a segment summed against it may still be merged: the merges
 // trail the moves by at most a block-slot ring (PasaSlotRing) of blocks, so ring + 1 versions. Verdict words: an
@@ -55,6 +57,7 @@ public:
         frames_ = rows->epilogueFp32[8 * ROW_VEC];
         slots_.Init(*t, workspace, core);
         core_ = core;
+        tileLanes_ = (int32_t)rows->tileRows;
         Duplicate(ones_, 1.0f, LANES);
     }
 
@@ -142,7 +145,8 @@ public:
     }
 
 private:
-    // A row tile's lanes of the row vectors: one FP32 repeat (tiles of at most AIV_TILE_ROWS = 64 rows).
+    // A row tile's lanes of the row vectors fit one FP32 repeat (tiles of at most AIV_TILE_ROWS = 64 rows): LANES
+    // where an op takes the whole repeat, tileLanes_ (the tile's rows) where it writes the tile's lanes.
     static constexpr int32_t LANES = 64;
     static constexpr uint32_t MAX_TILES = ROW_VEC / AIV_TILE_ROWS;
 
@@ -200,7 +204,7 @@ private:
         Sub(v.tmp1, v.mBlk, frame, LANES);
         Adds(v.fb, low, 1.0f, LANES);
         Sub(v.fc, ones_, known, LANES);
-        Max(peak, peak, v.mBlk, LANES);
+        Max(peak, peak, v.mBlk, tileLanes_);
         PipeBarrier<PIPE_V>();
         Select(has_, key, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
@@ -217,7 +221,7 @@ private:
         Mul(v.fb, v.fb, known, LANES);
         CompareScalar(lower, v.fa, 0.0f, CMPMODE::LT, LANES);
         PipeBarrier<PIPE_V>();
-        Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
         Select(v.fa, lower, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
         CompareScalar(below, low, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
@@ -249,9 +253,9 @@ private:
         PipeBarrier<PIPE_V>();
         Select(v.fb, hadFrame, v.fb, v.mBlk, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         PipeBarrier<PIPE_V>();
-        Select(moved, moving, v.fb, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
-        Select(low, staying, low, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
-        Max(known, known, move_, LANES);
+        Select(moved, moving, v.fb, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
+        Select(low, staying, low, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, tileLanes_);
+        Max(known, known, move_, tileLanes_);
         PipeBarrier<PIPE_V>();
         ++version;
     }
@@ -319,10 +323,10 @@ private:
         }
         LocalTensor<float> lcol = LoadLColumn(seg);
         WholeReduceSum<float>(segL_, lcol, 1, (int32_t)rows, 1, 1, 1);
-        Mul(l, v.tmp1, l, LANES);
+        Mul(l, v.tmp1, l, tileLanes_);
         PipeBarrier<PIPE_V>();
-        Add(l, l, segL_, LANES);
-        Muls(accFrame, segFrame, 1.0f, LANES);
+        Add(l, l, segL_, tileLanes_);
+        Muls(accFrame, segFrame, 1.0f, tileLanes_);
         PipeBarrier<PIPE_V>();
         v.maskQue.FreeTensor(lcol);
     }
@@ -337,7 +341,7 @@ private:
                  DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
         LocalTensor<float> lcol = LoadLColumn(seg);
         WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
-        Muls(accFrame_[r], segFrame, 1.0f, LANES);
+        Muls(accFrame_[r], segFrame, 1.0f, tileLanes_);
         SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
         WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
         PipeBarrier<PIPE_V>();
@@ -361,6 +365,7 @@ private:
     float scale_ = 0.0f, dropLimit_ = 0.0f;
     uint32_t core_ = 0, versions_ = 1;
     uint32_t lanes_ = LANES;            // lanes of this AIV's rows in its row vectors (64 or 128)
+    int32_t tileLanes_ = LANES;         // lanes of a row tile (AivRows::tileRows)
     uint32_t version_[MAX_TILES] = {};  // per row tile, the current frame version of the task
     uint32_t versionAt_[MAX_TILES][16] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
                                               // force before block j

@@ -65,7 +65,7 @@ struct PasaTilingData {
     // ---- framed FlashAttention constants ("fp32_frame"; 0 for the other allocations) ----
     float frameDropLimit;      // FRAME_DROP_LIMIT / scale rounded to FP32 (units of Q K): the most a frame moves down
     // ---- blocks ----
-    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128; fp32_frame 256 for D <= 64)
+    uint32_t blockQ;           // query rows per task (128, or 64 for D > 128; fp32_frame up to 256)
     uint32_t blockKv;          // KV block length n (128)
     uint32_t numQBlocks;       // ceil(S1 / blockQ)
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)

@@ -3,8 +3,8 @@
 // slots) and the row operations every softmax is made of, in the roundings of python/pasa_npu/blockwise.py. The
 // stage (pasa_vector_stage.h) and the allocation's softmax epilogue (pasa_softmax_*.h) work on one AivRows.
 // Rows are independent; the AIV with sub-block index 0 takes the first ceil(rows/2) rows of the query block, the
-// other the rest. A block's tiles hold tileRows rows (AIV_TILE_ROWS, or fewer): an AIV with more rows (a query
-// block of 256) takes a block in row tiles (EnterTile), its row vectors and O hold all its rows.
+// other the rest. A block's tiles hold tileRows rows (AivTileRows: at most AIV_TILE_ROWS): an AIV with more rows (a
+// query block of 192 or 256) takes a block in row tiles (EnterTile), its row vectors and O hold all its rows.
 #ifndef PASA_VECTOR_ROWS_H
 #define PASA_VECTOR_ROWS_H
 
@@ -25,7 +25,7 @@ public:
         sub = subBlock;
         d = t->headDim;
         rm = t->blockQ / 2;
-        tileRows = MinU(rm, AIV_TILE_ROWS);
+        tileRows = AivTileRows(rm);
         ring = PasaSlotRing(*t);
         const AivUbPlan plan = PlanAivUb(rm, d, ring, traits);
         pipe->InitBuffer(sQue, 2, plan.scoreBytes);

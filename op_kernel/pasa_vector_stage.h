@@ -255,16 +255,9 @@ private:
     }
 
     __aicore__ inline void WriteFinal(const Task& k) {
-        const uint32_t rows = v_.rows, valid = v_.valid, d = v_.d;
-        LocalTensor<half> o = v_.outQue.template AllocTensor<half>();
-        if constexpr (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc, (T)1, (int32_t)(rows * d));
-        else Cast(o, v_.oAcc, RoundMode::CAST_RINT, rows * d);
-        PipeBarrier<PIPE_V>();
-        if (valid < rows) Duplicate(o[valid * d], (half)0, (int32_t)((rows - valid) * d));  // padded rows
-        v_.outQue.EnQue(o);
+        const uint32_t rows = v_.rows, valid = v_.valid;
+        for (uint32_t c0 = 0; c0 < rows; c0 += v_.tileRows) WriteRows(k, c0, MinU(v_.tileRows, rows - c0));
         if (k.lseStride != 1) {
-            o = v_.outQue.template DeQue<half>();
-            WriteRows(k, o);
             WriteStridedLse(k, valid, rows);
             return;
         }
@@ -272,8 +265,6 @@ private:
         Muls(lt, v_.fa, 1.0f, (int32_t)ROW_VEC);
         Duplicate(lt[ROW_VEC], PosInf<float>(), (int32_t)ROW_VEC);  // FIA's lse of a padded query row
         v_.lseQue.EnQue(lt);
-        o = v_.outQue.template DeQue<half>();
-        WriteRows(k, o);
         lt = v_.lseQue.template DeQue<float>();
         const uint64_t base = k.lseFirst + v_.r0;
         if (valid > 0) DataCopyPad(lseGm_[base], lt, DataCopyExtParams(1, valid * 4, 0, 0, 0));
@@ -282,16 +273,24 @@ private:
         v_.lseQue.FreeTensor(lt);
     }
 
-    // This AIV's output rows (o, dequeued from outQue) to attention_out, the layout's row stride apart.
-    __aicore__ inline void WriteRows(const Task& k, LocalTensor<half>& o) {
-        const uint32_t d = v_.d;
-        DataCopyParams cp((uint16_t)v_.rows, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
-        DataCopy(outGm_[v_.FirstRowOffset(k)], o, cp);
+    // Rows [c0, c0 + n) of this AIV's O in FP16 (padded query rows 0) through outQue, which holds a row tile of
+    // them, to attention_out, the layout's row stride apart.
+    __aicore__ inline void WriteRows(const Task& k, uint32_t c0, uint32_t n) {
+        const uint32_t d = v_.d, valid = v_.valid > c0 ? MinU(v_.valid - c0, n) : 0;
+        LocalTensor<half> o = v_.outQue.template AllocTensor<half>();
+        if constexpr (sizeof(T) == 2) Muls(o.template ReinterpretCast<T>(), v_.oAcc[c0 * d], (T)1, (int32_t)(n * d));
+        else Cast(o, v_.oAcc[c0 * d], RoundMode::CAST_RINT, n * d);
+        PipeBarrier<PIPE_V>();
+        if (valid < n) Duplicate(o[valid * d], (half)0, (int32_t)((n - valid) * d));  // padded rows
+        v_.outQue.EnQue(o);
+        o = v_.outQue.template DeQue<half>();
+        DataCopyParams cp((uint16_t)n, (uint16_t)(d * 2 / 32), 0, (uint16_t)((k.qRowStride - d) * 2 / 32));
+        DataCopy(outGm_[v_.FirstRowOffset(k) + (uint64_t)c0 * k.qRowStride], o, cp);
         v_.outQue.FreeTensor(o);
     }
 
     // TND: the tile's rows are N entries apart in softmax_lse (pasa_tiling_data.h). Each value goes to a 32-byte
-    // block of its own (Brcb; rows blocks fit the output buffer of rows x D halves), one burst of 4 bytes per
+    // block of its own (Brcb; the output buffer holds rows blocks, pasa_buffer_plan.h), one burst of 4 bytes per
     // block: the valid rows' lse (fa), then the padded rows' +inf.
     __aicore__ inline void WriteStridedLse(const Task& k, uint32_t valid, uint32_t rows) {
         const uint64_t first = k.lseFirst + (uint64_t)v_.r0 * k.lseStride;
@@ -326,7 +325,7 @@ private:
             v_.outQue.FreeTensor(o);
         }
         // The rows' lse entries lie kvSplits floats apart: each value goes to a 32-byte block of its own
-        // (Brcb; rows blocks fit the output buffer of rows x D halves), one burst of 4 bytes per block.
+        // (Brcb; the output buffer holds rows blocks, pasa_buffer_plan.h), one burst of 4 bytes per block.
         LocalTensor<float> spread = v_.outQue.template AllocTensor<float>();
         Brcb(spread, v_.fa, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
         v_.outQue.EnQue(spread);

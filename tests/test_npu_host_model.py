@@ -331,6 +331,14 @@ CASES = {
                                         precision="fp32_frame", split=True, sigma=3.0),
     "frame_tasks_per_core_3": dict(b=2, n=8, nkv=2, s1=256, s2=256, d=64, layout="BSH", precision="fp32_frame",
                                    sigma=2.0),
+    # query blocks whose Q does not fit an L0A half (reloaded per chunk of S): 256 rows at D = 80, 96, 192 at D = 128
+    # (AIV tiles of 48 rows), each with a tail tile
+    "frame_rows256_d96_gqa_moves": dict(b=1, n=4, nkv=2, s1=300, s2=700, d=96, layout="BNSD",
+                                        precision="fp32_frame", sigma=3.0),
+    "frame_rows256_d80_causal": dict(b=1, n=2, nkv=2, s1=600, s2=600, d=80, layout="BSND", precision="fp32_frame",
+                                     sparse_mode=3, sigma=2.0),
+    "frame_rows192_d128_moves": dict(b=1, n=2, nkv=1, s1=400, s2=520, d=128, layout="BSH", precision="fp32_frame",
+                                     sigma=3.0),
     # the same for the PASA allocations, whose F (pasa, pasa_fp32) and frame and shift lag (pasa_rs) start at
     # a tile's first visited block: bit-identical to the golden model's definition where it was before
     "skip_causal_mode2_square_pasa": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD", precision="pasa",
@@ -807,6 +815,48 @@ def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
         assert stats["moved_row_blocks"] == 2 * first_keys
     else:
         assert stats["moved_row_blocks"] >= first_keys
+
+
+@pytest.mark.parametrize("d, block_q", [(80, 256), (96, 256), (128, 192)])
+def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_q):
+    """fp32_frame's query blocks whose Q (block_q x D FP16) does not fit an L0A half: the tiling takes them (K and V
+    read once for all their rows: the cube loads Q per chunk of S, pasa_framed_cube.h), and the kernel equals the
+    golden model at that block_q bit for bit, with its counts of moved (row, KV block) and closed (tile, KV block)
+    pairs. Per AIV the rows come in two tiles (64 + 64, or 48 + 48 at 192), and the keys' level drifts up along the
+    sequence: the first tile's rows see their scores rise (their frames move up in almost every block, more often
+    than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far below), so a
+    move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S computed
+    from the wrong rows of Q, changes the output or the counts. A tail tile of 136 rows follows (two blocks make
+    fewer than 128-row blocks would, the tiling's condition for taking the larger ones)."""
+    rng = np.random.default_rng(d)
+    heads, s1, s2 = 2, block_q + 136, 2048
+    rising = (np.arange(s1) % block_q % (block_q // 2) < block_q // 4)[:, None]
+    q = rng.standard_normal((1, heads, s1, d)) + np.where(rising, 1.0, -0.5)
+    k = rng.standard_normal((1, heads, s2, d)) + np.linspace(0.0, 16.0, s2)[:, None]
+    v = rng.standard_normal((1, heads, s2, d))
+    q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    scale = 1 / math.sqrt(d)
+    kw = dict(num_heads=heads, input_layout="BNSD", scale=scale, precision="fp32_frame", softmax_lse_flag=True)
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    assert tiling["blockQ"] == block_q and block_q * d * 2 > 32 * 1024 and tiling["kvSplits"] == 1
+    out, lse, counters = npu_host_model.count(q, k, v, cost={}, **kw)
+    stats = {}
+    g_out, g_lse = golden.attention(q, k, v, precision="fp32_frame", scale=scale, block_q=block_q,
+                                    block_kv=tiling["blockKv"], stats=stats)
+    np.testing.assert_array_equal(out, g_out)
+    np.testing.assert_array_equal(lse[..., 0], g_lse)
+    aivs = counters[tiling["block_dim"]:]
+    for name in ("moved_row_blocks", "moved_tile_blocks"):
+        assert sum(c[name] for c in aivs) == stats[name], name
+    assert stats["moved_row_blocks"] > 4 * heads * s1  # far beyond every row's first key
+    # the cube read K and V once per query block: per AIC, MTE2 moves its tasks' Q, P and K, V blocks (FP16) and the
+    # column of ones once
+    aics = counters[:tiling["block_dim"]]
+    blocks = -(-s2 // 128)
+    kv = 2 * blocks * 128 * d * 2
+    tiles = [min(block_q, s1 - r0) for r0 in range(0, s1, block_q)] * heads
+    want = sum(-(-r // 16) * 16 * (d + blocks * 128) * 2 for r in tiles) + len(tiles) * kv
+    assert sum(c["mte2_bytes"] for c in aics) == want + len(aics) * 128 * 16 * 2
 
 
 @pytest.mark.parametrize("block_kv", [16, 32, 64, 128, 256])

@@ -130,9 +130,27 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
-    // fp32_frame takes 256 query rows where Q stays in an L0A half beside P (D <= 64), the others at most 128
-    CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256 && d.D <= 64));
-    if (framed && d.D <= 64) CHECK(t.blockQ == 256);
+    // fp32_frame takes the most query rows of 256, 192, 128, 64, ... whose accumulator [O | l] (FP32, D + 16
+    // columns) fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk):
+    // on the A2's memories 256 up to D = 96, 192 at D = 112 to 144; more than 128 only where that makes fewer query
+    // blocks than 128 would. The others take at most 128.
+    CHECK(t.blockQ <= 128 || (framed && (t.blockQ == 256 || t.blockQ == 192)));
+    if (framed) {
+        const uint64_t headRows = (uint64_t)d.S1 * (d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1);
+        uint32_t rows = 0;
+        for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u})
+            if (rows == 0 && (uint64_t)bq * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= pl.l0cSize &&
+                (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
+                rows = bq;
+        CHECK(t.blockQ <= rows);
+        // beyond D = 144 the AIVs' UB (their rows of O in FP32) takes fewer rows than L0C would
+        if (pl.ubSize >= 192 * 1024 && pl.l1Size >= 512 * 1024 && d.D <= 144) {
+            CHECK(t.blockQ == rows);
+            if (d.D <= 96 && headRows > 128) CHECK(t.blockQ == 256);
+            if (d.D >= 112 && headRows > 256) CHECK(t.blockQ == 192);
+            if (headRows <= 128) CHECK(t.blockQ == 128);
+        }
+    }
     // decode with GQA: a task's rows are its KV head's group of query heads
     const uint32_t packedHeads = d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1;
     CHECK(t.packedHeads == packedHeads);
@@ -149,8 +167,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         CHECK(t.kvStack == 1 && t.preLaunch == 1);
     } else {
         CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(4, t.kvBlocksPerSplit));
-        // UB holds the longest stack beside every query block of head dims up to 128
-        if (d.D <= 128) CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
+        // UB holds the longest stack beside every query block of head dims up to 128, but fp32_frame's 256 rows at
+        // D = 96, which fill it with stacks of 2 (the handshake shortens before the query block does)
+        if (d.D <= 128 && !(framed && d.D == 96))
+            CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
+        if (framed && d.D == 96 && t.blockQ == 256) CHECK(t.kvStack == std::min<uint32_t>(2, t.kvBlocksPerSplit));
         CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
         // a second stack ahead only where a task can have three stacks or more
         if (CeilDiv(t.kvBlocksPerSplit, t.kvStack) < 3) CHECK(t.preLaunch == 1);

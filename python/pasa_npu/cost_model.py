@@ -191,10 +191,11 @@ def _busiest(counters, aic: bool) -> dict:
     return max(side, key=lambda c: sum(c["pipe_cycles"].values()))["pipe_cycles"]
 
 
-def _plan(head_dim, precision, layout) -> tuple[int, bool]:
-    """The kernel's query block for this head dim and allocation, and whether the allocation has a key pre-pass
-    (PASA's K' = M K, pasa_rs's centring): what the tiling reads from the allocation's kernel policy."""
-    q, k, v = _inputs(1, 1, 1, 1, 1, head_dim, layout)
+def _plan(seq_q, head_dim, precision, layout) -> tuple[int, bool]:
+    """The kernel's query block for a head of seq_q query rows, this head dim and allocation, and whether the
+    allocation has a key pre-pass (PASA's K' = M K, pasa_rs's centring): what the tiling reads from the allocation's
+    kernel policy."""
+    q, k, v = _inputs(1, 1, 1, seq_q, 1, head_dim, layout)
     t = npu_host_model.tiling(q, k, v, num_heads=1, input_layout=layout, precision=precision)
     return int(t["blockQ"]), t["prepassItems"] > 0
 
@@ -216,7 +217,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     costs = dict(A2_COSTS if costs is None else costs)
     if sparse_mode not in (0, 2, 3):
         raise ValueError("the cost model takes sparse_mode 0 (no mask), 2 or 3 (causal)")
-    bq, shifted = _plan(head_dim, precision, layout)
+    bq, shifted = _plan(seq_q, head_dim, precision, layout)
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
