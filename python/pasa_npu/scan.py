@@ -289,6 +289,7 @@ def verify(caps: list[Capture], precisions=VERDICT_PRECISIONS, *, beta: float | 
 # ------------------------------------------------------------------------------------------------
 
 _LABEL = {"ok": "ok", "nan": "NaN", "-inf": "-Inf"}
+_WIDTH = max(len(p) for p in VERDICT_PRECISIONS)  # of a verdict column
 
 
 def _count(rows: list[HeadStats], precision: str, verdict: str) -> int:
@@ -297,12 +298,12 @@ def _count(rows: list[HeadStats], precision: str, verdict: str) -> int:
 
 def format_table(rows: list[HeadStats]) -> str:
     head = (f"{'layer':>5} {'head':>4} {'max|QK^T|':>11} {'*scale':>10} {'max|S_pasa|':>11} {'max corr':>9} "
-            f"{'K bias':>7} {'reson.':>7}  " + " ".join(f"{p:>9}" for p in VERDICT_PRECISIONS))
+            f"{'K bias':>7} {'reson.':>7}  " + " ".join(f"{p:>{_WIDTH}}" for p in VERDICT_PRECISIONS))
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.layer:>5} {r.head:>4} {r.max_qk:>11.4g} {r.max_qk_scaled:>10.4g} {r.max_shifted:>11.4g} "
                      f"{r.max_correction:>9.3g} {r.k_bias:>7.3f} {r.resonance:>7.3f}  "
-                     + " ".join(f"{_LABEL[r.overflow[p]]:>9}" for p in VERDICT_PRECISIONS))
+                     + " ".join(f"{_LABEL[r.overflow[p]]:>{_WIDTH}}" for p in VERDICT_PRECISIONS))
     n = len(rows)
     lines.append("heads that overflow (NaN / -Inf): " + ", ".join(
         f"{p} {_count(rows, p, 'nan')}/{_count(rows, p, '-inf')} of {n}" for p in VERDICT_PRECISIONS))
