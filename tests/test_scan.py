@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pasa_npu import golden, scan
+from pasa_npu import golden, metrics, scan
+from pasa_npu.blockwise import FRAME_UP
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -55,6 +56,54 @@ def test_verdicts_agree_with_golden(factor):
     if factor == 1.3:  # the construction reaches every verdict
         assert [r.overflow["fp16_fp32"] for r in rows] == ["ok", "nan", "-inf", "nan"]
         assert [r.overflow["pasa_fp32"] for r in rows] == ["ok", "ok", "ok", "nan"]
+
+
+def test_default_fp32_frame_is_ok_where_fp16_scores_overflow():
+    """Heads whose scores pass 65504 (in phase, out of phase, spread, and near 10^8 from Q and K of
+    magnitude 2000): fp16_fp32 is flagged, the default fp32_frame is not, and running both through
+    fused_attention (verify) agrees. "ok" also means right: fp32_frame's error is fp32's."""
+    q, k, v = resonant_heads()
+    g = torch.Generator().manual_seed(1)
+    u = torch.cos(2 * math.pi * 3 * torch.arange(32) / 32)
+    q = torch.cat([1.3 * q, (2000 * u + 50 * torch.randn(40, 32, generator=g))[None, None]], 1)
+    k = torch.cat([k, (2000 * u + 50 * torch.randn(200, 32, generator=g))[None, None]], 1)
+    v = torch.cat([v, v[:, :1]], 1)
+    scale = 32 ** -0.5
+    cap = scan.Capture(0, q, k, v, None, scale)
+    rows = scan.scan_capture(cap)
+    assert [r.max_qk > 65504 for r in rows] == [False, True, True, True, True]
+    assert [r.overflow["fp16_fp32"] for r in rows] == ["ok", "nan", "-inf", "nan", "nan"]
+    assert [r.overflow["fp32_frame"] for r in rows] == ["ok"] * 5
+    ran = scan.verify([cap], ("fp16_fp32", "fp32_frame"))
+    assert [ran[(0, h, "fp16_fp32")] for h in range(5)] == [False, True, False, True, True]
+    assert not any(ran[(0, h, "fp32_frame")] for h in range(5))
+    ref, _ = golden.reference(q.numpy(), k.numpy(), v.numpy(), scale=scale)
+    err = {p: [metrics.rmse(golden.attention(q.numpy(), k.numpy(), v.numpy(), precision=p, scale=scale)[0][0, h],
+                            ref[0, h]) for h in range(5)] for p in ("fp32", "fp32_frame")}
+    assert all(e <= 1.1 * e32 for e, e32 in zip(err["fp32_frame"], err["fp32"])), err
+
+
+def test_fp32_frame_largest_p_stays_in_fp16_range():
+    """The reason of fp32_frame's "ok": its only FP16 values besides the inputs are P, at most
+    e^FRAME_UP against the frame, and the output, a weighted mean of V. A row whose second block lies
+    just under FRAME_UP above the first (so the frame stays: P ≈ 21 000) with V at FP16's maximum
+    gives 65504, finite, through fused_attention."""
+    assert math.exp(FRAME_UP) < scan.FP16_MAX
+    q = torch.zeros(1, 1, 1, 32)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, 256, 32)
+    k[0, 0, 128:, 0] = FRAME_UP - 0.05  # scores 0 in block 1, FRAME_UP − 0.05 in block 2 (scale 1)
+    v = torch.full((1, 1, 256, 32), scan.FP16_MAX)
+    stats = {}
+    golden.attention(q.numpy(), k.numpy(), v.numpy(), precision="fp32_frame", scale=1.0, stats=stats)
+    assert stats["moved_row_blocks"] == 1  # only the first block set the frame: P reaches e^(FRAME_UP − 0.05)
+    cap = scan.Capture(0, q, k, v, None, 1.0)
+    assert scan.scan_capture(cap)[0].overflow["fp32_frame"] == "ok"
+    assert not scan.verify([cap], ("fp32_frame",))[(0, 0, "fp32_frame")]
+    from pasa_npu.integrations import PasaSettings, attend
+
+    out = attend(q, k, v, None, 1.0, PasaSettings(precision="fp32_frame", safety_net=False))
+    assert torch.equal(out, torch.full_like(out, scan.FP16_MAX))
 
 
 def test_masked_keys_do_not_count_for_plain_allocations():
@@ -157,7 +206,8 @@ def test_cli_scan_writes_table_json_png(minilm, tmp_path, capsys):
     path, _, _ = minilm
     assert main(["scan", str(path), "--prompt", "A short prompt.", "--out", str(tmp_path), "--verify"]) == 0
     text = capsys.readouterr().out
-    assert "max|QK^T|" in text and "360 of 360" in text  # 72 heads x 5 allocations
+    cases = 72 * len(scan.VERDICT_PRECISIONS)  # every allocation of precision.py, the default included
+    assert "max|QK^T|" in text and "fp32_frame" in text and f"{cases} of {cases}" in text
     data = json.loads((tmp_path / "scan.json").read_text())
     assert len(data["heads"]) == 72 and data["overflowing_heads"]["fp16"] == {"nan": 0, "-inf": 0}
     assert (tmp_path / "scan.png").read_bytes()[:4] == b"\x89PNG"

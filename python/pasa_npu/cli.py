@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import __version__, accuracy, beta
-from .precision import PRECISIONS
+from .precision import DEFAULT_PRECISION, PRECISIONS
 
 
 def _accuracy(args) -> int:
@@ -194,8 +194,8 @@ def main(argv=None) -> int:
 
     sc = sub.add_parser("scan", help="per layer and head: would FP16 attention overflow on this model and prompt?",
                         description="Run a prompt through a local transformers model and report, per layer and head, "
-                        "the largest attention scores and whether each FP16 allocation (fp16, fp16_fp32, pasa, "
-                        "pasa_fp32) would overflow; writes scan.json and scan.png.")
+                        f"the largest attention scores and whether each allocation (the default {DEFAULT_PRECISION} included) "
+                        "would overflow in FP16; writes scan.json and scan.png.")
     sc.add_argument("model_dir", help="a local transformers model folder (config, weights, tokenizer)")
     sc.add_argument("--prompt", required=True, help="the text to run through the model")
     sc.add_argument("--out", default="scan_out", help="output folder for scan.json and scan.png (default: scan_out)")

@@ -80,6 +80,8 @@ DEFAULT_PRECISION = "fp32_frame"
 # The blockwise loop relies on it: scores enter the softmax without a second rounding.
 assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())
 assert all(not (a.shifted and a.row_shifted) for a in ALLOCATIONS.values())
+# The scanner's verdicts rely on it: an allocation that can overflow rounds its scores to FP16.
+assert all(a.overflow_free or a.score == "float16" for a in ALLOCATIONS.values())
 
 
 def get_allocation(precision: str) -> Allocation:

@@ -17,15 +17,18 @@ defines every column):
   relative to its spread;
 * ``resonance``: cos(mean_i Q_i, mean_j K_j) along the head dimension, the phase alignment of the
   paper's §3.3.2 (+1: in phase, large positive scores; −1: 180° out of phase, large negative);
-* a verdict per allocation: does a score or state value reach 65520, the smallest magnitude that
-  rounds to Inf in FP16, and what follows? ``"nan"``: a +Inf score (the row maximum becomes Inf and
-  S − max NaN), or any Inf in PASA's S' or corrections (its block mean becomes ±Inf); the output
-  rows turn NaN. ``"-inf"``: only scores below −65520 overflow (fp16, fp16_fp32): those keys get
-  weight 0, silently; harmless where they had no weight anyway, wrong where they had (a row whose
-  every key overflows gets output 0). ``"ok"``: nothing overflows. Criteria: fp16_fp32 the attended
-  Q·Kᵀ; fp16 the attended Q·Kᵀ and Q·Kᵀ·scale; pasa_fp32 S'; pasa S' and the corrections; pasa_rs
-  (the default allocation) none: it recomputes with FP32 scores any block whose S' would overflow,
-  so only inputs beyond FP16's range make it "nan".
+* a verdict per allocation of :mod:`pasa_npu.precision`, derived from what its definition rounds
+  to FP16: does such a value reach 65520, the smallest magnitude that rounds to Inf in FP16, and
+  what follows? ``"nan"``: a +Inf score (the row maximum becomes Inf and S − max NaN), or any Inf in
+  PASA's S' or corrections (its block mean becomes ±Inf); the output rows turn NaN. ``"-inf"``: only
+  scores below −65520 overflow (FP16 S unshifted): those keys get weight 0, silently; harmless where
+  they had no weight anyway, wrong where they had (a row whose every key overflows gets output 0).
+  ``"ok"``: nothing overflows. Criteria: FP16 S unshifted (fp16_fp32, fp16) the attended Q·Kᵀ, and
+  Q·Kᵀ·scale where the state is FP16 too (fp16); FP16 S' (pasa_fp32, pasa) S', and the corrections
+  where the state is FP16 too (pasa); an ``overflow_free`` allocation none: fp32 and fp32_frame (the
+  default) hold S in FP32 and round to FP16 only P, which their row maximum or frame keeps at most 1
+  or e^FRAME_UP ≈ 22 026, and the output, a weighted mean of V; pasa_rs recomputes with FP32 scores
+  any block whose S' would overflow. Only inputs beyond FP16's range make them "nan".
 
 All statistics are computed in float64 on the FP16-rounded Q, K, V that the kernels would receive.
 """
@@ -41,14 +44,16 @@ import torch
 
 from .accuracy import json_safe
 from .beta import default_beta, ideal_invariance, shift_entries
+from .precision import ALLOCATIONS, PRECISIONS, Allocation
 
 __all__ = ["Capture", "HeadStats", "capture", "scan_capture", "scan_model", "verify", "format_table",
-           "write_json", "write_heatmap", "FP16_INF_AT", "VERDICT_PRECISIONS"]
+           "write_json", "write_heatmap", "overflow_verdict", "FP16_INF_AT", "VERDICT_PRECISIONS"]
 
 #: The smallest magnitude that rounds to Inf in FP16 (round to nearest even past 65504).
 FP16_INF_AT = 65520.0
 FP16_MAX = 65504.0
-VERDICT_PRECISIONS = ("fp16", "fp16_fp32", "pasa", "pasa_fp32", "pasa_rs")
+#: One verdict per allocation, in precision.py's order.
+VERDICT_PRECISIONS = PRECISIONS
 _SCAN_NAME = "pasa_scan"
 
 
@@ -148,23 +153,27 @@ def resonance(q: torch.Tensor, k: torch.Tensor, keep_keys: torch.Tensor | None =
     return torch.nn.functional.cosine_similarity(q.mean(dim=-2), k.mean(dim=-2), dim=-1)
 
 
+def overflow_verdict(alloc: Allocation, qk_max: float, qk_min: float, scale: float, max_shifted: float,
+                     max_corr: float) -> str:
+    """"nan", "-inf" or "ok" for one allocation, from the values its definition rounds to FP16 (the
+    criteria of the module docstring)."""
+    if alloc.overflow_free:  # FP32 scores, or an FP32 recompute of a block whose S' overflows
+        return "ok"
+    if alloc.shifted:  # FP16 S', and the corrections in an FP16 state
+        peak = max(max_shifted, max_corr) if alloc.state == "float16" else max_shifted
+        return "nan" if peak >= FP16_INF_AT else "ok"
+    # FP16 S = Q·Kᵀ out of the matrix unit; an FP16 state also holds the scaled scores
+    factor = max(1.0, scale) if alloc.state == "float16" else 1.0
+    if qk_max * factor >= FP16_INF_AT:
+        return "nan"
+    return "-inf" if -qk_min * factor >= FP16_INF_AT else "ok"
+
+
 def overflow_verdicts(qk_max: float, qk_min: float, scale: float, max_shifted: float,
                       max_corr: float) -> dict[str, str]:
-    """"nan", "-inf" or "ok" for each allocation (the criteria of the module docstring)."""
-
-    def plain(factor: float) -> str:  # FP16 S of an unshifted allocation, scaled by ``factor``
-        if qk_max * factor >= FP16_INF_AT:
-            return "nan"
-        return "-inf" if -qk_min * factor >= FP16_INF_AT else "ok"
-
-    fp16 = plain(max(1.0, scale))
-    return {
-        "fp16": fp16,
-        "fp16_fp32": plain(1.0),
-        "pasa": "nan" if max(max_shifted, max_corr) >= FP16_INF_AT else "ok",
-        "pasa_fp32": "nan" if max_shifted >= FP16_INF_AT else "ok",
-        "pasa_rs": "ok",  # a block whose S' would overflow is recomputed with FP32 scores
-    }
+    """:func:`overflow_verdict` of every allocation in :data:`VERDICT_PRECISIONS`."""
+    return {p: overflow_verdict(ALLOCATIONS[p], qk_max, qk_min, scale, max_shifted, max_corr)
+            for p in VERDICT_PRECISIONS}
 
 
 def _fp16(x: torch.Tensor) -> torch.Tensor:
@@ -280,6 +289,7 @@ def verify(caps: list[Capture], precisions=VERDICT_PRECISIONS, *, beta: float | 
 # ------------------------------------------------------------------------------------------------
 
 _LABEL = {"ok": "ok", "nan": "NaN", "-inf": "-Inf"}
+_WIDTH = max(len(p) for p in VERDICT_PRECISIONS)  # of a verdict column
 
 
 def _count(rows: list[HeadStats], precision: str, verdict: str) -> int:
@@ -288,12 +298,12 @@ def _count(rows: list[HeadStats], precision: str, verdict: str) -> int:
 
 def format_table(rows: list[HeadStats]) -> str:
     head = (f"{'layer':>5} {'head':>4} {'max|QK^T|':>11} {'*scale':>10} {'max|S_pasa|':>11} {'max corr':>9} "
-            f"{'K bias':>7} {'reson.':>7}  " + " ".join(f"{p:>9}" for p in VERDICT_PRECISIONS))
+            f"{'K bias':>7} {'reson.':>7}  " + " ".join(f"{p:>{_WIDTH}}" for p in VERDICT_PRECISIONS))
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.layer:>5} {r.head:>4} {r.max_qk:>11.4g} {r.max_qk_scaled:>10.4g} {r.max_shifted:>11.4g} "
                      f"{r.max_correction:>9.3g} {r.k_bias:>7.3f} {r.resonance:>7.3f}  "
-                     + " ".join(f"{_LABEL[r.overflow[p]]:>9}" for p in VERDICT_PRECISIONS))
+                     + " ".join(f"{_LABEL[r.overflow[p]]:>{_WIDTH}}" for p in VERDICT_PRECISIONS))
     n = len(rows)
     lines.append("heads that overflow (NaN / -Inf): " + ", ".join(
         f"{p} {_count(rows, p, 'nan')}/{_count(rows, p, '-inf')} of {n}" for p in VERDICT_PRECISIONS))
