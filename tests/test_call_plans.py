@@ -46,7 +46,7 @@ def _draw(seed: int, b, n, nkv, s1, s2, d, layout):
 
 #: name: (B, N, Nkv, S1, S2, D, layout, the call's other arguments)
 CASES = {
-    "decode_bsh_gqa_pasa_rs": (2, 4, 2, 1, 160, 16, "BSH", dict(precision="pasa_rs", softmax_lse_flag=True)),
+    "decode_bsh_gqa_fp32_frame": (2, 4, 2, 1, 160, 16, "BSH", dict(precision="fp32_frame", softmax_lse_flag=True)),
     "prefill_bsnd_causal_fp32": (1, 2, 1, 40, 56, 16, "BSND", dict(precision="fp32", sparse_mode=3,
                                                                    atten_mask=COMPRESSED)),
     "prefill_bnsd_mask_pasa_fp32": (2, 2, 2, 24, 40, 16, "BNSD", dict(precision="pasa_fp32", safety_net=False,
@@ -108,7 +108,7 @@ def test_a_planned_call_equals_the_full_path_on_new_inputs(case, monkeypatch):
         assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD", "BNSD_BSND"])
+@pytest.mark.parametrize("layout", ["BSND", "BNSD", "BNSD_BSND"])  # BSH is BSND's memory
 def test_split_kv_partials_merge_into_fias_layout(layout):
     """A short prefill whose G·S1 rows fill one tile splits its KV blocks like decode; the combine kernel then
     writes FIA's layout through its strides. Against float64 attention (a misplaced row is off by O(1))."""
@@ -154,7 +154,7 @@ def test_a_planned_paged_decode_equals_the_full_path():
 
 
 def test_a_misaligned_view_on_a_planned_signature_is_computed_right():
-    (q, k, v), kw = _kwargs("decode_bsh_gqa_pasa_rs", 0)
+    (q, k, v), kw = _kwargs("decode_bsh_gqa_fp32_frame", 0)
     for _ in range(2):
         interface.fused_attention(q, k, v, **kw)
     # The same shapes and strides at an address 2 bytes on: Triton specialises on 16-byte alignment.
@@ -175,7 +175,7 @@ def test_a_misaligned_view_on_a_planned_signature_is_computed_right():
     (dict(requires_grad=True), ValueError, "requires grad"),
 ])
 def test_a_planned_signature_still_validates_other_calls(change, error, match):
-    (q, k, v), kw = _kwargs("decode_bsh_gqa_pasa_rs", 0)
+    (q, k, v), kw = _kwargs("decode_bsh_gqa_fp32_frame", 0)
     kw["precision"] = "fp32"
     for _ in range(3):
         interface.fused_attention(q, k, v, **kw)

@@ -337,8 +337,6 @@ CASES = {
                                         precision="fp32_frame", sigma=3.0),
     "frame_rows256_d80_causal": dict(b=1, n=2, nkv=2, s1=600, s2=600, d=80, layout="BSND", precision="fp32_frame",
                                      sparse_mode=3, sigma=2.0),
-    "frame_rows192_d128_moves": dict(b=1, n=2, nkv=1, s1=400, s2=520, d=128, layout="BSH", precision="fp32_frame",
-                                     sigma=3.0),
     # the same for the PASA allocations, whose F (pasa, pasa_fp32) and frame and shift lag (pasa_rs) start at
     # a tile's first visited block: bit-identical to the golden model's definition where it was before
     "skip_causal_mode2_square_pasa": dict(b=1, n=2, nkv=1, s1=512, s2=512, d=64, layout="BNSD", precision="pasa",

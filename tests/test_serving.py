@@ -172,7 +172,7 @@ def test_reference_tnd_paged_is_each_request_alone(mode, sink):
 
 
 @interpreted
-@pytest.mark.parametrize("precision, mode, four_d", [("fp32", 3, False), ("pasa_rs", 3, True), ("pasa_rs", 4, False),
+@pytest.mark.parametrize("precision, mode, four_d", [("fp32", 3, False), ("pasa_rs", 3, True), ("fp32_frame", 4, False),
                                                      ("pasa", 0, True), ("fp32_frame", 3, True)])
 def test_triton_tnd_paged_mixed_batch(precision, mode, four_d):
     """The Triton kernel reads each request's query rows at its cumulative offset and its keys through the
@@ -192,7 +192,7 @@ def test_triton_tnd_paged_mixed_batch(precision, mode, four_d):
 
 
 @interpreted
-@pytest.mark.parametrize("precision", ["fp32", "pasa_rs", "fp32_frame"])
+@pytest.mark.parametrize("precision", ["pasa_rs", "fp32_frame"])
 def test_triton_tnd_decode_splits_and_device_lengths(precision):
     """Decode and speculative requests only (one query tile per KV head): the kernel splits each request's
     KV blocks and the combine kernel merges them, joining the sink once and writing the TND rows. Lengths
