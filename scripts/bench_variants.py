@@ -18,6 +18,7 @@ prints a table of TFLOP/s (decode: GB/s of K and V).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import shutil
@@ -64,16 +65,19 @@ def load(name: str, pkg: Path, tmp: Path):
     return importlib.import_module(f"pasa_{name}.backends.triton")
 
 
+@functools.lru_cache(maxsize=None)
+def default_block(tb, precision: str, d: int) -> int:
+    """The KV block the public call takes for ``precision`` at head dim ``d`` on the Triton backend ``tb``:
+    ``problem.default_block_kv`` of the version's package, or 128 for a version without it."""
+    pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
+    rule = getattr(pkg.problem, "default_block_kv", None)
+    return 128 if rule is None else rule(pkg.precision.get_allocation(precision), d, "triton")
+
+
 def run(tb, q, k, v, causal, method, config=None):
-    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than the one the public call takes
-    (``problem.default_block_kv`` of the version's package, or 128 for a version without it)."""
+    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than :func:`default_block`'s."""
     precision, _, block_kv = method.partition("@")
-    if block_kv:
-        block_kv = int(block_kv)
-    else:
-        pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
-        rule = getattr(pkg.problem, "default_block_kv", None)
-        block_kv = 128 if rule is None else rule(pkg.precision.get_allocation(precision), q.shape[-1], "triton")
+    block_kv = int(block_kv) if block_kv else default_block(tb, precision, q.shape[-1])
     return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
                         scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
 
