@@ -52,7 +52,9 @@ SWEEP = {
             for m in ("fp32_frame", "fp32")},
     "d128": {m: ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None)) for m in ("fp32_frame", "fp32")},
     "qwen2_7b_causal": {m: ((128, 8, 3, None), (128, 8, 2, None), (64, 4, 3, None)) for m in ("fp32_frame", "fp32")},
-    "d256": {"fp32_frame": ((64, 8, 1, None), (128, 8, 1, None), (64, 4, 1, None))},
+    "video_dit": {m: ((64, 4, 3, None), (128, 8, 3, None), (128, 8, 2, None), (64, 4, 4, None))
+                  for m in ("fp32_frame", "fp32")},
+    "d256": {"fp32_frame": ((128, 8, 2, None), (64, 4, 2, None), (64, 8, 2, None), (128, 8, 1, None))},
 }
 
 

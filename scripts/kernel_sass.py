@@ -24,6 +24,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from pasa_npu.backends import triton as tb
+from pasa_npu.precision import get_allocation
+from pasa_npu.problem import default_block_kv
 from pasa_npu.backends import triton_kernels as k
 
 #: name -> (D, BLOCK_M, num_warps, num_stages, precision, decode): the backend's configurations.
@@ -37,7 +40,7 @@ CONFIGS = {
     "fp32_decode": (128, 16, 4, 2, "fp32", True),
     "fp32_frame_d64": (64, 64, 4, 3, "fp32_frame", False),
     "fp32_frame_d128": (128, 128, 8, 3, "fp32_frame", False),
-    "fp32_frame_d256": (256, 64, 8, 1, "fp32_frame", False),
+    "fp32_frame_d256": (256, 128, 8, 2, "fp32_frame", False),
     "fp32_frame_decode": (128, 16, 4, 2, "fp32_frame", True),
 }
 POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32", "Sink": "*fp32"}
@@ -48,8 +51,11 @@ FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "re
 
 def compile_config(d, block_m, warps, stages, precision, decode):
     kernel = k.attention_kernel
-    consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=128 if precision != "fp32" or d <= 128 else 64,
-                  SHIFTED=False, ROW_SHIFT=precision == "pasa_rs", FRAMED=precision == "fp32_frame", STATE16=False,
+    alloc = get_allocation(precision)
+    block_n = default_block_kv(alloc, d, "triton")  # the public call's block (fp32's free block is the same)
+    ones = tb._config(d, tb._blocked(alloc), block_n, 4096, framed=alloc.framed)[4]
+    consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones,
+                  SHIFTED=False, ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=False,
                   FUSED_SHIFT=decode,
                   HAS_MASK=False, HAS_BAND=False, SPLIT=decode, FP16_EXP=True, PAGED=False, PAGE=1,
                   STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False)

@@ -360,6 +360,23 @@ def test_fp32_frame_default_block_on_the_kernel_is_64_keys_above_d128(d, block):
         assert rel_rmse(out, want[128]) < 1e-3
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp32_frame_p1_takes_16_columns_where_they_cost_no_pipeline_stage(monkeypatch, d):
+    """fp32_frame's P·1 is 16 columns wide (a wgmma that reads P where P·V does) wherever that keeps the tiles and
+    pipeline stages fp32 takes on the H100, and 8 (Hopper's narrowest product) where 16 would cost a stage: at
+    D = 128, where three stages of 128-key K and V tiles leave less than 4 KB of shared memory."""
+    from pasa_npu.backends import triton as tb
+    from pasa_npu.precision import get_allocation
+    from pasa_npu.problem import default_block_kv
+
+    monkeypatch.setattr(tb, "_INTERPRET", False)
+    block = default_block_kv(get_allocation("fp32_frame"), d, "triton")
+    fp32 = tb._config(d, False, block, 4096)
+    framed = tb._config(d, True, block, 4096, framed=True)
+    assert framed[:4] == fp32[:4]
+    assert framed[4] == (8 if d == 128 else 16)
+
+
 @interpreted
 @pytest.mark.parametrize("precision, d, block", [("fp32_frame", 160, 64), ("fp32_frame", 128, 128),
                                                  ("pasa_rs", 160, 128)])

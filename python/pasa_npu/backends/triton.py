@@ -89,14 +89,13 @@ def is_available(device: torch.device | None = None) -> bool:
 
 
 def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool = False,
-            row_shifted: bool = False, framed: bool = False) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages). Rows are independent, so BLOCK_M changes no
+            row_shifted: bool = False, framed: bool = False) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, ONES). Rows are independent, so BLOCK_M changes no
     rounding; BLOCK_N is the allocation's KV block where it has one (PASA's M, pasa_rs's centring and
-    fp32_frame's moves depend on it) and free for fp32. ``has_mask``: a user mask tile is pipelined with
-    K and V; ``row_shifted``: the allocation is pasa_rs; ``framed``: fp32_frame."""
+    fp32_frame's moves depend on it) and free for fp32; ONES, the columns of fp32_frame's P·1 (each holds
+    Σ P), change no rounding either. ``has_mask``: a user mask tile is pipelined with K and V;
+    ``row_shifted``: the allocation is pasa_rs; ``framed``: fp32_frame."""
     block_n = block_kv if blocked else (128 if d_pad <= 128 else 64)
-    if _INTERPRET:
-        return 16, block_n, 4, 1
     # The best configurations measured at S = 4096 (docs/benchmarks/gpu_notes.md).
     if rows <= 16:
         block_m, warps, stages = 16, 4, 2
@@ -111,10 +110,19 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
     # (fp32 with a mask at D = 128 needed 245 760 bytes in 3 stages on the H100); with the Q tile they
     # must fit in shared memory, and fp32_frame's BLOCK_N × ONES FP16 ones (P·1's operand) with them.
     stage_bytes = 4 * block_n * d_pad + (block_m * block_n if has_mask else 0)
-    fixed_bytes = 2 * block_m * d_pad + (2 * _k.ONES.value * block_n if framed else 0)
-    while stages > 1 and stages * stage_bytes + fixed_bytes > _SMEM_BYTES:
+
+    def smem(stages: int, ones: int) -> int:
+        return stages * stage_bytes + 2 * block_m * d_pad + (2 * ones * block_n if framed else 0)
+
+    while stages > 1 and smem(stages, 8) > _SMEM_BYTES:
         stages -= 1
-    return block_m, block_n, warps, stages
+    # P·1 on 16 columns is a wgmma that reads P from the registers P·V reads it from; on 8 (Hopper's narrowest
+    # product) an mma.sync that wants P in a layout of its own, taken only where 16 columns would cost a
+    # pipeline stage (D = 128; docs/benchmarks/gpu_notes.md, items 15 and 18).
+    ones = 16 if smem(stages, 16) <= _SMEM_BYTES else 8
+    if _INTERPRET:  # small tiles, the GPU's P·1
+        return 16, block_n, 4, 1, ones
+    return block_m, block_n, warps, stages, ones
 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
@@ -251,8 +259,8 @@ class AttentionPlan:
         self.kv_info = kv_info
         g = n // nkv
         d_pad = max(16, _pow2(d))
-        block_m, block_n, warps, stages = _config(d_pad, blocked, block_kv, g * s1, mask is not None, alloc.row_shifted,
-                                                  alloc.framed)
+        block_m, block_n, warps, stages, ones = _config(d_pad, blocked, block_kv, g * s1, mask is not None,
+                                                        alloc.row_shifted, alloc.framed)
         if config is not None:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
@@ -342,7 +350,7 @@ class AttentionPlan:
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
              float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, frame_drop, lo, hi,
              per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
-            D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
+            D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, SHIFTED=alloc.shifted, ROW_SHIFT=alloc.row_shifted,
             FRAMED=alloc.framed, STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused",
             HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
             PAGE=page_arg,

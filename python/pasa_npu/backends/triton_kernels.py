@@ -96,8 +96,6 @@ LOG2E = tl.constexpr(1.4426950408889634)
 FRAME_UP = tl.constexpr(blockwise.FRAME_UP)
 FRAME_DOWN = tl.constexpr(blockwise.FRAME_DOWN)
 FRAME_DOWN_BLOCKS = tl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
-#: Columns of ``fp32_frame``'s P·1 product (each holds the row sum Σ P): the tensor cores' narrowest.
-ONES = tl.constexpr(8)
 #: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
 #: batch's first query row in a TND query (VARLEN).
 KV_INFO = tl.constexpr(5)
@@ -512,7 +510,7 @@ def attention_kernel(
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
     NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, frame_drop, band_lo, band_hi,
     blocks_per_split, tile_lo, lse_none,
-    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONES: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, FRAMED: tl.constexpr, STATE16: tl.constexpr,
     FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
     FP16_EXP: tl.constexpr,
@@ -657,9 +655,8 @@ def attention_kernel(
             low = tl.zeros([BLOCK_M], tl.int32)
             known = frame != 0.0
             peak = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum. Hopper's
-            # narrowest product is 8 columns wide (each holds Σ P); at D = 128 its 2 KB of ones leave room for
-            # a third pipeline stage of K and V, where 16 columns did not.
+            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum, in each
+            # of the product's ONES columns.
             l_acc = tl.zeros([BLOCK_M, ONES], tl.float32)
             ones = tl.full([BLOCK_N, ONES], 1.0, tl.float16)
 
