@@ -367,14 +367,24 @@ class AttentionPlan:
         one made with its kv_info. ``out`` and ``lse``: contiguous tensors of the results' shapes (an lse
         may have a trailing dim of 1) to write instead of new ones; ``workspace``: a uint8 tensor of at
         least :attr:`workspace_bytes` on q's device to hold the scratch instead of new tensors."""
-        if workspace is None:
-            workspace = q.new_empty(self.workspace_bytes, dtype=torch.uint8) if self.workspace_bytes else q
-        elif workspace.numel() < self.workspace_bytes:
+        if workspace is not None and workspace.numel() < self.workspace_bytes:
             raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
                              "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
-        scratch, parts = _carve(workspace, 0, 2 * self._scratch, torch.float16), workspace
-        if self._partials:
-            parts = _carve(workspace, 2 * self._scratch, 4 * self._partials, torch.float32)
+        scratch = parts = q  # pointers not read where the plan has no such part
+        if workspace is None and self._info_off is None and not (self._scratch and self._partials):
+            # One part at most (the pre-pass tables or decode's partials): a tensor of its dtype, no bytes to carve
+            # (each tensor op is host time of a call).
+            if self._scratch:
+                scratch = q.new_empty(self._scratch, dtype=torch.float16)
+            elif self._partials:
+                parts = q.new_empty(self._partials, dtype=torch.float32)
+        else:
+            if workspace is None:
+                workspace = q.new_empty(self.workspace_bytes, dtype=torch.uint8)
+            if self._scratch:
+                scratch = _carve(workspace, 0, 2 * self._scratch, torch.float16)
+            if self._partials:
+                parts = _carve(workspace, 2 * self._scratch, 4 * self._partials, torch.float32)
         kv_info = self.kv_info
         if block_table is None:
             table = kv_info = q  # pointers not read
