@@ -45,6 +45,12 @@ SHAPES = {
     "video_dit": (50, 5, 5, 9216, 9216, 64, False),
     "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
     "decode": (16, 32, 8, 1, 8192, 128, False),
+    # Beyond the rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys.
+    "d96": (4, 24, 24, 4096, 4096, 96, False),
+    "d160_causal": (4, 12, 12, 4096, 4096, 160, True),
+    "llama70b_causal": (1, 64, 8, 8192, 8192, 128, True),
+    "s2k_causal": (8, 32, 8, 2048, 2048, 128, True),
+    "decode_128k": (1, 32, 8, 1, 131072, 128, False),
 }
 #: shape -> method -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
 SWEEP = {
