@@ -128,6 +128,9 @@ CASES = {
     "causal_fused": (1, 2, 1, 40, 40, 16, 0.0, None, (None, 0), "fused"),
     "band_mask": (1, 2, 1, 24, 40, 32, 0.0, "rows", (-9, 3), "prepass"),
     "biased": (1, 2, 1, 20, 70, 32, 30.0, None, None, "prepass"),
+    # Whole KV blocks (S2 a multiple of every allocation's block, D a power of two): the kernel's unmasked path.
+    "whole_blocks": (1, 4, 2, 24, 128, 32, 3.0, None, None, "prepass"),
+    "whole_blocks_causal": (1, 2, 1, 40, 128, 32, 0.0, None, (None, 0), "prepass"),
 }
 
 
@@ -143,6 +146,26 @@ def test_kernel_matches_golden_and_float64(precision, case):
         mask = torch.rand(1, n, s1, s2, generator=gen) < 0.3
         mask[:, 0, 5, :] = True  # a row with no key: out 0, lse −∞
     check_against_golden(q, k, v, precision=precision, block_kv=16, mask=mask, band=band, shift=shift)
+
+
+@pytest.mark.parametrize("s2, d, paged, even", [(128, 32, False, True), (120, 32, False, False),
+                                                (128, 48, False, False), (128, 32, True, False)])
+def test_kv_blocks_are_read_unmasked_only_where_every_block_is_whole(s2, d, paged, even):
+    """EVEN_KV (K and V read without a mask, scores without the tail's) exactly where a dense call's KV blocks are
+    all whole: S2 a multiple of the block and D a power of two; a paged call reads its batches' own lengths."""
+    from pasa_npu.backends import triton as tb
+
+    q = torch.zeros(1, 2, 8, d, dtype=torch.float16)
+    k = torch.zeros(1, 2, s2, d, dtype=torch.float16)
+    kw = dict(precision="fp32_frame", beta=None, block_kv=16, scale=1.0, mask=None)
+    if paged:
+        cache = k.reshape(s2 // 16, 2, 16, d).contiguous()  # (blocks, Nkv, page, D)
+        table = torch.arange(s2 // 16, dtype=torch.int32)[None]
+        info = torch.tensor([[8, s2, -8, s2, 0]], dtype=torch.int32)
+        plan = tb.AttentionPlan(q, cache, cache, block_table=table, page=16, kv_info=info, **kw)
+    else:
+        plan = tb.AttentionPlan(q, k, k, **kw)
+    assert plan._attend[0].constexprs["EVEN_KV"] is even
 
 
 @interpreted

@@ -265,6 +265,10 @@ class AttentionPlan:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
         tiles = _cdiv(g * s1, block_m)
+        # Whole KV blocks read without masks: fewer instructions per block (13% at D = 64), faster up to D = 128;
+        # at D = 256 the unmasked loads made the kernel spill and run 10% slower (docs/benchmarks/gpu_notes.md,
+        # item 19).
+        even_kv = not paged and s2 % block_n == 0 and d == d_pad <= 128
         if shift is None:
             shift = "fused" if tiles == 1 else "prepass"
 
@@ -355,7 +359,7 @@ class AttentionPlan:
             HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
             PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
-            num_warps=warps, num_stages=stages)
+            EVEN_KV=even_kv, num_warps=warps, num_stages=stages)
             for tile_lo in reversed(range(0, tiles, chunk))]
 
     def __call__(self, q, k, v, mask, block_table, sink=None, lengths=None, out=None, lse=None,

@@ -250,12 +250,14 @@ def centre_keys_kernel(K, KC, UK, Table, KVInfo, stt, S2, skb, skh, sks, uk_off,
 
 @triton.jit
 def _rows(Ptr, head_off, Table, b, stt, cols, S2, sb, ss, D: tl.constexpr, D_PAD: tl.constexpr,
-          PAGED: tl.constexpr, PAGE: tl.constexpr):
+          PAGED: tl.constexpr, PAGE: tl.constexpr, EVEN_KV: tl.constexpr):
     """Rows ``cols`` of one KV head of K or V (offset ``head_off``, rows through :func:`_kv_rows`), zeros past
-    the S2 keys and the D columns."""
+    the S2 keys and the D columns (EVEN_KV: there are none, and the load takes no mask)."""
     d = tl.arange(0, D_PAD)
     ok = cols < S2
     offs = _kv_rows(Table, b, stt, cols, ok, sb, ss, PAGED, PAGE)
+    if EVEN_KV:
+        return tl.load(Ptr + head_off + offs[:, None] + d[None, :])
     return tl.load(Ptr + head_off + offs[:, None] + d[None, :], mask=ok[:, None] & (d[None, :] < D), other=0.0)
 
 
@@ -279,9 +281,12 @@ def _fp16_max(m32):
 
 @triton.jit
 def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
-            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr):
+            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, EVEN_KV: tl.constexpr):
     """Scores of block ``blk`` with masked keys at −∞. Element masks only where a block is not wholly
-    kept: the S2 tail, the band's edges, a user mask (read in place, broadcast through its strides)."""
+    kept: the S2 tail, the band's edges, a user mask (read in place, broadcast through its strides).
+    EVEN_KV: no block has a tail, so without a band or mask every block is kept whole."""
+    if EVEN_KV and not HAS_BAND and not HAS_MASK:
+        return s
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < S2
     c0 = blk * BLOCK_N
@@ -309,10 +314,11 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 
 @triton.jit
 def _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
-               BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+               BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, EVEN_KV: tl.constexpr):
     """FlashAttention-2's scores of block ``blk``: Q·Kᵀ in FP32, unscaled (the softmax's exp applies the
     scale)."""
-    k = _rows(K, k_head, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, skb, sks, D, D_PAD, PAGED, PAGE)
+    k = _rows(K, k_head, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, skb, sks, D, D_PAD, PAGED, PAGE,
+              EVEN_KV)
     return tl.dot(q, tl.trans(k))
 
 
@@ -515,7 +521,7 @@ def attention_kernel(
     FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
     FP16_EXP: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
-    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr,
+    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr, EVEN_KV: tl.constexpr,
 ):
     """Grid (query tiles from tile_lo on, B·NKV, splits). Out/Lse: the final FP16 output, contiguous
     (B, S1, N, D) with OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not
@@ -550,7 +556,10 @@ def attention_kernel(
 
     HAS_SINK: Sink (N,) holds each query head's learnable sink logit (any float dtype), which joins the
     softmax's denominator once, in the final normalisation (:func:`_join_sink`); with SPLIT, in the
-    combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial)."""
+    combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial).
+
+    EVEN_KV (dense K and V, S2 a multiple of BLOCK_N, D = D_PAD): every KV block is whole, so K and V are read
+    without a mask, and without a band or mask the scores take none."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     tile = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_m = tile_lo + tile
@@ -642,7 +651,7 @@ def attention_kernel(
         acc, _, lv = _rs_scores(q, first, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
                                 BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
         e_run = _rs_excess(_masked(acc, first, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb,
-                                   smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND), lv)
+                                   smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV), lv)
         e_lag = tl.full([BLOCK_M], float("-inf"), tl.float32)
         c1 = tl.zeros([BLOCK_M], tl.float32)
         psi1 = c1
@@ -668,9 +677,9 @@ def attention_kernel(
             s, mean = _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
                                    D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
         else:
-            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_N, PAGED, PAGE)
+            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_N, PAGED, PAGE, EVEN_KV)
         s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb, smh, sms, smk,
-                    BLOCK_N, HAS_MASK, HAS_BAND)
+                    BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV)
         if ROW_SHIFT:
             s, m_blk, d_cur, e_run, e_lag, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag, c1, psi1,
                                                                 reshift_at, relevance)
@@ -685,7 +694,7 @@ def attention_kernel(
             d_prev = 0.0
             d_cur = 0.0
         v = _rows(V, hkv * svh, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, svb, svs, D, D_PAD,
-                  PAGED, PAGE)
+                  PAGED, PAGE, EVEN_KV)
         if FRAMED:
             # l and O from the same FP16 P, summed across blocks in the frames.
             l_acc = tl.dot(p, ones, l_acc)
