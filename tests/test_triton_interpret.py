@@ -148,16 +148,19 @@ def test_kernel_matches_golden_and_float64(precision, case):
     check_against_golden(q, k, v, precision=precision, block_kv=16, mask=mask, band=band, shift=shift)
 
 
-@pytest.mark.parametrize("s2, d, paged, even", [(128, 32, False, True), (120, 32, False, False),
-                                                (128, 48, False, False), (128, 32, True, False)])
-def test_kv_blocks_are_read_unmasked_only_where_every_block_is_whole(s2, d, paged, even):
-    """EVEN_KV (K and V read without a mask, scores without the tail's) exactly where a dense call's KV blocks are
-    all whole: S2 a multiple of the block and D a power of two; a paged call reads its batches' own lengths."""
+@pytest.mark.parametrize("s2, d, paged, precision, even", [
+    (128, 32, False, "fp32_frame", True), (128, 32, False, "fp32", True), (120, 32, False, "fp32_frame", False),
+    (128, 48, False, "fp32_frame", False), (256, 256, False, "fp32_frame", False), (128, 32, True, "fp32_frame", False),
+    (128, 32, False, "pasa_rs", False)])
+def test_kv_blocks_are_read_unmasked_only_where_every_block_is_whole(s2, d, paged, precision, even):
+    """EVEN_KV (K and V read without a mask, scores without the tail's) exactly where a dense fp32 or fp32_frame
+    call's KV blocks are all whole: S2 a multiple of the block and D a power of two up to 128; a paged call reads
+    its batches' own lengths."""
     from pasa_npu.backends import triton as tb
 
     q = torch.zeros(1, 2, 8, d, dtype=torch.float16)
     k = torch.zeros(1, 2, s2, d, dtype=torch.float16)
-    kw = dict(precision="fp32_frame", beta=None, block_kv=16, scale=1.0, mask=None)
+    kw = dict(precision=precision, beta=None, block_kv=16, scale=1.0, mask=None)
     if paged:
         cache = k.reshape(s2 // 16, 2, 16, d).contiguous()  # (blocks, Nkv, page, D)
         table = torch.arange(s2 // 16, dtype=torch.int32)[None]

@@ -265,10 +265,11 @@ class AttentionPlan:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
         tiles = _cdiv(g * s1, block_m)
-        # Whole KV blocks read without masks: fewer instructions per block (13% at D = 64), faster up to D = 128;
-        # at D = 256 the unmasked loads made the kernel spill and run 10% slower (docs/benchmarks/gpu_notes.md,
-        # item 19).
-        even_kv = not paged and s2 % block_n == 0 and d == d_pad <= 128
+        # Whole KV blocks read without masks (FlashAttention's scores: fp32, fp32_frame): fewer instructions per
+        # block (13% at D = 64), faster up to D = 128; at D = 256 the unmasked loads made the kernel spill and
+        # run 10% slower, and pasa_rs's key centring fused into the loop asked for more shared memory than the
+        # H100 has (docs/benchmarks/gpu_notes.md, item 19).
+        even_kv = not (paged or alloc.shifted or alloc.row_shifted) and s2 % block_n == 0 and d == d_pad <= 128
         if shift is None:
             shift = "fused" if tiles == 1 else "prepass"
 

@@ -558,8 +558,8 @@ def attention_kernel(
     softmax's denominator once, in the final normalisation (:func:`_join_sink`); with SPLIT, in the
     combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial).
 
-    EVEN_KV (dense K and V, S2 a multiple of BLOCK_N, D = D_PAD): every KV block is whole, so K and V are read
-    without a mask, and without a band or mask the scores take none."""
+    EVEN_KV (dense K and V, S2 a multiple of BLOCK_N, D = D_PAD; fp32 and fp32_frame): every KV block is whole,
+    so K and V are read without a mask, and without a band or mask the scores take none."""
     # Longest rows first: under a causal band the last tiles see the most KV blocks.
     tile = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_m = tile_lo + tile
