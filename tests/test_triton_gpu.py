@@ -40,6 +40,9 @@ CASES = {
     "short_d256": (1, 2, 1, 30, 500, 256, 0.0, None, None, 128),  # one 64-row tile per KV head
     "biased30": (1, 4, 1, 256, 1024, 128, 30.0, None, None, 128),
     "biased30_causal": (1, 4, 4, 512, 512, 64, 30.0, None, (None, 0), 128),
+    # Whole KV blocks (fp32 and fp32_frame read them unmasked): split-KV decode, and a user mask.
+    "whole_blocks_decode": (2, 16, 4, 1, 4096, 128, 0.0, None, None, 128),
+    "whole_blocks_mask": (1, 4, 4, 150, 512, 64, 0.0, "random", None, 128),
 }
 
 
