@@ -1,0 +1,106 @@
+"""What Triton reaches on this GPU for FlashAttention-2's forward at all: a minimal kernel (one head dim, no
+masks, tails, GQA, layouts or lse) timed beside our ``fp32`` and the default through the public call, and SDPA's
+flash and cuDNN backends, on one non-causal shape.
+
+    PYTHONPATH=python python3 scripts/bench_triton_floor.py --out DIR [--shape B H S D]
+
+writes ``floor.json`` (TFLOP/s of each tile configuration of the minimal kernel, with the scale applied after
+the subtraction of the row maximum, as our kernels do, or folded into one FMA per score; and of the others) and
+prints a table. The minimal kernel's output is checked against float32 attention before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gpu import env_info  # noqa: E402
+
+import pasa_npu  # noqa: E402
+
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages) of the minimal kernel.
+CONFIGS = ((128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4))
+
+
+@triton.jit
+def minimal_attention(Q, K, V, O, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      FMA: tl.constexpr):
+    """Out = softmax(scale·Q·Kᵀ)·V of one (batch, head) per program column, contiguous (B·H, S, D) tensors, S a
+    multiple of both blocks."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    base = tl.program_id(1).to(tl.int64) * S * D
+    d = tl.arange(0, D)
+    keys = tl.arange(0, BLOCK_N)
+    q = tl.load(Q + base + rows[:, None] * D + d[None, :])
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    c = sm_scale * 1.4426950408889634
+    for start in range(0, S, BLOCK_N):
+        s = tl.dot(q, tl.trans(tl.load(K + base + (start + keys)[:, None] * D + d[None, :])))
+        if FMA:  # scale·S − scale·m in one FMA per score (the max's own score can miss 2^0 by an ulp)
+            m_new = tl.maximum(m, tl.max(s, 1) * c)
+            p = tl.exp2(s * c - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+        else:  # subtract, then scale: our kernels' form
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2((s - m_new[:, None]) * c)
+            alpha = tl.exp2((m - m_new) * c)
+        l = l * alpha + tl.sum(p, 1)
+        v = tl.load(V + base + (start + keys)[:, None] * D + d[None, :])
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m = m_new
+    tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shape", type=int, nargs=4, default=(4, 16, 4096, 128), metavar=("B", "H", "S", "D"))
+    args = ap.parse_args()
+    b, h, s, d = args.shape
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    flop = 4 * b * h * s * s * d
+    rate = lambda fn: flop / triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median") / 1e9  # noqa: E731
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    res = {"env": env_info(), "shape": [b, h, s, d], "minimal": [], "others": {}}
+    for fma in (False, True):
+        for bm, bn, warps, stages in CONFIGS:
+            def run(bm=bm, bn=bn, warps=warps, stages=stages, fma=fma):
+                minimal_attention[(s // bm, b * h)](q, k, v, o, d ** -0.5, s, D=d, BLOCK_M=bm, BLOCK_N=bn, FMA=fma,
+                                                     num_warps=warps, num_stages=stages)
+            run()
+            err = float((o.float() - want).abs().max())
+            if err > 1e-2:
+                raise SystemExit(f"minimal kernel {bm, bn, warps, stages, fma} is wrong: max error {err}")
+            res["minimal"].append({"fma": fma, "config": [bm, bn, warps, stages], "rate": rate(run)})
+            print("minimal", "fma" if fma else "sub", bm, bn, warps, stages, round(res["minimal"][-1]["rate"]),
+                  flush=True)
+    kw = dict(num_heads=h, input_layout="BNSD", scale=d ** -0.5)
+    for precision in ("fp32", pasa_npu.DEFAULT_PRECISION):
+        res["others"][precision] = rate(lambda p=precision: pasa_npu.fused_attention(q, k, v, precision=p, **kw))
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel(backend):
+            res["others"][name] = rate(lambda: F.scaled_dot_product_attention(q, k, v))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "floor.json").write_text(json.dumps(res, indent=1))
+    best = max(res["minimal"], key=lambda r: r["rate"])
+    cudnn = res["others"]["sdpa_cudnn"]
+    print(f"\n| kernel | TFLOP/s | / cuDNN |\n|---|---|---|\n| minimal {best['config']} "
+          f"{'fma' if best['fma'] else 'sub'} | {best['rate']:.0f} | {best['rate'] / cudnn:.2f} |")
+    for name, r in res["others"].items():
+        print(f"| {name} | {r:.0f} | {r / cudnn:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
