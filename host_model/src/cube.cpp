@@ -2,6 +2,7 @@
 #include "host_model/cube.h"
 
 #include <cstring>
+#include <vector>
 
 namespace ascendc_model {
 
@@ -33,18 +34,28 @@ void MmadHalf(const std::string& api, float* c, const half* a, const half* b, co
     if (p.enSsparse || p.enWinogradA || p.enWinogradB) Fail(api, "sparse/winograd modes are not modelled");
     const bool accumulate = p.isBias || !p.cmatrixInitVal;
     const uint32_t k1 = (p.k + 15) / 16, m1 = (p.m + 15) / 16, n1 = (p.n + 15) / 16;
-    auto aAt = [&](uint32_t i, uint32_t k) -> double {
-        if (p.m == 1) return double(a[k]);  // GEMV: L0A read as ND
-        return double(a[((i / 16) * k1 + k / 16) * 256 + (i % 16) * 16 + k % 16]);
-    };
+    // The operands are widened to double once per call (exact), row i of A and column j of B each
+    // contiguous over k, not once per product: a half -> double conversion is a libgcc call on x86-64
+    // (and a slow one, raising the denormal flag, for subnormal halves), and m*n*k of them per call
+    // made this loop most of the model's run time.
+    std::vector<double> aRows(size_t(p.m) * p.k), bCols(size_t(p.n) * p.k);
+    for (uint32_t i = 0; i < p.m; ++i)
+        for (uint32_t k = 0; k < p.k; ++k)
+            aRows[size_t(i) * p.k + k] =
+                double(p.m == 1 ? a[k]  // GEMV: L0A read as ND
+                                : a[((i / 16) * k1 + k / 16) * 256 + (i % 16) * 16 + k % 16]);
+    for (uint32_t j = 0; j < p.n; ++j)
+        for (uint32_t k = 0; k < p.k; ++k)
+            bCols[size_t(j) * p.k + k] = double(b[((k / 16) * n1 + j / 16) * 256 + (j % 16) * 16 + k % 16]);
     for (uint32_t i = 0; i < p.m; ++i)
         for (uint32_t j = 0; j < p.n; ++j) {
             // The cube's accumulator is modelled as wide: products of halves are exact in double and
             // so are their sums unless the products span more than ~2^30 in magnitude; the sum is
             // rounded once to FP32 per Mmad call, as the golden model does.
+            const double* ai = &aRows[size_t(i) * p.k];
+            const double* bj = &bCols[size_t(j) * p.k];
             double acc = 0.0;
-            for (uint32_t k = 0; k < p.k; ++k)
-                acc += aAt(i, k) * double(b[((k / 16) * n1 + j / 16) * 256 + (j % 16) * 16 + k % 16]);
+            for (uint32_t k = 0; k < p.k; ++k) acc += ai[k] * bj[k];
             float& out = c[((j / 16) * m1 + i / 16) * 256 + (i % 16) * 16 + j % 16];
             out = accumulate ? out + static_cast<float>(acc) : static_cast<float>(acc);
         }
