@@ -356,8 +356,8 @@ class AttentionPlan:
              float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, frame_drop, lo, hi,
              per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, SHIFTED=alloc.shifted,
-            ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused",
-            HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
+            ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=alloc.state == "float16",
+            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
             PAGE=page_arg,
             STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
             EVEN_KV=even_kv, num_warps=warps, num_stages=stages)
