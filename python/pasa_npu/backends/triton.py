@@ -357,10 +357,10 @@ class AttentionPlan:
              per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, SHIFTED=alloc.shifted,
             ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=alloc.state == "float16",
-            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1, FP16_EXP=not _INTERPRET, PAGED=paged,
-            PAGE=page_arg,
-            STORE_LSE=lse or splits > 1, OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen,
-            EVEN_KV=even_kv, num_warps=warps, num_stages=stages)
+            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1,
+            FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg, STORE_LSE=lse or splits > 1,
+            OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen, EVEN_KV=even_kv,
+            num_warps=warps, num_stages=stages)
             for tile_lo in reversed(range(0, tiles, chunk))]
 
     def __call__(self, q, k, v, mask, block_table, sink=None, lengths=None, out=None, lse=None,
