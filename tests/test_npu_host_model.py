@@ -88,7 +88,7 @@ def ulp_distance(got, want, scale) -> np.ndarray:
 # between the block's and the other blocks' weighted V means (≈ 0.1–0.3 here): one to two ulps at
 # the floor max|V|/16. Measured (host model, g++ 12 -O2, x86-64, 2026-11-22): on the cases below max
 # 0 ulps for "pasa" (bit-identical outputs) and 1 for "pasa_fp32"; on the 400 random configurations
-# of PASA_HOST_MODEL_RANDOM=400 (D up to 256; 2 minutes) max 3. Bound: 4. "fp16_fp32" (no shift, so
+# of PASA_HOST_MODEL_RANDOM=400 (D up to 256; under a minute) max 3. Bound: 4. "fp16_fp32" (no shift, so
 # a flip moves one score, not a block; 2026-11-23): max 1 on its named cases and 3 on the 400 random
 # configurations of test_random_flash_configuration_matches_golden; all of it from (1), (2) and (3):
 # with the host model's exp and log in the golden model its outputs and lse are bit-identical
