@@ -10,14 +10,20 @@ captured CUDA graph, and under ``torch.compile``.
 
 writes ``call.json`` and ``call.md`` (device, versions, date, this command) into ``--out``; with
 ``--profile`` instead ``breakdown.md``: the host time of each stage of a call and each kernel's device time.
+``--versions NAME=PKG ...`` times the ``fused_attention`` of each package (a directory holding a ``pasa_npu``
+package, imported under its own name as in ``bench_variants.py``) in place of this one's, in the same rounds:
+the A/B of a change to the call's host path.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,6 +217,23 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
     return 0
 
 
+def _versions(specs: list[str], tmp: Path) -> dict:
+    """NAME=PKG specs -> {label prefix: the package's fused_attention}; none: this package's, unlabelled. Each
+    package is copied to ``tmp`` as ``pasa_NAME``, its torch.library operators renamed into a namespace of that
+    name (two copies cannot define one operator)."""
+    if not specs:
+        return {"": pasa_npu.fused_attention}
+    calls = {}
+    for spec in specs:
+        name, _, pkg = spec.partition("=")
+        dst = tmp / f"pasa_{name}"
+        shutil.copytree(Path(pkg) / "pasa_npu", dst, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        for py in dst.rglob("*.py"):
+            py.write_text(py.read_text().replace('"pasa_npu::', f'"pasa_{name}::'))
+        calls[f"{name}:"] = importlib.import_module(f"pasa_{name}").fused_attention
+    return calls
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for call.json and call.md")
@@ -220,6 +243,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="instead: where each call's time goes (breakdown.md in --out), and a cProfile of the "
                              "host side of 500 decode_b1 calls per precision")
+    parser.add_argument("--versions", nargs="+", default=[], metavar="NAME=PKG",
+                        help="time each package's fused_attention (a directory holding pasa_npu) side by side")
+    parser.add_argument("--no-compiled", action="store_true", help="skip the torch.compile column")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_call.py needs a CUDA GPU", file=sys.stderr)
@@ -227,6 +253,10 @@ def main(argv=None) -> int:
     command = "PYTHONPATH=python python3 scripts/bench_call.py " + " ".join(argv or sys.argv[1:])
     if args.profile:
         return _profile(args.precisions, Path(args.out), args.calls, args.repeats, command)
+    tmp = Path(tempfile.mkdtemp())
+    sys.path.insert(0, str(tmp))
+    versions = _versions(args.versions, tmp)
+    labels = [f"{v}{p}" for v in versions for p in args.precisions]
     rows = []
     for name, (b, n, nkv, s1, s2, d) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -239,15 +269,16 @@ def main(argv=None) -> int:
             return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
         fns = {"sdpa": sdpa}
-        for precision in args.precisions:
-            def call(precision=precision):
-                return pasa_npu.fused_attention(q, k, v, num_heads=n, num_key_value_heads=nkv, input_layout="BNSD",
-                                                scale=scale, precision=precision)
-            fns[precision] = call
+        for version, attend in versions.items():
+            for precision in args.precisions:
+                def call(attend=attend, precision=precision):
+                    return attend(q, k, v, num_heads=n, num_key_value_heads=nkv, input_layout="BNSD", scale=scale,
+                                  precision=precision)
+                fns[version + precision] = call
         eager = _interleaved_wall(fns, args.calls, args.repeats)
         row = dict(shape=name, B=b, N=n, Nkv=nkv, S1=s1, S2=s2, D=d, sdpa_us=_median(eager["sdpa"]),
                    sdpa_graph_us=_graph_per_call(sdpa, args.calls, args.repeats))
-        for precision in args.precisions:
+        for precision in labels:
             call = fns[precision]
             row[f"{precision}_us"] = _median(eager[precision])
             # The ratio of each round's two samples: the drift between rounds cancels.
@@ -259,9 +290,10 @@ def main(argv=None) -> int:
             except RuntimeError as e:  # an allocation whose safety net needs a sync cannot be captured
                 row[f"{precision}_graph_us"] = None
                 row[f"{precision}_graph_error"] = str(e).splitlines()[0]
-            torch._dynamo.reset()
-            compiled = torch.compile(call, fullgraph=True)
-            row[f"{precision}_compiled_us"] = _wall_per_call(compiled, args.calls, args.repeats)
+            if not args.no_compiled:
+                torch._dynamo.reset()
+                compiled = torch.compile(call, fullgraph=True)
+                row[f"{precision}_compiled_us"] = _wall_per_call(compiled, args.calls, args.repeats)
         rows.append(row)
         print(json.dumps(row))
 
@@ -281,14 +313,14 @@ def main(argv=None) -> int:
              f"the {args.repeats} rounds]. Graph: replays of a captured CUDA graph. Compiled: "
              "torch.compile(fullgraph=True). µs.", "",
              "| shape | SDPA | SDPA graph | " + " | ".join(f"{p} | {p} graph | {p} compiled | {p}/SDPA"
-                                                    for p in args.precisions) + " |",
-             "|---" * (3 + 4 * len(args.precisions)) + "|"]
+                                                    for p in labels) + " |",
+             "|---" * (3 + 4 * len(labels)) + "|"]
     for r in rows:
         cells = [r["shape"], f"{r['sdpa_us']:.1f}", f"{r['sdpa_graph_us']:.1f}"]
-        for p in args.precisions:
+        for p in labels:
             graph = r[f"{p}_graph_us"]
             cells += [f"{r[f'{p}_us']:.1f}", "refused" if graph is None else f"{graph:.1f}",
-                      f"{r[f'{p}_compiled_us']:.1f}",
+                      f"{r[f'{p}_compiled_us']:.1f}" if f"{p}_compiled_us" in r else "–",
                       "{:.2f} [{:.2f}–{:.2f}]".format(r[f"{p}_vs_sdpa"], *r[f"{p}_vs_sdpa_range"])]
         lines.append("| " + " | ".join(cells) + " |")
     (out / "call.md").write_text("\n".join(lines) + "\n")

@@ -43,7 +43,8 @@ CONFIGS = {
     "fp32_frame_d256": (256, 128, 8, 2, "fp32_frame", False),
     "fp32_frame_decode": (128, 16, 4, 2, "fp32_frame", True),
 }
-POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Table": "*i32", "KVInfo": "*i32", "Sink": "*fp32"}
+POINTERS = {"Mask": "*u8", "Lse": "*fp32", "Part": "*fp32", "Arrived": "*i32", "Table": "*i32", "KVInfo": "*i32",
+            "Sink": "*fp32"}
 #: The float arguments, this kernel's and earlier versions' (so that older commits compile too).
 FLOATS = {"sm_scale", "scale", "rho", "inva", "shift_a", "shift_b", "q_mul", "relevance", "reshift_at", "frame_drop",
           "lse_none"}
@@ -57,8 +58,8 @@ def compile_config(d, block_m, warps, stages, precision, decode):
     consts = dict(G=1, D=d, D_PAD=d, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones,
                   SHIFTED=False, ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=False,
                   FUSED_SHIFT=decode,
-                  HAS_MASK=False, HAS_BAND=False, SPLIT=decode, FP16_EXP=True, PAGED=False, PAGE=1,
-                  STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False,
+                  HAS_MASK=False, HAS_BAND=False, SPLIT=decode, SPLITS=16 if decode else 1, FP16_EXP=True, PAGED=False, PAGE=1,
+                  STORE_LSE=True, OUT_BSND=False, HAS_SINK=False, VARLEN=False, MERGE_ROWS=1,
                   EVEN_KV=d <= 128)  # the benchmarks' S = 4096 and 8192: whole blocks (the backend's rule)
     names = kernel.arg_names
     consts = {n: v for n, v in consts.items() if n in names}

@@ -133,6 +133,32 @@ def test_split_kv_partials_merge_into_fias_layout(layout):
     assert plan.run._splits > 1
 
 
+def _float64_attention(q, k, v, scale):
+    """Attention and its lse in float64."""
+    k, v = (t.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    scores = q.double() @ k.transpose(-1, -2) * scale
+    return torch.softmax(scores, dim=-1) @ v, torch.logsumexp(scores, dim=-1)
+
+
+def test_split_kv_merges_in_the_attention_launch_and_leaves_its_counters_at_zero():
+    """Split decode: the last split of each tile to finish merges the partials and sets its arrival counter back,
+    so the next call (another plan, more tiles, sharing the stream's counters) counts from zero. A counter left
+    at its count would make no split the last: the output would be whatever the allocator held."""
+    kw = dict(num_heads=4, num_key_value_heads=2, input_layout="BNSD", scale=0.25, precision="fp32_frame",
+              softmax_lse_flag=True, backend="triton")
+    for b, seed in ((1, 0), (3, 1), (1, 2), (3, 3)):
+        q, k, v = _draw(seed, b, 4, 2, 1, 1200, 16, "BNSD")  # on an H100: 5 splits of 2 KV blocks
+        for _ in range(2):  # the call that plans the signature, then a planned one
+            out, lse = interface.fused_attention(q, k, v, **kw)
+            want, want_lse = _float64_attention(q, k, v, 0.25)
+            assert (out.double() - want).abs().max() < 2e-3
+            assert (lse.double().reshape(want_lse.shape) - want_lse).abs().max() < 1e-4
+        assert [p.run._splits > 1 for p in _planned() if p.run._arrivals == b * 2] == [True]
+        counters, _ = tb._SPLIT_SCRATCH[(q.device.index, tb._raw_stream(q.device.index)) if q.is_cuda
+                                        else ("cpu", None)]
+        assert not counters.any()
+
+
 def test_a_planned_paged_decode_equals_the_full_path():
     rng = np.random.default_rng(0)
     b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]
@@ -278,3 +304,33 @@ def test_cuda_graph_capture_of_a_paged_call_needs_its_plan():
         graph.replay()
         want, _ = _unplanned(q, kc, vc, kw)
         assert torch.equal(out, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: streams and CUDA graphs")
+def test_split_kv_calls_on_two_streams_and_a_graph_replay_merge_their_own_splits():
+    """Split decode calls issued on two streams at once, beside replays of a captured one on a third: each launch
+    counts its splits apart (a stream's own counters; a graph's own), so each merges its own partials. Counters
+    shared by concurrent launches would let one launch's last split merge another's unfinished partials."""
+    kw = dict(num_heads=32, num_key_value_heads=8, input_layout="BNSD", scale=128 ** -0.5, precision="fp32_frame",
+              backend="triton")
+    inputs = [_draw(seed, 1, 32, 8, 1, 4096, 128, "BNSD") for seed in range(2)]
+    for _ in range(2):  # the call that plans the signature, then a planned one
+        wants = [interface.fused_attention(*t, **kw)[0] for t in inputs]
+    assert _planned()[0].run._splits > 1
+    static = [t.clone() for t in inputs[0]]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed, _ = interface.fused_attention(*static, **kw)
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    outs = ([], [])
+    torch.cuda.synchronize()
+    for _ in range(50):
+        for i in range(2):
+            with torch.cuda.stream(streams[i]):
+                outs[i].append(interface.fused_attention(*inputs[i], **kw)[0])
+        with torch.cuda.stream(streams[2]):
+            graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(outs, wants):
+        assert all(torch.equal(o, want) for o in got)
+    assert torch.equal(replayed, wants[0])

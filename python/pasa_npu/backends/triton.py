@@ -46,13 +46,16 @@ _FRAME_LIMIT = 1 << 27
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _SMEM_BYTES = 232448  # shared memory a block may use on the H100 (227 KB)
+#: The most KV splits of a decode call: one program merges them all, and past 64 its reads cost more than the
+#: splits gain (one KV head over 32k keys on an H100: 128 splits slower than 32 or 64; gpu_notes.md, item 20).
+_MAX_SPLITS = 64
 try:
     import triton
 
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
-from .triton_launch import Launch
+from .triton_launch import Launch, _raw_stream, launch
 
 
 # Triton's cdiv and next_power_of_2 are constexpr functions: callable on the host, at a few µs a call.
@@ -127,15 +130,16 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
-    power of two of splits that first gives every SM a program, with at least two KV blocks per split:
-    more splits, and one-block splits, cost more in partials and their merge (a loop over the splits)
-    than they gain (docs/benchmarks/gpu_notes.md, "v4: decode splits")."""
+    power of two of splits that first gives every SM a program, with at least two KV blocks per split
+    and at most _MAX_SPLITS: more splits, and one-block splits, cost more in partials and their merge
+    (one program reads every split's partials) than they gain (docs/benchmarks/gpu_notes.md, "v4: decode
+    splits" and item 20)."""
     if tiles > 1:
         return 1
-    if _INTERPRET:  # two splits exercise the combine on tiny shapes
+    if _INTERPRET:  # two splits exercise the merge on tiny shapes
         return min(n_blocks, 2)
     sms = _multiprocessors(torch.cuda.current_device())
-    return max(1, min(n_blocks // 2, _pow2(-(-sms // heads))))
+    return max(1, min(n_blocks // 2, _MAX_SPLITS, _pow2(-(-sms // heads))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -205,7 +209,8 @@ class AttentionPlan:
 
     :attr:`workspace_bytes` is the scratch a call needs: given a ``workspace`` of at least that many bytes,
     a call allocates nothing on the device but for lengths given as device tensors (a few tensors of B or
-    T elements)."""
+    T elements). Without one, a split-KV call takes its partials from the scratch its stream keeps
+    (:func:`_split_scratch`, where its arrival counters always are)."""
 
     def __init__(self, q, k, v, *, precision: str, beta: float | None, block_kv: int, scale: float,
                  mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
@@ -331,17 +336,13 @@ class AttentionPlan:
             if math.prod(self._out_alloc) != b * n * s1 * d:
                 raise ValueError(f"out_shape {out_shape} does not hold the output (B, N, S1, D) = {(b, n, s1, d)}")
         self._bnsd_view = out_shape is None and out_bsnd and not varlen
-        self._combine, lse_off, self._partials = None, 0, 0
-        if splits > 1:  # decode's split-KV partials, merged by the combine kernel through their true-scale lse
+        lse_off, self._partials, self._arrivals = 0, 0, 0
+        if splits > 1:  # decode's split-KV partials, merged by the last split of each tile to finish
             rows = b * n * s1
             # One FP32 scratch allocation: the partial outputs (splits, B, N, S1, D), then their lse.
             lse_off = _align(splits * rows * d)
             self._partials = lse_off + splits * rows
-            if varlen:  # (b, n, s1) strides of the (T, N, D) output, the row from kv_info
-                out_str = (0, d, n * d)
-            else:
-                out_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
-            self._combine = _combine_launch(rows, splits, d, lse_off, n, s1, out_str, lse, lse_none, sink, varlen)
+            self._arrivals = tiles * b * nkv
         # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after the partials.
         self._info_off = _align(self._partials) if varlen and kv_info is None else None
         self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
@@ -354,12 +355,13 @@ class AttentionPlan:
             _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
             (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
              float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, frame_drop, lo, hi,
-             per_split, tile_lo, -math.inf if splits > 1 else float(lse_none)),
+             per_split, tile_lo, float(lse_none)),
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, SHIFTED=alloc.shifted,
             ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=alloc.state == "float16",
-            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLIT=splits > 1,
-            FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg, STORE_LSE=lse or splits > 1,
+            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLITS=splits,
+            FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg, STORE_LSE=lse,
             OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen, EVEN_KV=even_kv,
+            MERGE_ROWS=min(block_m, _pow2(g * s1)) if splits > 1 else 1,
             num_warps=warps, num_stages=stages)
             for tile_lo in reversed(range(0, tiles, chunk))]
 
@@ -375,21 +377,22 @@ class AttentionPlan:
         if workspace is not None and workspace.numel() < self.workspace_bytes:
             raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
                              "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
-        scratch = parts = q  # pointers not read where the plan has no such part
-        if workspace is None and self._info_off is None and not (self._scratch and self._partials):
-            # One part at most (the pre-pass tables or decode's partials): a tensor of its dtype, no bytes to carve
-            # (each tensor op is host time of a call).
-            if self._scratch:
-                scratch = q.new_empty(self._scratch, dtype=torch.float16)
-            elif self._partials:
-                parts = q.new_empty(self._partials, dtype=torch.float32)
-        else:
+        scratch = parts = arrivals = q  # pointers not read where the plan has no such part
+        # One part at most (the pre-pass tables or decode's partials) and no workspace: no bytes to carve (each tensor
+        # op is host time of a call).
+        carve = workspace is not None or self._info_off is not None or bool(self._scratch and self._partials)
+        if self._arrivals:  # split-KV: the stream's counters, and its partials where no workspace holds them
+            arrivals, held = _split_scratch(q.device, self._arrivals, 0 if carve else self._partials)
+            parts = parts if carve else held
+        if carve:
             if workspace is None:
                 workspace = q.new_empty(self.workspace_bytes, dtype=torch.uint8)
             if self._scratch:
                 scratch = _carve(workspace, 0, 2 * self._scratch, torch.float16)
             if self._partials:
                 parts = _carve(workspace, 2 * self._scratch, 4 * self._partials, torch.float32)
+        elif self._scratch:
+            scratch = q.new_empty(self._scratch, dtype=torch.float16)
         kv_info = self.kv_info
         if block_table is None:
             table = kv_info = q  # pointers not read
@@ -410,15 +413,9 @@ class AttentionPlan:
         if self._prepass is not None:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
-        if self._combine is None:
-            for attend in self._attend:
-                attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, table, kv_info,
-                        sink), same_dtypes=True)
-        else:
-            for attend in self._attend:
-                attend((q, k, v, scratch, scratch, scratch, mask, parts, parts, table, kv_info, sink),
-                       same_dtypes=True)
-            self._combine((parts, parts, out, q if lse is None else lse, sink, kv_info), same_dtypes=True)
+        for attend in self._attend:
+            attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, parts, arrivals, table,
+                    kv_info, sink), same_dtypes=True)
         if self._varlen is not None:
             _pad_rows(out, lse, self._varlen[4], lengths)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
@@ -517,7 +514,8 @@ def _check_paged(q, b, k, v, block_table, page, kv_info, varlen):
 
 
 def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`pasa_npu.merge.merge_partials` in one kernel: outs (P, ..., D) and lses (P, ...), FP32."""
+    """:func:`pasa_npu.merge.merge_partials` in one kernel: outs (P, ..., D) and lses (P, ...), FP32. Two rows per
+    program."""
     splits, d = outs.shape[0], outs.shape[-1]
     rows = lses.numel() // splits
     if outs.dtype != torch.float32 or not outs.is_contiguous():
@@ -526,24 +524,34 @@ def combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) -> t
         lses = lses.float().contiguous()
     out = torch.empty(outs.shape[1:], dtype=out_dtype, device=outs.device)
     lse = torch.empty(lses.shape[1:], dtype=torch.float32, device=outs.device)
-    _combine_launch(rows, splits, d)((outs, lses, out, lse, lse, lse))  # no sink, no kv_info: pointers not read
+    launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1), (outs, lses, out, lse), (rows, -math.inf), num_warps=4,
+           SPLITS=splits, D=d, D_PAD=max(16, _pow2(d)), BLOCK_R=2)
     return out, lse
 
 
-def _combine_launch(rows: int, splits: int, d: int, lse_off: int = 0, n: int = 1, s1: int = 1,
-                    out_str: tuple[int, int, int] | None = None, lse: bool = True, lse_none: float = -math.inf,
-                    sink: bool = False, varlen: bool = False) -> Launch:
-    """The combine kernel's launch over ``rows`` = B·N·S1 rows of ``splits`` contiguous FP32 partials of head
-    dim ``d`` (their lse at element ``lse_off``), the output's (b, n, s1) strides ``out_str`` (None: rows
-    of ``d`` contiguous values), the lse written where ``lse`` (``lse_none`` for a row with no key); with
-    ``sink``, each head's sink joining once; ``varlen``, a TND call's rows (:class:`AttentionPlan`). Two rows
-    per program: with 64, one program looped over every split of a decode step's 32 rows
-    (docs/benchmarks/call/notes.md)."""
-    sob, soh, sos = (d, 0, 0) if out_str is None else out_str
-    return Launch(_k.combine_kernel, (_cdiv(rows, 2), 1, 1),
-                  (rows, splits, lse_off, n, s1, sob, soh, sos, float(lse_none)), num_warps=4, D=d,
-                  D_PAD=max(16, _pow2(d)), BLOCK_R=2, SPLITS_PAD=_pow2(splits), STORE_LSE=lse, HAS_SINK=sink,
-                  VARLEN=varlen)
+#: Per (device, stream): the split-KV scratch that calls on that stream take in turn (stream order keeps them apart):
+#: arrival counters (int32, zero between launches: the last split of a tile sets its counter back) and the partials
+#: (FP32). A stream's own, so that launches on two streams never share them.
+_SPLIT_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _split_scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """At least ``counters`` zero arrival counters and ``partials`` FP32 values of split-KV scratch for a launch on
+    the current stream of ``device``: the stream's, grown to fit. Under CUDA graph capture, new tensors that the graph
+    owns, its counters zeroed on each replay (a replay may run on any stream, beside other launches)."""
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return (torch.zeros(counters, dtype=torch.int32, device=device),
+                    torch.empty(partials, dtype=torch.float32, device=device))
+        key = (device.index, _raw_stream(device.index))
+    else:
+        key = (device.type, None)
+    held = _SPLIT_SCRATCH.get(key)
+    if held is None or held[0].numel() < counters or held[1].numel() < partials:
+        size = (counters, partials) if held is None else (max(counters, held[0].numel()), max(partials, held[1].numel()))
+        held = _SPLIT_SCRATCH[key] = (torch.zeros(max(size[0], 1024), dtype=torch.int32, device=device),
+                                      torch.empty(size[1], dtype=torch.float32, device=device))
+    return held
 
 
 def _computed() -> tuple[str, ...]:

@@ -512,21 +512,28 @@ def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, KP, UK, FR, Mask, Out, Lse, Table, KVInfo, Sink, stt,
+    Q, K, V, KP, UK, FR, Mask, Out, Lse, Part, Arrived, Table, KVInfo, Sink, stt,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
     NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, frame_drop, band_lo, band_hi,
     blocks_per_split, tile_lo, lse_none,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONES: tl.constexpr,
     SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, FRAMED: tl.constexpr, STATE16: tl.constexpr,
-    FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLIT: tl.constexpr,
+    FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLITS: tl.constexpr,
     FP16_EXP: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
-    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr, EVEN_KV: tl.constexpr,
+    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr, EVEN_KV: tl.constexpr, MERGE_ROWS: tl.constexpr,
 ):
     """Grid (query tiles from tile_lo on, B·NKV, splits). Out/Lse: the final FP16 output, contiguous
     (B, S1, N, D) with OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not
-    written unless STORE_LSE); or with SPLIT the partial normalised FP32 output (splits, B, N, S1, D) and
-    lse (splits, B, N, S1) of split ``program_id(2)``. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
+    written unless STORE_LSE).
+
+    SPLITS > 1 (split-KV, decode): each program writes its split's partial normalised FP32 output
+    (splits, B, N, S1, D) and true-scale lse (splits, B, N, S1) to Part (the lse from element ``lse_off``
+    on) and arrives at its tile's counter in Arrived (int32, one per (query tile, B·NKV), zero before the
+    launch); the last of the tile's splits to arrive merges the partials into Out and Lse
+    (:func:`_merge_splits`), MERGE_ROWS rows at a time (the rows a decode tile holds, rounded up to a
+    power of two), and sets the counter back to zero: the merge needs no launch of its own, the
+    counters no zeroing before the next call. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
     its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, the launch's query tiles, 2·blocks,
     BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's
     own program; ROW_SHIFT without FUSED_SHIFT), linear in the queries of one launch: a call whose table
@@ -552,11 +559,11 @@ def attention_kernel(
 
     VARLEN (TND, with PAGED): the query is (T, N, D), batch b's rows starting at row KVInfo[b, 4] (its
     cumulative offset; ``sqb`` unused), and the output (T, N, D) and lse (T, N) are written there (the
-    SPLIT partials keep their (B, N, S1) layout, S1 the longest batch's rows).
+    split partials keep their (B, N, S1) layout, S1 the longest batch's rows).
 
     HAS_SINK: Sink (N,) holds each query head's learnable sink logit (any float dtype), which joins the
-    softmax's denominator once, in the final normalisation (:func:`_join_sink`); with SPLIT, in the
-    combine kernel instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial).
+    softmax's denominator once, in the final normalisation (:func:`_join_sink`); with splits, in the
+    merge of the splits instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial).
 
     EVEN_KV (dense K and V, S2 a multiple of BLOCK_N, D = D_PAD; fp32 and fp32_frame): every KV block is whole,
     so K and V are read without a mask, and without a band or mask the scores take none."""
@@ -571,12 +578,14 @@ def attention_kernel(
     n_blocks = tl.cdiv(S2, BLOCK_N)
     spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
     n_heads = NKV * G
-    slb, slh, slp = n_heads * S1, S1, (tl.num_programs(1) // NKV) * n_heads * S1
+    slb, slh = n_heads * S1, S1
     sob, soh, sos = n_heads * S1 * D, S1 * D, D
-    if not SPLIT:
-        if OUT_BSND:
-            sob, soh, sos = S1 * n_heads * D, D, n_heads * D
-    sop = slp * D
+    if OUT_BSND:
+        sob, soh, sos = S1 * n_heads * D, D, n_heads * D
+    # A split's partials: (B, N, S1) rows, S1 the call's (a paged batch's own query length replaces it below).
+    part_rows = (tl.num_programs(1) // NKV) * n_heads * S1
+    part_row0 = b * n_heads * S1
+    part_sh = S1
     q_row0 = b * sqb  # offsets of the batch's first query, output and lse rows
     o_row0 = b * sob
     l_row0 = b * slb
@@ -592,11 +601,11 @@ def attention_kernel(
         if VARLEN:
             q_start = tl.load(KVInfo + KV_INFO * b + 4)
             q_row0 = q_start * sqs
-            if not SPLIT:  # (T, N, D) output (OUT_BSND's strides) and (T, N) lse
-                o_row0 = q_start * sos
-                l_row0 = q_start * n_heads
-                slh = 1
-                slq = n_heads
+            # (T, N, D) output (OUT_BSND's strides) and (T, N) lse
+            o_row0 = q_start * sos
+            l_row0 = q_start * n_heads
+            slh = 1
+            slq = n_heads
 
     # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -624,7 +633,7 @@ def attention_kernel(
     if PAGED:
         # The grid is sized for the longest batch: a tile past this batch's rows visits no block.
         blk_hi = tl.where(r0 < n_rows, blk_hi, blk_lo)
-    if SPLIT:
+    if SPLITS > 1:
         blk_lo = blk_lo + split * blocks_per_split
         blk_hi = tl.minimum(blk_hi, blk_lo + blocks_per_split)
 
@@ -704,7 +713,7 @@ def attention_kernel(
 
     if FRAMED:
         l = tl.sum(tl.where(tl.arange(0, ONES)[None, :] == 0, l_acc, 0.0), axis=1)
-    if HAS_SINK and not SPLIT:
+    if HAS_SINK and SPLITS == 1:
         # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
         if ROW_SHIFT:
             top = sm_scale * ((m + c1) + psi1)
@@ -723,7 +732,7 @@ def attention_kernel(
         out = o / tl.where(empty, 1.0, l)[:, None]
     out = tl.where(empty[:, None], 0.0, out)
     lse = tl.log(tl.where(empty, 1.0, l))
-    if HAS_SINK and not SPLIT:
+    if HAS_SINK and SPLITS == 1:
         lse = top + lse
     elif ROW_SHIFT:
         # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
@@ -734,63 +743,93 @@ def attention_kernel(
         lse = sm_scale * frame + lse
     else:
         lse = sm_scale * m + lse
-    lse = tl.where(empty, lse_none, lse)
-    o_ptr = Out + split * sop + o_row0 + head[:, None] * soh + pos[:, None] * sos + d[None, :]
-    tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
-    if STORE_LSE:
-        tl.store(Lse + lse_off + split * slp + l_row0 + head * slh + pos * slq, lse, mask=row_ok)
+    if SPLITS > 1:
+        part = part_row0 + head * part_sh + pos
+        tl.store(Part + (split * part_rows + part)[:, None] * D + d[None, :], out, mask=row_ok[:, None] & d_ok)
+        tl.store(Part + lse_off + split * part_rows + part, tl.where(empty, float("-inf"), lse), mask=row_ok)
+        # Every thread's partials are written before the program arrives (the barrier); the arrival releases them
+        # to the program that arrives last, whose acquire orders its reads of them after every split's writes.
+        tl.debug_barrier()
+        arrived = Arrived + pid_m * tl.num_programs(1) + tl.program_id(1)
+        if tl.atomic_add(arrived, 1, sem="acq_rel") == SPLITS - 1:
+            tl.store(arrived, 0)
+            # The tile's rows that exist (a decode tile's G·S1 rows, often a few of its BLOCK_M), MERGE_ROWS at a time.
+            for r0 in range(pid_m * BLOCK_M, tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_rows), MERGE_ROWS):
+                mr = r0 + tl.arange(0, MERGE_ROWS)
+                mr_ok = mr < n_rows
+                m_head = hkv * G + mr // S1
+                m_pos = mr % S1
+                if HAS_SINK:
+                    sink = tl.load(Sink + m_head, mask=mr_ok, other=0.0).to(tl.float32)
+                else:
+                    sink = 0.0
+                m_out, m_lse = _merge_splits(Part, Part, lse_off, part_row0 + m_head * part_sh + m_pos, mr_ok,
+                                             part_rows, sink, lse_none, SPLITS, D, D_PAD, HAS_SINK)
+                tl.store(Out + o_row0 + m_head[:, None] * soh + m_pos[:, None] * sos + d[None, :],
+                         m_out.to(tl.float16), mask=mr_ok[:, None] & d_ok)
+                if STORE_LSE:
+                    tl.store(Lse + l_row0 + m_head * slh + m_pos * slq, m_lse, mask=mr_ok)
+    else:
+        tl.store(Out + o_row0 + head[:, None] * soh + pos[:, None] * sos + d[None, :], out.to(tl.float16),
+                 mask=row_ok[:, None] & d_ok)
+        if STORE_LSE:
+            tl.store(Lse + l_row0 + head * slh + pos * slq, tl.where(empty, lse_none, lse), mask=row_ok)
 
 
 @triton.jit
-def combine_kernel(PartO, PartLse, Out, Lse, Sink, KVInfo, n_rows, n_splits, lse_off, N, S1, sob, soh, sos, lse_none,
-                   D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr,
-                   STORE_LSE: tl.constexpr, HAS_SINK: tl.constexpr, VARLEN: tl.constexpr):
-    """Merge split-KV partials: lse = log Σ exp(lse_s), out = Σ exp(lse_s − lse)·out_s. Partials are
-    (splits, rows, D) normalised FP32 outputs and (splits, rows) true-scale lse (−∞ = no key), the lse at
-    element ``lse_off`` of PartLse (it may share the outputs' allocation). Row r is (b, n, s) of
-    (B, N, S1): its output goes to Out + b·sob + n·soh + s·sos (any of FIA's layouts), its lse (unless
-    not STORE_LSE) to Lse + r; a row with no key gets lse ``lse_none``. HAS_SINK: head n's sink logit
-    Sink[n] joins as one more partial of output 0 (:func:`attention_kernel`). VARLEN: a TND call's
-    rows (see :func:`attention_kernel`), row (b, n, s) going to query row KVInfo[b, 4] + s of the
-    (T, N, D) output and (T, N) lse, and only for s below the batch's query length KVInfo[b, 0]."""
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    sp = tl.arange(0, SPLITS_PAD)
+def _merge_splits(PartO, PartLse, lse_off, rows, row_ok, n_rows, sink, lse_none, SPLITS: tl.constexpr,
+                  D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr):
+    """Rows ``rows`` of ``SPLITS`` split-KV partials merged: lse = log Σ exp(lse_s), out = Σ exp(lse_s − lse)·out_s
+    (:func:`pasa_npu.merge.merge_partials`). Partials are (SPLITS, n_rows, D) normalised FP32 outputs and
+    (SPLITS, n_rows) true-scale lse (−∞: no key), the lse from element ``lse_off`` of PartLse, read past the L1
+    cache (other programs wrote them). HAS_SINK: the rows' sink logits ``sink`` join as one more partial of output 0.
+    A row that is padding (lse +∞, FIA's padded query row) in any partial stays padding (output 0, lse +∞); a row
+    with no key gets output 0 and lse ``lse_none``. One pass over the splits, online (each split rescales the sums
+    to the running maximum), UNROLL splits unrolled so that their loads, which no arithmetic waits on, are in flight
+    together: as many as 64 FP32 registers of each of 4 warps' threads hold. Returns (out, lse), FP32."""
+    UNROLL: tl.constexpr = max(1, min(SPLITS, 8192 // (rows.shape[0] * D_PAD)))
     d = tl.arange(0, D_PAD)
-    row_ok = rows < n_rows
-    lse_s = tl.load(PartLse + lse_off + sp[None, :] * n_rows + rows[:, None],
-                    mask=row_ok[:, None] & (sp[None, :] < n_splits), other=float("-inf"))
-    # A row that is padding (lse +inf, FIA's padded query row) in any partial stays padding.
-    padded = tl.max(tl.where(lse_s == float("inf"), 1, 0), axis=1) > 0
-    lse_s = tl.where(lse_s == float("inf"), float("-inf"), lse_s)
-    mx = tl.max(lse_s, axis=1)
+    m = tl.full(rows.shape, float("-inf"), tl.float32)
+    tot = tl.zeros(rows.shape, tl.float32)
+    acc = tl.zeros([rows.shape[0], D_PAD], tl.float32)
+    padded = rows < 0
+    for s0 in range(0, SPLITS, UNROLL):
+        for i in tl.static_range(UNROLL):
+            ok = row_ok & (s0 + i < SPLITS)
+            lse_s = tl.load(PartLse + lse_off + (s0 + i) * n_rows + rows, mask=ok, other=float("-inf"),
+                            cache_modifier=".cg")
+            po = tl.load(PartO + ((s0 + i) * n_rows + rows[:, None]) * D + d[None, :],
+                         mask=ok[:, None] & (d[None, :] < D), other=0.0, cache_modifier=".cg")
+            padded = padded | (lse_s == float("inf"))
+            m, tot, acc = _merge_one(m, tot, acc, tl.where(lse_s == float("inf"), float("-inf"), lse_s), po)
     if HAS_SINK:
-        sink = tl.load(Sink + (rows // S1) % N, mask=row_ok, other=0.0).to(tl.float32)
-        mx = tl.maximum(mx, sink)
-    any_key = mx != float("-inf")
-    w = tl.exp(lse_s - tl.where(any_key, mx, 0.0)[:, None])
-    tot = tl.sum(w, axis=1)
-    if HAS_SINK:
-        tot += tl.exp(sink - mx)
-    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
-    for s in range(0, n_splits):
-        ws = tl.sum(tl.where(sp[None, :] == s, w, 0.0), axis=1)
-        po = tl.load(PartO + (s * n_rows + rows[:, None]) * D + d[None, :],
-                     mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
-        acc += ws[:, None] * po
+        m, tot, acc = _merge_one(m, tot, acc, sink, 0.0)
+    any_key = m != float("-inf")
     out = tl.where(any_key[:, None] & ~padded[:, None], acc / tl.where(any_key, tot, 1.0)[:, None], 0.0)
-    b = rows // (N * S1)
-    n = (rows // S1) % N
-    s = rows % S1
-    if VARLEN:
-        q_row = tl.load(KVInfo + KV_INFO * b + 4, mask=row_ok, other=0) + s
-        row_ok = row_ok & (s < tl.load(KVInfo + KV_INFO * b, mask=row_ok, other=0))
-        o_row = q_row * sos + n * soh
-        l_row = q_row * N + n
-    else:
-        o_row = b * sob + n * soh + s * sos
-        l_row = rows
-    tl.store(Out + o_row[:, None] + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
-    if STORE_LSE:
-        lse = tl.where(any_key, tl.where(any_key, mx, 0.0) + tl.log(tl.where(any_key, tot, 1.0)), lse_none)
-        lse = tl.where(padded, float("inf"), lse)
-        tl.store(Lse + l_row, lse, mask=row_ok)
+    lse = tl.where(any_key, m + tl.log(tl.where(any_key, tot, 1.0)), lse_none)
+    return out, tl.where(padded, float("inf"), lse)
+
+
+@triton.jit
+def _merge_one(m, tot, acc, lse_s, po):
+    """One partial (lse ``lse_s``, normalised output ``po``) into a merge's running maximum m, Σ exp(lse − m) and
+    Σ exp(lse − m)·out; a −∞ partial adds nothing. Returns (m, tot, acc)."""
+    m_new = tl.maximum(m, lse_s)
+    top = tl.where(m_new == float("-inf"), 0.0, m_new)
+    a = tl.exp(m - top)
+    w = tl.exp(lse_s - top)
+    return m_new, tot * a + w, acc * a[:, None] + w[:, None] * po
+
+
+@triton.jit
+def combine_kernel(PartO, PartLse, Out, Lse, n_rows, lse_none,
+                   SPLITS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Split-KV partials merged (:func:`_merge_splits`), ``BLOCK_R`` rows per program: (SPLITS, rows, D) FP32
+    outputs and (SPLITS, rows) lse in, (rows, D) FP16 outputs and (rows,) lse out (the merge of partials computed
+    apart, :func:`pasa_npu.merge.merge_partials`; the attention kernel merges its own splits)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < n_rows
+    d = tl.arange(0, D_PAD)
+    out, lse = _merge_splits(PartO, PartLse, 0, rows, row_ok, n_rows, 0.0, lse_none, SPLITS, D, D_PAD, False)
+    tl.store(Out + rows[:, None] * D + d[None, :], out.to(tl.float16), mask=row_ok[:, None] & (d[None, :] < D))
+    tl.store(Lse + rows, lse, mask=row_ok)
