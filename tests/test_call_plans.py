@@ -110,7 +110,7 @@ def test_a_planned_call_equals_the_full_path_on_new_inputs(case, monkeypatch):
 
 @pytest.mark.parametrize("layout", ["BSND", "BNSD", "BNSD_BSND"])  # BSH is BSND's memory
 def test_split_kv_partials_merge_into_fias_layout(layout):
-    """A short prefill whose G·S1 rows fill one tile splits its KV blocks like decode; the combine kernel then
+    """A short prefill whose G·S1 rows fill one tile splits its KV blocks like decode; the last split to finish then
     writes FIA's layout through its strides. Against float64 attention (a misplaced row is off by O(1))."""
     b, n, nkv, s1, s2, d = 2, 4, 2, 3, 300, 16
     kw = dict(num_heads=n, num_key_value_heads=nkv, input_layout=layout, scale=d ** -0.5, precision="pasa_rs",

@@ -195,7 +195,7 @@ def test_triton_tnd_paged_mixed_batch(precision, mode, four_d):
 @pytest.mark.parametrize("precision", ["pasa_rs", "fp32_frame"])
 def test_triton_tnd_decode_splits_and_device_lengths(precision):
     """Decode and speculative requests only (one query tile per KV head): the kernel splits each request's
-    KV blocks and the combine kernel merges them, joining the sink once and writing the TND rows. Lengths
+    KV blocks and the last split to finish merges them, joining the sink once and writing the TND rows. Lengths
     left on the device (as CUDA tensors are; here CPU tensors through the plan) give the same numbers,
     and lengths that overrun the query or a table row are clamped: nothing is read out of bounds."""
     from pasa_npu.backends import triton as tb

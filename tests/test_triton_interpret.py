@@ -120,7 +120,7 @@ def check_against_golden(q, k, v, *, precision, block_kv=128, mask=None, band=No
 
 PRECISIONS = ("fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame")
 #: (b, n, nkv, s1, s2, d, bias, mask kind, band, shift): tails in S1 and S2, GQA, decode (split-KV
-#: and its combine), causal (blocks skipped), a dense mask with a fully masked row, and Q, K ~ N(30, 1)
+#: and its merge), causal (blocks skipped), a dense mask with a fully masked row, and Q, K ~ N(30, 1)
 #: whose scores (~5000·... ≈ 30·30·32/√32) are far from zero: FP16 S = Q·Kᵀ overflows there.
 CASES = {
     "tails": (1, 2, 2, 20, 40, 32, 0.0, None, None, "prepass"),
