@@ -94,9 +94,10 @@ def inputs(b, h, hkv, s1, s2, d, n_sets, bias=0.0, seed=0, phase=None):
 
 def time_ms(fn, sets, causal):
     """Median ms over do_bench's repetitions, rotating through the input sets. Decode (one query
-    row) is timed as CUDA-graph replays: its kernels run ~0.2 ms, which the host's launch work
-    (Python, argument checks, 2-3 launches) can otherwise exceed."""
-    if sets[0][0].shape[2] == 1:
+    row) and short prefills (S1·S2 up to 2^22) are timed as CUDA-graph replays of the first set: their
+    kernels run for tens of µs, which the host's launch work (Python, argument checks, 2-3 launches) can
+    otherwise exceed."""
+    if sets[0][0].shape[2] == 1 or sets[0][0].shape[2] * sets[0][1].shape[2] <= 1 << 22:
         q, k, v = sets[0]
         return do_bench_cudagraph(lambda: fn(q, k, v, causal), rep=100, return_mode="median")
     it = [0]

@@ -46,13 +46,15 @@ SHAPES = {
     "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
     "decode": (16, 32, 8, 1, 8192, 128, False),
     # Beyond the rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys, decode
-    # of one sequence (16 KV splits) and of one KV head (MQA: 128 splits).
+    # of one sequence (16 KV splits) and of one KV head (MQA: 128 splits), short prefills of one sequence.
     "d96": (4, 24, 24, 4096, 4096, 96, False),
     "d160_causal": (4, 12, 12, 4096, 4096, 160, True),
     "llama70b_causal": (1, 64, 8, 8192, 8192, 128, True),
     "s2k_causal": (8, 32, 8, 2048, 2048, 128, True),
     "decode_128k": (1, 32, 8, 1, 131072, 128, False),
     "decode_b1": (1, 32, 8, 1, 4096, 128, False),
+    "prefill_512": (1, 32, 8, 512, 512, 128, False),
+    "prefill_2k_causal": (1, 32, 8, 2048, 2048, 128, True),
     "decode_mqa_32k": (1, 8, 1, 1, 32768, 128, False),
 }
 #: shape -> method -> configurations (BLOCK_M, num_warps, num_stages, KV splits or None) of ``--sweep``.
@@ -65,6 +67,10 @@ SWEEP = {
                   for m in ("fp32_frame", "fp32")},
     "d256": {"fp32_frame": ((128, 8, 2, None), (64, 4, 2, None), (64, 8, 2, None), (128, 8, 1, None))},
     "decode_b1": {"fp32_frame": tuple((16, 4, 2, splits) for splits in (4, 8, 16, 32))},
+    "prefill_512": {m: ((128, 8, 3, None), (64, 4, 3, None), (64, 4, 2, None), (64, 8, 3, None))
+                    for m in ("fp32_frame", "fp32")},
+    "prefill_2k_causal": {m: ((128, 8, 3, None), (64, 4, 3, None), (64, 4, 2, None), (64, 8, 3, None))
+                          for m in ("fp32_frame", "fp32")},
     "decode_mqa_32k": {"fp32_frame": tuple((16, 4, 2, splits) for splits in (16, 32, 64, 128))},
 }
 
