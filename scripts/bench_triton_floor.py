@@ -6,9 +6,11 @@ flash and cuDNN backends, on one non-causal shape.
 
 writes ``floor.json`` (TFLOP/s of each tile configuration of the minimal kernel, with the scale applied after
 the subtraction of the row maximum, as our kernels do, or folded into one FMA per score; of the same kernel
-software-pipelined by hand, Q·Kᵀ of the next block issued before the softmax of this one; and of the others) and
-prints a table. The minimal kernels' outputs are checked against float32 attention before they are timed; a
-configuration that does not fit the GPU (shared memory) is reported and skipped.
+software-pipelined by hand, Q·Kᵀ of the next block issued before the softmax of this one; persistent, one program
+per SM looping over the query tiles, its loop nest as written or flattened by Triton (``tl.range(flatten=True)``);
+and of the others) and prints a table. The minimal kernels' outputs are checked against float32 attention before
+they are timed: a wrong one is reported and not timed, as is a configuration that does not fit the GPU (shared
+memory).
 """
 
 from __future__ import annotations
@@ -95,6 +97,35 @@ def pipelined_attention(Q, K, V, O, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.co
     tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
 
 
+@triton.jit
+def persistent_attention(Q, K, V, O, sm_scale, S, n_tiles, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, FLATTEN: tl.constexpr):
+    """:func:`minimal_attention` (the subtract-then-scale form) with one program per SM looping over the
+    ``n_tiles`` query tiles of every (batch, head): the next tile's loads may start under this one's end.
+    FLATTEN: Triton flattens the loop nest into one loop to pipeline across tiles."""
+    tiles_per_head = S // BLOCK_M
+    d = tl.arange(0, D)
+    keys = tl.arange(0, BLOCK_N)
+    c = sm_scale * 1.4426950408889634
+    for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN):
+        rows = (t % tiles_per_head) * BLOCK_M + tl.arange(0, BLOCK_M)
+        base = (t // tiles_per_head).to(tl.int64) * S * D
+        q = tl.load(Q + base + rows[:, None] * D + d[None, :])
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, D], tl.float32)
+        for start in range(0, S, BLOCK_N):
+            s = tl.dot(q, tl.trans(tl.load(K + base + (start + keys)[:, None] * D + d[None, :])))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2((s - m_new[:, None]) * c)
+            alpha = tl.exp2((m - m_new) * c)
+            l = l * alpha + tl.sum(p, 1)
+            v = tl.load(V + base + (start + keys)[:, None] * D + d[None, :])
+            acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+            m = m_new
+        tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -106,24 +137,30 @@ def main():
     flop = 4 * b * h * s * s * d
     rate = lambda fn: flop / triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median") / 1e9  # noqa: E731
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
-    res = {"env": env_info(), "shape": [b, h, s, d], "minimal": [], "pipelined": [], "others": {}}
-    variants = [("minimal", fma, minimal_attention, dict(FMA=fma)) for fma in (False, True)]
-    variants.append(("pipelined", False, pipelined_attention, {}))
-    for name, fma, kernel, extra in variants:
+    res = {"env": env_info(), "shape": [b, h, s, d], "minimal": [], "pipelined": [], "persistent": [], "others": {}}
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    variants = [("minimal", dict(FMA=fma)) for fma in (False, True)]
+    variants += [("pipelined", {})] + [("persistent", dict(FLATTEN=flatten)) for flatten in (False, True)]
+    kernels = {"minimal": minimal_attention, "pipelined": pipelined_attention, "persistent": persistent_attention}
+    for name, extra in variants:
         for bm, bn, warps, stages in CONFIGS:
-            def run(kernel=kernel, bm=bm, bn=bn, warps=warps, stages=stages, extra=extra):
-                kernel[(s // bm, b * h)](q, k, v, o, d ** -0.5, s, D=d, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
-                                         num_stages=stages, **extra)
+            def run(name=name, bm=bm, bn=bn, warps=warps, stages=stages, extra=extra):
+                grid, tiles = ((sms,), ((s // bm) * b * h,)) if name == "persistent" else ((s // bm, b * h), ())
+                kernels[name][grid](q, k, v, o, d ** -0.5, s, *tiles, D=d, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
+                                    num_stages=stages, **extra)
+            label = f"{name} {extra} {bm, bn, warps, stages}"
             try:
                 run()
             except OutOfResources as e:
-                print(name, bm, bn, warps, stages, "does not fit:", e, flush=True)
+                print(label, "does not fit:", e, flush=True)
                 continue
             err = float((o.float() - want).abs().max())
             if err > 1e-2:
-                raise SystemExit(f"{name} kernel {bm, bn, warps, stages, fma} is wrong: max error {err}")
-            res[name].append({"fma": fma, "config": [bm, bn, warps, stages], "rate": rate(run)})
-            print(name, "fma" if fma else "sub", bm, bn, warps, stages, round(res[name][-1]["rate"]), flush=True)
+                print(label, f"is wrong: max error {err}", flush=True)
+                res[name].append({**extra, "config": [bm, bn, warps, stages], "wrong": err})
+                continue
+            res[name].append({**extra, "config": [bm, bn, warps, stages], "rate": rate(run)})
+            print(label, round(res[name][-1]["rate"]), flush=True)
     kw = dict(num_heads=h, input_layout="BNSD", scale=d ** -0.5)
     for precision in ("fp32", pasa_npu.DEFAULT_PRECISION):
         res["others"][precision] = rate(lambda p=precision: pasa_npu.fused_attention(q, k, v, precision=p, **kw))
@@ -134,10 +171,10 @@ def main():
     (args.out / "floor.json").write_text(json.dumps(res, indent=1))
     cudnn = res["others"]["sdpa_cudnn"]
     print("\n| kernel | TFLOP/s | / cuDNN |\n|---|---|---|")
-    for name in ("minimal", "pipelined"):
-        best = max(res[name], key=lambda r: r["rate"])
-        print(f"| {name} {best['config']} {'fma' if best['fma'] else 'sub'} | {best['rate']:.0f} | "
-              f"{best['rate'] / cudnn:.2f} |")
+    for name in ("minimal", "pipelined", "persistent"):
+        best = max((r for r in res[name] if "rate" in r), key=lambda r: r["rate"])
+        print(f"| {name} {best['config']} {dict((k, v) for k, v in best.items() if k.isupper())} | "
+              f"{best['rate']:.0f} | {best['rate'] / cudnn:.2f} |")
     for name, r in res["others"].items():
         print(f"| {name} | {r:.0f} | {r / cudnn:.2f} |")
 
