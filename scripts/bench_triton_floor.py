@@ -38,34 +38,56 @@ CONFIGS = ((128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3), 
 
 
 @triton.jit
+def _tile(Q, base, tile, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Query tile ``tile`` of the (batch, head) at ``base``: its rows, Q, and the empty row state (m, l, O)."""
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = tl.load(Q + base + rows[:, None] * D + tl.arange(0, D)[None, :])
+    return (rows, q, tl.full([BLOCK_M], float("-inf"), tl.float32), tl.zeros([BLOCK_M], tl.float32),
+            tl.zeros([BLOCK_M, D], tl.float32))
+
+
+@triton.jit
+def _scores(q, K, base, start, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Q·Kᵀ of the keys from ``start`` on, FP32."""
+    keys = start + tl.arange(0, BLOCK_N)
+    return tl.dot(q, tl.trans(tl.load(K + base + keys[:, None] * D + tl.arange(0, D)[None, :])))
+
+
+@triton.jit
+def _softmax_block(s, m, l, acc, V, base, start, c, D: tl.constexpr, BLOCK_N: tl.constexpr, FMA: tl.constexpr):
+    """FlashAttention-2's update of the row state (m, l, O) by the block of scores ``s`` of the keys from ``start``
+    on, ``c`` = scale·log2(e); V's block is read after P. FMA: scale·S − scale·m in one FMA per score (the max's own
+    score can miss 2^0 by an ulp); else subtract, then scale (our kernels' form). Returns (m, l, O)."""
+    if FMA:
+        m_new = tl.maximum(m, tl.max(s, 1) * c)
+        p = tl.exp2(s * c - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+    else:
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2((s - m_new[:, None]) * c)
+        alpha = tl.exp2((m - m_new) * c)
+    keys = start + tl.arange(0, BLOCK_N)
+    v = tl.load(V + base + keys[:, None] * D + tl.arange(0, D)[None, :])
+    return m_new, l * alpha + tl.sum(p, 1), tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+
+
+@triton.jit
+def _store(O, base, rows, acc, l, D: tl.constexpr):
+    tl.store(O + base + rows[:, None] * D + tl.arange(0, D)[None, :], (acc / l[:, None]).to(tl.float16))
+
+
+@triton.jit
 def minimal_attention(Q, K, V, O, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       FMA: tl.constexpr):
     """Out = softmax(scale·Q·Kᵀ)·V of one (batch, head) per program column, contiguous (B·H, S, D) tensors, S a
     multiple of both blocks."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     base = tl.program_id(1).to(tl.int64) * S * D
-    d = tl.arange(0, D)
-    keys = tl.arange(0, BLOCK_N)
-    q = tl.load(Q + base + rows[:, None] * D + d[None, :])
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    rows, q, m, l, acc = _tile(Q, base, tl.program_id(0), D, BLOCK_M)
     c = sm_scale * 1.4426950408889634
     for start in range(0, S, BLOCK_N):
-        s = tl.dot(q, tl.trans(tl.load(K + base + (start + keys)[:, None] * D + d[None, :])))
-        if FMA:  # scale·S − scale·m in one FMA per score (the max's own score can miss 2^0 by an ulp)
-            m_new = tl.maximum(m, tl.max(s, 1) * c)
-            p = tl.exp2(s * c - m_new[:, None])
-            alpha = tl.exp2(m - m_new)
-        else:  # subtract, then scale: our kernels' form
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2((s - m_new[:, None]) * c)
-            alpha = tl.exp2((m - m_new) * c)
-        l = l * alpha + tl.sum(p, 1)
-        v = tl.load(V + base + (start + keys)[:, None] * D + d[None, :])
-        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
-        m = m_new
-    tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
+        m, l, acc = _softmax_block(_scores(q, K, base, start, D, BLOCK_N), m, l, acc, V, base, start, c, D, BLOCK_N,
+                                   FMA)
+    _store(O, base, rows, acc, l, D)
 
 
 @triton.jit
@@ -73,28 +95,15 @@ def pipelined_attention(Q, K, V, O, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.co
     """:func:`minimal_attention` (the subtract-then-scale form) with Q·Kᵀ of block j + 1 issued before the softmax of
     block j, FlashAttention-3's overlap written in the loop (the last iteration computes one block more, of keys
     it wraps around to, and discards it)."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     base = tl.program_id(1).to(tl.int64) * S * D
-    d = tl.arange(0, D)
-    keys = tl.arange(0, BLOCK_N)
-    q = tl.load(Q + base + rows[:, None] * D + d[None, :])
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    rows, q, m, l, acc = _tile(Q, base, tl.program_id(0), D, BLOCK_M)
     c = sm_scale * 1.4426950408889634
-    s = tl.dot(q, tl.trans(tl.load(K + base + keys[:, None] * D + d[None, :])))
+    s = _scores(q, K, base, 0, D, BLOCK_N)
     for start in range(0, S, BLOCK_N):
-        after = (start + BLOCK_N) % S
-        s_next = tl.dot(q, tl.trans(tl.load(K + base + (after + keys)[:, None] * D + d[None, :])))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp2((s - m_new[:, None]) * c)
-        alpha = tl.exp2((m - m_new) * c)
-        l = l * alpha + tl.sum(p, 1)
-        v = tl.load(V + base + (start + keys)[:, None] * D + d[None, :])
-        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
-        m = m_new
+        s_next = _scores(q, K, base, (start + BLOCK_N) % S, D, BLOCK_N)
+        m, l, acc = _softmax_block(s, m, l, acc, V, base, start, c, D, BLOCK_N, False)
         s = s_next
-    tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
+    _store(O, base, rows, acc, l, D)
 
 
 @triton.jit
@@ -104,26 +113,14 @@ def persistent_attention(Q, K, V, O, sm_scale, S, n_tiles, D: tl.constexpr, BLOC
     ``n_tiles`` query tiles of every (batch, head): the next tile's loads may start under this one's end.
     FLATTEN: Triton flattens the loop nest into one loop to pipeline across tiles."""
     tiles_per_head = S // BLOCK_M
-    d = tl.arange(0, D)
-    keys = tl.arange(0, BLOCK_N)
     c = sm_scale * 1.4426950408889634
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN):
-        rows = (t % tiles_per_head) * BLOCK_M + tl.arange(0, BLOCK_M)
         base = (t // tiles_per_head).to(tl.int64) * S * D
-        q = tl.load(Q + base + rows[:, None] * D + d[None, :])
-        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, D], tl.float32)
+        rows, q, m, l, acc = _tile(Q, base, t % tiles_per_head, D, BLOCK_M)
         for start in range(0, S, BLOCK_N):
-            s = tl.dot(q, tl.trans(tl.load(K + base + (start + keys)[:, None] * D + d[None, :])))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2((s - m_new[:, None]) * c)
-            alpha = tl.exp2((m - m_new) * c)
-            l = l * alpha + tl.sum(p, 1)
-            v = tl.load(V + base + (start + keys)[:, None] * D + d[None, :])
-            acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
-            m = m_new
-        tl.store(O + base + rows[:, None] * D + d[None, :], (acc / l[:, None]).to(tl.float16))
+            m, l, acc = _softmax_block(_scores(q, K, base, start, D, BLOCK_N), m, l, acc, V, base, start, c, D,
+                                       BLOCK_N, False)
+        _store(O, base, rows, acc, l, D)
 
 
 def main():
