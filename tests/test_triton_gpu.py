@@ -112,7 +112,8 @@ def _hard_input(name: str, seed: int):
     """(q, k, v, scale) on the GPU, D = 128: Q, K ~ N(30, 1) (FP16 Q·Kᵀ overflows); pasa_npu.accuracy's
     resonance (scores ≈ ±75 000) and drift (the key level rises ~150 scaled units a block: every block moves
     fp32_frame's frames); a sink 12.5 above a sea of 131 072 near-equal keys (test_fp32_frame's: the frame
-    moves down to the sea); N(0, 1) at scale 2·10⁴, prefill and decode."""
+    moves down to the sea); N(0, 1) at scale 2·10⁴, prefill and decode; the biased input as a decode of one KV head
+    over 16 384 keys."""
     from test_fp32_frame import sink_and_sea
 
     from pasa_npu import accuracy
@@ -121,6 +122,8 @@ def _hard_input(name: str, seed: int):
     rng = np.random.default_rng(seed)
     if name == "biased30":
         return (*draw(1, 4, 1, 256, 1024, 128, bias=30.0, seed=seed, device="cuda"), 128 ** -0.5)
+    if name == "biased30_decode":  # one KV head over 16k keys: the most KV splits (_MAX_SPLITS) merge in the launch
+        return (*draw(1, 8, 1, 1, 16384, 128, bias=30.0, seed=seed, device="cuda"), 128 ** -0.5)
     if name in ("resonance", "drift"):
         case = Case("resonance", 180, 34) if name == "resonance" else Case("drift", 10, 1)
         q, k, v, call = accuracy.draw_hard(case, rng)
@@ -133,7 +136,8 @@ def _hard_input(name: str, seed: int):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("name", ["biased30", "resonance", "drift", "sink_sea", "scale2e4", "scale2e4_decode"])
+@pytest.mark.parametrize("name", ["biased30", "biased30_decode", "resonance", "drift", "sink_sea", "scale2e4",
+                                  "scale2e4_decode"])
 def test_fp32_frame_hard_inputs_within_fp32_error(name, seed):
     """fp32_frame on the hard inputs: finite, within the golden model's and float64's bounds
     (check_against_golden), and within 1.5× the error of the kernel's fp32 FlashAttention on the same input."""
