@@ -21,7 +21,6 @@ import argparse
 import importlib
 import json
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -218,18 +217,16 @@ def _profile(precisions, out: Path, calls: int, repeats: int, command: str) -> i
 
 
 def _versions(specs: list[str], tmp: Path) -> dict:
-    """NAME=PKG specs -> {label prefix: the package's fused_attention}; none: this package's, unlabelled. Each
-    package is copied to ``tmp`` as ``pasa_NAME``, its torch.library operators renamed into a namespace of that
-    name (two copies cannot define one operator)."""
+    """NAME=PKG specs -> {label prefix: the package's fused_attention}, each package imported as ``pasa_NAME``
+    (``bench_variants.load``); none: this package's, unlabelled."""
     if not specs:
         return {"": pasa_npu.fused_attention}
+    from bench_variants import load
+
     calls = {}
     for spec in specs:
         name, _, pkg = spec.partition("=")
-        dst = tmp / f"pasa_{name}"
-        shutil.copytree(Path(pkg) / "pasa_npu", dst, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-        for py in dst.rglob("*.py"):
-            py.write_text(py.read_text().replace('"pasa_npu::', f'"pasa_{name}::'))
+        load(name, Path(pkg), tmp)
         calls[f"{name}:"] = importlib.import_module(f"pasa_{name}").fused_attention
     return calls
 

@@ -76,11 +76,16 @@ SWEEP = {
 
 
 def load(name: str, pkg: Path, tmp: Path):
-    """The Triton backend of the ``pasa_npu`` package in ``pkg``, imported as ``pasa_<name>``."""
+    """The Triton backend of the ``pasa_npu`` package in ``pkg``, imported as ``pasa_<name>`` from a copy in ``tmp``
+    whose torch.library operators are renamed into a namespace of that name (two copies cannot define one
+    operator)."""
     src = pkg / "pasa_npu"
     if not src.is_dir():
         raise SystemExit(f"{pkg} holds no pasa_npu package")
-    shutil.copytree(src, tmp / f"pasa_{name}", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    dst = tmp / f"pasa_{name}"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for py in dst.rglob("*.py"):
+        py.write_text(py.read_text().replace('"pasa_npu::', f'"pasa_{name}::'))
     return importlib.import_module(f"pasa_{name}.backends.triton")
 
 
