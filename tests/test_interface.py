@@ -588,7 +588,6 @@ def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch)
     (dict(block_q=0), ValueError, "block_q must be None or a positive int"),
     (dict(block_kv=-1), ValueError, "block_kv must be None or a positive int"),
     (dict(block_kv=16.0), TypeError, "block_kv must be None or a positive int"),
-    (dict(block_size=128), ValueError, "PageAttention.*block_q and block_kv"),
     (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), ValueError, "block_size must be a multiple of 16"),
     (dict(block_size=(16, 64)), TypeError, "block_size must be an int .FIA's PageAttention"),
     (dict(check_inputs=1), TypeError, "check_inputs must be None or a bool"),

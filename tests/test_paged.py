@@ -117,11 +117,10 @@ def _bad_setup():
     (dict(block_table="short"), r"actual_seq_lengths_kv\[0\] = 40 must be in \[0, 32\] \(the keys a block_table "
                                 r"row of 2 pages of block_size 16 addresses\)"),
     (dict(block_table="float"), "block_table must be a 2-D int32 tensor"),
-    (dict(block_table="rows"), "block_table must have one row per batch"),
+    (dict(block_table="rows"), r"block_table must have a row for each batch \(at least B = 2 rows"),
     (dict(block_size=100), "block_size must be a multiple of 16 from 16 to 512"),
     (dict(block_size=32), r"key/value caches with block_table .PageAttention. must be"),
     (dict(actual_seq_lengths_kv=None), "actual_seq_lengths_kv is required with block_table"),
-    (dict(block_table=None), "block_size is FIA's PageAttention page length and needs a block_table"),
 ])
 def test_bad_page_tables_are_named(change, match):
     q, kc, vc, table, kw = _bad_setup()
@@ -483,7 +482,7 @@ def test_npu_refuses_bad_tables_before_launch(table_kind, match):
     elif table_kind == "negative":
         table[1, 1] = -1
     elif table_kind == "check_inputs":
-        table[0, -1] = -7  # past batch 0's live pages: only a check of the whole table sees it
+        table[0, 0] = -7  # a live page of batch 0: the check sees it before the launch
         kw["check_inputs"] = True
     else:
         table = table[:, :2]

@@ -307,17 +307,27 @@ def test_workspace_goes_only_to_the_implementation_that_sized_it(fake):
 
 def test_vllm_prefill_without_cache_passes_its_page_length_and_runs_on_pasa(fake):
     """vllm-ascend passes block_size on every call, also without a block_table (its prefill without a KV
-    cache); FIA ignores it there, and so does the patch (pasa-npu's own API refuses it: docs/fia.md)."""
+    cache); FIA ignores it there, and so does pasa_npu.fused_attention, to which the patch passes it."""
     (name, args, kwargs), = [c for c in supported_calls() if c[0] == "TND prefill"]
     out, _ = fake.module.npu_fused_infer_attention_score(*args, block_size=128, **kwargs)
     want, _ = pasa_npu.fused_attention(*args, **kwargs)
     assert fake.calls == [] and torch.equal(out, want)
-    with pytest.raises(ValueError, match="block_size"):
-        pasa_npu.fused_attention(*args, block_size=128, **kwargs)
+    assert torch.equal(pasa_npu.fused_attention(*args, block_size=128, **kwargs)[0], want)
 
 
-def test_the_v2_arguments_the_patch_never_takes_are_those_fused_attention_v2_refuses():
-    """One list in two places, checked: FIA v2's arguments that pasa-npu does not implement."""
-    from pasa_npu.interface import FIA_V2_ONLY
+def test_defaults_of_arguments_pasa_never_takes_reach_pasa_unfiltered(fake, monkeypatch):
+    """The patch passes FIA's arguments at their defaults on to pasa-npu's function, which validates them (one
+    place), instead of filtering them itself."""
+    seen = {}
+    real = pasa_npu.fused_attention
 
-    assert set(patch.V2.never) == set(FIA_V2_ONLY)
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pasa_npu, "fused_attention", spy)
+    q, k, v = bnsd()
+    fake.module.npu_fused_infer_attention_score(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD",
+                                                antiquant_mode=0, antiquant_scale=None, block_size=128)
+    assert fake.calls == [] and seen["antiquant_mode"] == 0 and seen["block_size"] == 128
+    assert "antiquant_scale" in seen and seen["antiquant_scale"] is None

@@ -22,7 +22,8 @@ from . import backends
 from .backends import npu as _npu
 from .interface import finish
 from .precision import ALLOCATIONS
-from .problem import check_scale, make_problem
+from .options import check_scale
+from .problem import make_problem
 
 __all__ = ["run", "run_with_status", "count", "tiling", "default_beta", "LAYOUTS", "PRECISIONS"]
 

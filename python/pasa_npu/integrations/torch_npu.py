@@ -15,7 +15,8 @@ After it, ``torch_npu.npu_fused_infer_attention_score``, ``torch_npu.npu_fused_i
 function with its arguments untouched. Whether pasa-npu takes a call is one predicate, :func:`declines`: none
 of the FIA features pasa-npu never takes is set (quantisation, MLA rope inputs, ``pse_shift``, shared prefixes,
 left padding, dtype overrides), every argument is one pasa-npu knows, pasa-npu has the function for the call,
-and pasa-npu's one validator, :func:`pasa_npu.problem.make_problem`, accepts the arguments. The first call of
+and pasa-npu's one validation of that function's arguments, :func:`pasa_npu.interface.check_call`, accepts them
+(FIA's arguments pasa-npu does not implement it accepts at their defaults only). The first call of
 each entry point that runs on pasa-npu, and the first one handed back for each reason, are logged (logger
 ``pasa_npu``, level WARNING); :func:`routes` counts them all.
 
@@ -35,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..interface import check_call
+from ..options import NOT_IMPLEMENTED, V2_NAMES, NotImplementedArgument
 from ..precision import DEFAULT_PRECISION
-from ..interface import FIA_V2_ONLY, V2_NAMES
-from ..problem import make_problem
 from . import PasaSettings
 
 __all__ = ["patch_torch_npu", "unpatch_torch_npu", "routes", "declines", "patch_from_environment", "ENV"]
@@ -46,14 +47,6 @@ __all__ = ["patch_torch_npu", "unpatch_torch_npu", "routes", "declines", "patch_
 ENV = "PASA_NPU_PATCH_TORCH_NPU"
 
 log = logging.getLogger("pasa_npu")
-
-_QUANT = "quantisation, which pasa-npu never takes"
-_ROPE = "MLA rope inputs, which pasa-npu never takes"
-_PSE = "a position bias (pse_shift), which pasa-npu never takes"
-_PREFIX = "shared prefixes, which pasa-npu never takes"
-_PADDING = "left padding, which pasa-npu never takes"
-_DTYPES = "dtype overrides (FP8/HiFloat8 paths), which pasa-npu never takes"
-
 
 @dataclass(frozen=True)
 class _Form:
@@ -64,8 +57,8 @@ class _Form:
     functions: dict  #: "call", "out", "workspace" -> the pasa_npu function of that form
     #: The FIA arguments pasa-npu takes (its functions take them by these names) -> make_problem's name for each.
     taken: dict
-    #: The FIA arguments pasa-npu never takes -> (their default, what they are). A call that sets one to anything
-    #: but its default goes to torch_npu.
+    #: The FIA arguments pasa-npu never takes -> (their default, what they are) (:data:`pasa_npu.options.NOT_IMPLEMENTED`):
+    #: pasa-npu's functions refuse them set to anything but their defaults, and such a call goes to torch_npu.
     never: dict
 
 
@@ -78,15 +71,7 @@ V1 = _Form(
     workspace_op="_npu_fused_infer_attention_score_get_max_workspace",
     functions={"call": "fused_attention", "out": "fused_attention_out", "workspace": "fused_attention_workspace"},
     taken={name: name for name in _V1_TAKEN},
-    never={**{name: (None, _QUANT) for name in (
-        "dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2", "antiquant_scale",
-        "antiquant_offset", "key_antiquant_scale", "key_antiquant_offset", "value_antiquant_scale",
-        "value_antiquant_offset", "key_rope_antiquant_scale")},
-        **{name: (0, _QUANT) for name in ("antiquant_mode", "key_antiquant_mode", "value_antiquant_mode")},
-        "pse_shift": (None, _PSE), "query_rope": (None, _ROPE), "key_rope": (None, _ROPE),
-        "key_shared_prefix": (None, _PREFIX), "value_shared_prefix": (None, _PREFIX),
-        "actual_shared_prefix_len": (None, _PREFIX),
-        "query_padding_size": (None, _PADDING), "kv_padding_size": (None, _PADDING)},
+    never=NOT_IMPLEMENTED["v1"],
 )
 
 V2 = _Form(
@@ -96,15 +81,7 @@ V2 = _Form(
                "workspace": "fused_attention_v2_workspace"},
     taken={**{name: name for name in _V1_TAKEN if name not in V2_NAMES.values()}, **V2_NAMES,
            "learnable_sink": "learnable_sink"},
-    never={**{name: (None, _QUANT) for name in (
-        "dequant_scale_query", "dequant_scale_key", "dequant_offset_key", "dequant_scale_value",
-        "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out", "quant_offset_out", "quant_scale_p")},
-        **{name: (0, _QUANT) for name in ("query_quant_mode", "key_quant_mode", "value_quant_mode")},
-        **{name: (None, _DTYPES) for name in (
-            "query_dtype", "key_dtype", "value_dtype", "query_rope_dtype", "key_rope_dtype",
-            "key_shared_prefix_dtype", "value_shared_prefix_dtype", "dequant_scale_query_dtype",
-            "dequant_scale_key_dtype", "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype")},
-        "pse_shift": (None, _PSE), "query_rope": (None, _ROPE), "key_rope": (None, _ROPE)},
+    never=NOT_IMPLEMENTED["v2"],
 )
 
 FORMS = (V1, V2)
@@ -135,34 +112,23 @@ def declines(form: _Form, kind: str, args: tuple, kwargs: dict, settings: PasaSe
     unknown = [name for name in fia if name not in form.taken and name not in form.never]
     if unknown:
         return "arguments", f"{', '.join(unknown)}: not an argument of torch_npu.{form.op} that pasa-npu knows"
-    used = [name for name, (default, _) in form.never.items() if name in fia and not _is_default(fia[name], default)]
-    if used:
-        what = sorted({form.never[name][1] for name in used})
-        return ", ".join(used), f"{', '.join(used)} set: {'; '.join(what)}"
     function = form.functions[kind]
     if _pasa_function(function) is None:
         return "pasa-npu", f"pasa_npu.{function} is not in this pasa-npu"
-    problem_args = {form.taken[name]: _pasa_value(x) for name, x in _taken(form, fia).items() if x is not None}
     try:
-        make_problem(given["query"], given["key"], given["value"], precision=settings.precision, beta=settings.beta,
-                     block_kv=settings.block_kv, **problem_args)
+        check_call(given["query"], given["key"], given["value"],
+                   {**{name: _pasa_value(x) for name, x in fia.items()}, **settings.options()}, function)
+    except NotImplementedArgument as e:
+        return ", ".join(e.names), str(e)
     except (TypeError, ValueError) as e:
         return "validation", f"pasa-npu's validation: {e}"
     return None
 
 
 def _taken(form: _Form, given: dict) -> dict:
-    """The arguments of a call that pasa-npu takes, by FIA's names. FIA ignores block_size without a
-    block_table (vllm-ascend passes its page length on every call, table or not), where pasa-npu's own
-    API refuses it (docs/fia.md): the patch drops it there."""
-    return {name: x for name, x in given.items() if name in form.taken
-            and not (name == "block_size" and given.get("block_table") is None)}
-
-
-def _is_default(x, default) -> bool:
-    if default is None:
-        return x is None
-    return not isinstance(x, torch.Tensor) and x == default
+    """The arguments of a call that pasa-npu's functions take, by the entry point's names: FIA's (those pasa-npu
+    never takes only at their defaults, which :func:`declines` saw)."""
+    return {name: x for name, x in given.items() if name in form.taken or name in form.never}
 
 
 def _pasa_value(x):
