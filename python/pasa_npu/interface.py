@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 
 from . import backends
-from .options import (DECLARED, DEFAULTS, NOT_IMPLEMENTED, OPTIONS, TENSOR_OPTIONS, V2_NAMES, op_schema,
-                      refuse_not_implemented)
+from .options import (DECLARED, DEFAULTS, NOT_IMPLEMENTED, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
+                      op_schema, refuse_not_implemented)
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
                       call_signature, checks_values, from_bnsd, int_list, keeps_lengths_on_device, make_problem)
 
@@ -32,6 +32,7 @@ __all__ = ["fused_attention", "fused_attention_v2", "fused_attention_out", "fuse
 BACKENDS = backends.BACKENDS
 
 
+@documented(*V1_OPTIONS)
 def fused_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -73,97 +74,7 @@ def fused_attention(
         key: the keys, same dtype and device as ``query``, the same layout with S2 (or T_kv)
             rows and num_key_value_heads heads of the same head dim D.
         value: the values, the same shape as ``key``.
-        atten_mask: None, or a bool / int8 / uint8 tensor (True or 1 = masked out, 0 = kept).
-            sparse_mode 0 and 1: the full mask, shape (S1, S2), (1 or B, S1, S2) or
-            (1 or B, 1 or N, S1, S2); its last two dims may be larger than (S1, S2) (FIA's
-            alignment padding), only the top-left (S1, S2) corner is read. When S1 == 1 it may
-            also be (1 or B, S2). sparse_mode 2, 3, 4: FIA's compressed causal mask, exactly
-            ``torch.triu(torch.ones(2048, 2048), 1)`` of shape (2048, 2048), (1, 2048, 2048) or
-            (1, 1, 2048, 2048); the mode's rule builds the mask (its contents are checked with
-            ``check_inputs``).
-        actual_seq_lengths: None, or the valid query length of each batch (a sequence of ints
-            or a 1-D integer tensor, read on the host: a device tensor costs a synchronisation):
-            one value for all batches, or at least B values (the first B are used), each in
-            [0, S1]. Query rows past a batch's length are padding: their output is 0 and their
-            lse +inf. Ignored when S1 == 1 (as in FIA). With TND it is required and cumulative
-            (entry b = total query rows of batches 0..b, non-decreasing, last <= T); its length
-            is the batch count. TND with a block_table: CUDA tensors for both lengths are not
-            read on the host but by the kernels (no synchronisation; their values are checked
-            only with ``check_inputs``), so that a captured CUDA graph replays whatever lengths
-            they then hold.
-        actual_seq_lengths_kv: None, or the valid key/value length of each batch, with the
-            same rules against S2 (required with TND: at least B values, the first B used,
-            cumulative against T_kv, or with a block_table each batch's own key length, as in
-            FIA). Keys past a batch's length are not attended to.
-        num_heads: N, the number of query heads (>= 1). Must equal the query's N dim (BSND,
-            BNSD, TND) or divide H (BSH).
-        scale: the factor of Q Kᵀ, a positive number up to 2**64 (typically 1/sqrt(D)).
-        pre_tokens: with next_tokens, the band of sparse_mode 0 (with a mask) and 4: query i
-            attends to key j only if -pre_tokens <= j - i - o <= next_tokens, where o = 0 for
-            mode 0 (origin at the top-left corner) and o = S2 - S1 for mode 4 (origin at the
-            bottom-right corner; S1, S2 the batch's valid lengths). Ignored by modes 1, 2, 3,
-            by mode 0 without a mask, and when S1 == 1. pre_tokens + next_tokens must be >= 0
-            where the band applies (otherwise the band is empty).
-        next_tokens: see pre_tokens.
-        input_layout: "BSH", "BSND", "BNSD", "BNSD_BSND" (BNSD input, BSND output) or "TND".
-        num_key_value_heads: the number of key/value heads (GQA / MQA); 0 means num_heads.
-            num_heads must be a multiple of it. K/V heads are shared, never copied.
-        sparse_mode: 0 no mask, or ``atten_mask`` combined with the pre/next_tokens band;
-            1 ``atten_mask`` alone (required); 2 causal from the top-left corner (j <= i);
-            3 causal from the bottom-right corner (j <= i + S2 - S1); 4 band from the
-            bottom-right corner (see pre_tokens). Modes 2-4 require the compressed mask.
-        inner_precise: FIA's 0..3. bit 0 selects FIA's high-precision (0, 2) or
-            high-performance (1, 3) path; it picks the allocation only when precision is None.
-            bit 1 (FIA's "row invalid" correction) is always on here: a row with every key
-            masked gets output 0 (see docs/fia.md).
-        block_table: None, or FIA's PageAttention block table: an int32 (FIA's dtype) tensor of at
-            least B rows (the first B used) and max_blocks columns, whose row b lists the cache
-            blocks holding batch b's keys and values in order. Then
-            ``key``/``value`` are the caches shared by all batches, (num_blocks, block_size,
-            Nkv·D) or (num_blocks, Nkv, block_size, D), ``actual_seq_lengths_kv`` (required)
-            says how many keys of its pages each batch uses, and the query takes any layout (TND:
-            batch b's query rows are its cumulative range, any number of them, mixing decode,
-            speculative and prefill requests in one call). Only the ids of the pages a batch uses
-            (its first ceil(length / block_size)) are read, and checked with ``check_inputs``
-            (on CPU tensors an id outside the cache is always a ValueError; on a device without
-            the check it faults there); the entries past them may hold anything (-1 padding).
-        block_size: FIA's PageAttention page length: with a block_table a multiple of 16 from
-            16 to 512; without one ignored, as in FIA.
-        softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
-        precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
-            README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
-        beta: PASA's shift coefficient in [0, 1); None takes the optimal default for block_kv
-            and scale. Only used by the shifted allocations.
-        block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
-            result; the Triton and AscendC kernels pick their own.
-        block_kv: the KV block length of the loop. It is part of the blocked allocations' results:
-            PASA's shift matrix is block_kv × block_kv, ``pasa_rs`` centres each block's keys and
-            ``fp32_frame`` decides its frame moves per block. None takes the block of the kernel that
-            computes the call, settled before any backend runs (:func:`pasa_npu.problem.default_block_kv`
-            of ``backend``, or for None of the device's kernel: Triton on CUDA tensors, also where
-            the reference backend stands in for it): 128, but 64 for ``fp32_frame`` on the Triton
-            kernel above D = 128 (two pipeline stages of K and V fit the GPU's shared memory only at
-            64 keys there). The Triton kernel takes 16, 32, 64, 128 or 256 for the blocked
-            allocations, the AscendC kernel 128.
-        backend: "reference" (the golden model's loop in PyTorch ops, every allocation, any
-            device: an emulator, slow), "triton" (the Triton kernel, CUDA tensors), "npu" (the
-            AscendC kernel: NPU tensors once built with scripts/build_and_deploy.sh, or CPU
-            tensors on the host model, an emulator for verification), or None: "npu" for NPU
-            tensors, "triton" for CUDA tensors when it computes the allocation, else "reference".
-        check_inputs: check the inputs' values before computing: refuse NaN/Inf, bfloat16/float32
-            values beyond FP16's range, int8/uint8 masks holding other than 0/1, and a compressed
-            mask that is not FIA's. These checks read device memory (a host-device
-            synchronisation each), so they are off by default; None follows the environment
-            variable PASA_NPU_CHECK_INPUTS (1 = on). Without them a NaN/Inf input, or a value
-            beyond FP16's range (which becomes Inf in FP16), gives NaN in the output rows it
-            reaches, as any attention would.
-        safety_net: recompute on the FP32 path (``fp32``) every valid row whose output came back
-            non-finite, whose lse is NaN, or whose state overflowed (lse +inf): PASA removes the
-            scores' bias but not their amplitude, and FP16 running state can overflow on long
-            contexts. It costs one host-device synchronisation, except for allocations that
-            cannot overflow on finite FP16 inputs at any accepted scale (``Allocation.overflow_free``),
-            where it does nothing. False returns the allocation's own result (for studies of the emulated
-            hardware).
+        {options}
         **fia_only: FIA's other arguments (``pse_shift``, the quantisation scales and modes such as
             ``antiquant_scale`` and ``antiquant_mode``, MLA's ``query_rope``/``key_rope``, shared prefixes, left
             padding: :data:`pasa_npu.options.NOT_IMPLEMENTED`): accepted at their defaults (None or 0), refused
@@ -195,6 +106,7 @@ def fused_attention(
         check_inputs=check_inputs, safety_net=safety_net))
 
 
+@documented("learnable_sink")
 def fused_attention_v2(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -234,11 +146,7 @@ def fused_attention_v2(
     are pasa-npu's own, as documented at :func:`fused_attention`. The call is that function's call.
 
     Arguments:
-        learnable_sink: None, or one sink logit per query head, shape (num_query_heads,), float32,
-            bfloat16 (FIA v2's dtype) or float16, used as float32: a logit s_h in the true scale
-            (the scale of ``softmax_scale``·q·k) that joins the softmax's denominator of every row of
-            head h with no value, out = Σ_j e^{x_j} v_j / (Σ_j e^{x_j} + e^{s_h}); the lse becomes
-            log(Σ_j e^{x_j} + e^{s_h}); a row with no visible key gives out 0 and lse s_h.
+        {options}
         **fia_v2_only: FIA v2's other arguments (MLA's ``query_rope``/``key_rope``, ``pse_shift``, the
             quantisation scales and modes, the dtype overrides): accepted at their defaults (None or
             0), refused otherwise (ValueError naming the argument). Any other name is a TypeError.

@@ -150,7 +150,7 @@ _F = "tests/test_fia_options.py::"
 
 DECLARED: tuple[Option, ...] = (
     Option("atten_mask", "torch.Tensor | None", None, "Tensor?", None,
-           "bool/int8/uint8, 1 = masked out; modes 0/1: (Q_S, KV_S), (1|B, Q_S, KV_S), (1|B, 1, Q_S, KV_S), "
+           "bool/int8/uint8, 1 = masked out; modes 0/1: (Q_S, KV_S), (1 or B, Q_S, KV_S), (1 or B, 1, Q_S, KV_S), "
            "dims may be larger (aligned); Q_S = 1: (B, KV_S) too; modes 2-4: the compressed 2048×2048 mask",
            "the same; a 4-D mask may also carry N heads; the compressed mask's contents checked with check_inputs; "
            "TND takes no full mask",
@@ -162,8 +162,9 @@ DECLARED: tuple[Option, ...] = (
            _F + "test_lengths_take_at_least_b_values_and_use_the_first_b", "actual_seq_qlen"),
     Option("actual_seq_lengths_kv", _LENGTHS, None, "SymInt[]?", None,
            "valid keys per batch, each <= S2: 1 value, or >= B values of which the first B are used; required "
-           "with a block_table; TND: cumulative, or each batch's own length with a block_table",
-           "the same: TND takes >= B values too (the first B used), as FIA's TND tiling does",
+           "with a block_table; TND: required, cumulative (each batch's own length with a block_table), its "
+           "count is B",
+           "the same, but TND takes >= B values too (B = actual_seq_lengths' count; the first B used)",
            _F + "test_lengths_take_at_least_b_values_and_use_the_first_b", "actual_seq_kvlen"),
     Option("num_heads", "int", 1, "SymInt", lambda n, x: check_int(n, x, lo=1),
            "query heads; equals query's N (BSND, BNSD), D = H / N (BSH)", "the same, >= 1",
@@ -190,10 +191,10 @@ DECLARED: tuple[Option, ...] = (
            "0-3 everywhere; bit 0 picks the allocation when precision is None; bit 1 always on",
            _T + "test_precision_none_follows_inner_precise"),
     Option("block_table", "torch.Tensor | None", None, "Tensor?", None,
-           "PageAttention's int32 (B, max_blocks) table; ids are the user's to guarantee; the decode tiling "
-           "checks no row count (its doc asks for B rows)",
-           "int32, at least B rows (the first B used); only the ids of a batch's used pages are read and checked "
-           "(check_inputs), so -1 padding past them passes",
+           "PageAttention's int32 (B, max_blocks) table; its ids are the user's to guarantee; B rows (the "
+           "decode tiling checks the row count only with TND)",
+           "int32, at least B rows (the first B used); only the ids of a batch's used pages are read, and checked "
+           "with check_inputs, so -1 padding past them passes in both check modes",
            _F + "test_table_ids_past_the_used_pages_are_ignored_in_both_check_modes"),
     Option("block_size", "int", 0, "SymInt", _check_block_size,
            "PageAttention's page length (128-512, 128-aligned for Q_S > 1; 16-aligned for Q_S = 1); ignored "
@@ -224,6 +225,130 @@ DECLARED: tuple[Option, ...] = (
     Option("safety_net", "bool", True, "bool", _check_bool,
            "—", "recompute overflowed rows on the fp32 path", _T + "test_safety_net_recomputes_overflowed_rows_on_the_fp32_path"),
 )
+
+#: What each option means, as the forms' docstrings say it (:func:`documented` puts it there): one entry per
+#: option, in the declaration's order, "name: text" with its continuation lines indented.
+_DOCS = """\
+atten_mask: None, or a bool / int8 / uint8 tensor (True or 1 = masked out, 0 = kept).
+    sparse_mode 0 and 1: the full mask, shape (S1, S2), (1 or B, S1, S2) or
+    (1 or B, 1 or N, S1, S2); its last two dims may be larger than (S1, S2) (FIA's
+    alignment padding), only the top-left (S1, S2) corner is read. When S1 == 1 it may
+    also be (1 or B, S2). sparse_mode 2, 3, 4: FIA's compressed causal mask, exactly
+    ``torch.triu(torch.ones(2048, 2048), 1)`` of shape (2048, 2048), (1, 2048, 2048) or
+    (1, 1, 2048, 2048); the mode's rule builds the mask (its contents are checked with
+    ``check_inputs``).
+actual_seq_lengths: None, or the valid query length of each batch (a sequence of ints
+    or a 1-D integer tensor, read on the host: a device tensor costs a synchronisation):
+    one value for all batches, or at least B values (the first B are used), each in
+    [0, S1]. Query rows past a batch's length are padding: their output is 0 and their
+    lse +inf. Ignored when S1 == 1 (as in FIA). With TND it is required and cumulative
+    (entry b = total query rows of batches 0..b, non-decreasing, last <= T); its length
+    is the batch count. TND with a block_table: CUDA tensors for both lengths are not
+    read on the host but by the kernels (no synchronisation; their values are checked
+    only with ``check_inputs``), so that a captured CUDA graph replays whatever lengths
+    they then hold.
+actual_seq_lengths_kv: None, or the valid key/value length of each batch, with the
+    same rules against S2 (required with TND: at least B values, the first B used,
+    cumulative against T_kv, or with a block_table each batch's own key length, as in
+    FIA). Keys past a batch's length are not attended to.
+num_heads: N, the number of query heads (>= 1). Must equal the query's N dim (BSND,
+    BNSD, TND) or divide H (BSH).
+scale: the factor of Q Kᵀ, a positive number up to 2**64 (typically 1/sqrt(D)).
+pre_tokens: with next_tokens, the band of sparse_mode 0 (with a mask) and 4: query i
+    attends to key j only if -pre_tokens <= j - i - o <= next_tokens, where o = 0 for
+    mode 0 (origin at the top-left corner) and o = S2 - S1 for mode 4 (origin at the
+    bottom-right corner; S1, S2 the batch's valid lengths). Ignored by modes 1, 2, 3,
+    by mode 0 without a mask, and when S1 == 1. pre_tokens + next_tokens must be >= 0
+    where the band applies (otherwise the band is empty).
+next_tokens: see pre_tokens.
+input_layout: "BSH", "BSND", "BNSD", "BNSD_BSND" (BNSD input, BSND output) or "TND".
+num_key_value_heads: the number of key/value heads (GQA / MQA); 0 means num_heads.
+    num_heads must be a multiple of it. K/V heads are shared, never copied.
+sparse_mode: 0 no mask, or ``atten_mask`` combined with the pre/next_tokens band;
+    1 ``atten_mask`` alone (required); 2 causal from the top-left corner (j <= i);
+    3 causal from the bottom-right corner (j <= i + S2 - S1); 4 band from the
+    bottom-right corner (see pre_tokens). Modes 2-4 require the compressed mask.
+inner_precise: FIA's 0..3. bit 0 selects FIA's high-precision (0, 2) or
+    high-performance (1, 3) path; it picks the allocation only when precision is None.
+    bit 1 (FIA's "row invalid" correction) is always on here: a row with every key
+    masked gets output 0 (see docs/fia.md).
+block_table: None, or FIA's PageAttention block table: an int32 (FIA's dtype) tensor of at
+    least B rows (the first B used) and max_blocks columns, whose row b lists the cache
+    blocks holding batch b's keys and values in order. Then
+    ``key``/``value`` are the caches shared by all batches, (num_blocks, block_size,
+    Nkv·D) or (num_blocks, Nkv, block_size, D), ``actual_seq_lengths_kv`` (required)
+    says how many keys of its pages each batch uses, and the query takes any layout (TND:
+    batch b's query rows are its cumulative range, any number of them, mixing decode,
+    speculative and prefill requests in one call). Only the ids of the pages a batch uses
+    (its first ceil(length / block_size)) are read, and checked with ``check_inputs``
+    (on CPU tensors an id outside the cache is always a ValueError; on a device without
+    the check it faults there); the entries past them may hold anything (-1 padding).
+block_size: FIA's PageAttention page length: with a block_table a multiple of 16 from
+    16 to 512; without one ignored, as in FIA.
+softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
+learnable_sink: None, or one sink logit per query head, shape (num_query_heads,), float32,
+    bfloat16 (FIA v2's dtype) or float16, used as float32: a logit s_h in the true scale
+    (the scale of ``softmax_scale``·q·k) that joins the softmax's denominator of every row of
+    head h with no value, out = Σ_j e^{x_j} v_j / (Σ_j e^{x_j} + e^{s_h}); the lse becomes
+    log(Σ_j e^{x_j} + e^{s_h}); a row with no visible key gives out 0 and lse s_h.
+precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
+    README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
+beta: PASA's shift coefficient in [0, 1); None takes the optimal default for block_kv
+    and scale. Only used by the shifted allocations.
+block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
+    result; the Triton and AscendC kernels pick their own.
+block_kv: the KV block length of the loop. It is part of the blocked allocations' results:
+    PASA's shift matrix is block_kv × block_kv, ``pasa_rs`` centres each block's keys and
+    ``fp32_frame`` decides its frame moves per block. None takes the block of the kernel that
+    computes the call, settled before any backend runs (:func:`pasa_npu.problem.default_block_kv`
+    of ``backend``, or for None of the device's kernel: Triton on CUDA tensors, also where
+    the reference backend stands in for it): 128, but 64 for ``fp32_frame`` on the Triton
+    kernel above D = 128 (two pipeline stages of K and V fit the GPU's shared memory only at
+    64 keys there). The Triton kernel takes 16, 32, 64, 128 or 256 for the blocked
+    allocations, the AscendC kernel 128.
+backend: "reference" (the golden model's loop in PyTorch ops, every allocation, any
+    device: an emulator, slow), "triton" (the Triton kernel, CUDA tensors), "npu" (the
+    AscendC kernel: NPU tensors once built with scripts/build_and_deploy.sh, or CPU
+    tensors on the host model, an emulator for verification), or None: "npu" for NPU
+    tensors, "triton" for CUDA tensors when it computes the allocation, else "reference".
+check_inputs: check the inputs' values before computing: refuse NaN/Inf, bfloat16/float32
+    values beyond FP16's range, int8/uint8 masks holding other than 0/1, and a compressed
+    mask that is not FIA's. These checks read device memory (a host-device
+    synchronisation each), so they are off by default; None follows the environment
+    variable PASA_NPU_CHECK_INPUTS (1 = on). Without them a NaN/Inf input, or a value
+    beyond FP16's range (which becomes Inf in FP16), gives NaN in the output rows it
+    reaches, as any attention would.
+safety_net: recompute on the FP32 path (``fp32``) every valid row whose output came back
+    non-finite, whose lse is NaN, or whose state overflowed (lse +inf): PASA removes the
+    scores' bias but not their amplitude, and FP16 running state can overflow on long
+    contexts. It costs one host-device synchronisation, except for allocations that
+    cannot overflow on finite FP16 inputs at any accepted scale (``Allocation.overflow_free``),
+    where it does nothing. False returns the allocation's own result (for studies of the emulated
+    hardware).
+"""
+
+
+def _entries(text: str) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("    "):
+            entries[name] += "\n" + line[4:]
+        else:
+            name, entries[name] = line.split(": ", 1)
+    return entries
+
+
+DOCS: dict[str, str] = _entries(_DOCS)
+
+
+def documented(*names: str) -> Callable:
+    """A decorator: ``{options}`` in the function's docstring becomes the docs of ``names`` (:data:`DOCS`)."""
+    def document(function):
+        entries = (name + ": " + DOCS[name].replace("\n", "\n" + " " * 12) for name in names)
+        function.__doc__ = function.__doc__.replace("{options}", ("\n" + " " * 8).join(entries))
+        return function
+    return document
+
 
 #: The options by name, in the declaration's order (the dict every form builds has these keys).
 OPTIONS: tuple[str, ...] = tuple(o.name for o in DECLARED)

@@ -626,7 +626,7 @@ def _plan(problem: Problem, final: bool) -> AttentionPlan | None:
     if problem.q_lens is not None:  # padded rows
         return None
     if problem.paged:
-        if max(problem.kv_lens, default=0) == 0 or problem.block_table.dtype != torch.int32:
+        if max(problem.kv_lens, default=0) == 0:
             return None
         kv = (problem.key, problem.value)
         kv_info, band = _paged_lengths(problem, problem.s1)
@@ -651,7 +651,7 @@ def _varlen_plan(problem: Problem, final: bool, lse_none: float) -> AttentionPla
     """A TND call with a block table as one plan: the kernels read each batch's query rows at its cumulative
     offset and its keys through the table, and write the (T, N, D) output in place (:class:`AttentionPlan`)."""
     q4 = problem.query.transpose(0, 1)[None]  # (1, N, T, D)
-    if problem.block_table.dtype != torch.int32 or any(t.stride(-1) != 1 for t in (q4, problem.key, problem.value)):
+    if any(t.stride(-1) != 1 for t in (q4, problem.key, problem.value)):
         return None
     rule = None
     if problem.band(1, 1) is not None:
@@ -707,10 +707,9 @@ def _run_paged(problem: Problem):
     if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0 or max(q_lens, default=0) == 0:
         return problem.padded_results()
     kv_info, band = _paged_lengths(problem, problem.s1)
-    # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
     out, lse = attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
                          block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale,
-                         mask=problem.user_mask, band=band, block_table=problem.block_table.to(torch.int32),
+                         mask=problem.user_mask, band=band, block_table=problem.block_table,
                          page=problem.page, kv_info=kv_info, sink=problem.sink)
     padded = problem.padded_rows()
     if padded is not None:
