@@ -114,7 +114,7 @@ def default_beta(block_kv: int, scale: float) -> float:
 
 def _problem(tensors, fia_kwargs):
     """The validated call, which the npu backend must run (on the host model: CPU tensors)."""
-    problem = make_problem(*tensors, **fia_kwargs)
+    problem = make_problem(*tensors, **{**fia_kwargs, "backend": "npu"})
     backends.select(problem, "npu")
     return problem
 
