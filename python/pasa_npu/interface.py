@@ -2,11 +2,13 @@
 ``torch_npu.npu_fused_infer_attention_score_v2`` (FIA v2), and their ``.out`` forms.
 
 Every form is one call path: the public function names its options, by name, in one dict of
-:data:`OPTIONS` (FIA v2's names mapped onto FIA's, :data:`V2_NAMES`), which :func:`_fused_attention`
+:data:`OPTIONS` (declared once, with their defaults, checks and docs, in :mod:`pasa_npu.options`; FIA v2's
+names mapped onto FIA's, :data:`V2_NAMES`), which :func:`_fused_attention`
 validates once into a :class:`pasa_npu.problem.Problem`, hands to a backend (:mod:`pasa_npu.backends`),
 guards by the safety net and lays out as FIA returns it (or writes into the caller's buffers). The
 functional and ``.out`` forms are also the PyTorch operators ``torch.ops.pasa_npu.fused_attention`` and
-``torch.ops.pasa_npu.fused_attention_out`` (``torch.library`` custom ops with fake implementations), which
+``torch.ops.pasa_npu.fused_attention_out`` (``torch.library`` custom ops with fake implementations and the
+schemas :func:`pasa_npu.options.op_schema` writes), which
 ``torch.compile`` traces as one opaque node each: a form calls its operator while compiling, and in eager
 mode runs the operator's implementation, :func:`_fused_attention`, directly (the operator dispatch would
 only add latency), with the same options by name.
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from . import backends
-from .options import (DECLARED, DEFAULTS, NOT_IMPLEMENTED, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
+from .options import (DECLARED, DEFAULTS, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
                       op_schema, refuse_not_implemented)
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
                       call_signature, checks_values, from_bnsd, int_list, keeps_lengths_on_device, make_problem)
@@ -228,8 +230,6 @@ def fused_attention_v2_workspace(query: torch.Tensor, key: torch.Tensor, value: 
 # the one call path
 # ============================================================================================
 
-#: FIA v2's arguments that pasa-npu does not implement, each accepted only at its default (None or 0).
-FIA_V2_ONLY = tuple(NOT_IMPLEMENTED["v2"])
 _LENGTHS = ("actual_seq_lengths", "actual_seq_lengths_kv")
 
 
