@@ -150,7 +150,7 @@ _F = "tests/test_fia_options.py::"
 
 DECLARED: tuple[Option, ...] = (
     Option("atten_mask", "torch.Tensor | None", None, "Tensor?", None,
-           "bool/int8/uint8, 1 = masked out; modes 0/1: (Q_S, KV_S), (1 or B, Q_S, KV_S), (1 or B, 1, Q_S, KV_S), "
+           "bool/int8/uint8, 1 = masked out (int values 0 or 1); modes 0/1: (Q_S, KV_S), (1 or B, Q_S, KV_S), (1 or B, 1, Q_S, KV_S), "
            "dims may be larger (aligned); Q_S = 1: (B, KV_S) too; modes 2-4: the compressed 2048×2048 mask",
            "the same; a 4-D mask may also carry N heads; the compressed mask's contents checked with check_inputs; "
            "TND takes no full mask",
@@ -205,7 +205,7 @@ DECLARED: tuple[Option, ...] = (
            "return the lse (B, N, Q_S, 1), TND (T, N, 1); else a (1,) zero", "the same",
            _T + "test_lse_flag_off_gives_fias_placeholder", "return_softmax_lse"),
     Option("learnable_sink", "torch.Tensor | None", None, "Tensor?", None,
-           "FIA v2 only: one BF16 logit per query head (TND, D 64/128)",
+           "FIA v2 only: one BF16 logit per query head, 1-D of the query's N (with TND, D 64 or 128)",
            "float32/bfloat16/float16 (N,), any layout and head dim",
            "tests/test_serving.py::test_sinks_join_once_in_every_allocation", None),
     Option("precision", "str | None", DEFAULT_PRECISION, "str?", _check_precision,
