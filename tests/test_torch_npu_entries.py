@@ -381,3 +381,36 @@ def test_the_trace_records_what_each_call_was_and_where_it_went(fake, tmp_path):
     path.write_text('{"format": "something else"}\n')
     with pytest.raises(ValueError, match="is not a pasa-npu torch_npu call trace"):
         list(trace.read(path, make))
+
+
+def test_bench_serving_replays_a_recorded_trace_on_the_cpu(fake, tmp_path, monkeypatch):
+    """scripts/bench_serving.py --replay (its CPU smoke check): every call the trace says ran on pasa-npu is
+    rebuilt and timed through the patched entry point, against fused_attention on its FIA call and SDPA; the
+    declined call is listed with its reason, untimed."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = tmp_path / "calls.jsonl"
+    pasa_npu.patch_torch_npu(record=path)
+    g = torch.Generator().manual_seed(0)
+    for pattern in (atb_splitfuse, atb_decode, fa_prefill_tnd, ifa_paged):
+        args, kwargs, _ = pattern(g)
+        _run(fake, {atb_splitfuse: "_npu_paged_attention_splitfuse", atb_decode: "_npu_paged_attention",
+                    fa_prefill_tnd: "npu_fusion_attention", ifa_paged: "npu_incre_flash_attention"}[pattern],
+             args, kwargs)
+    fake.module.npu_fusion_attention(*fa_dit(g)[0], keep_prob=0.5, input_layout="BSND")
+    pasa_npu.unpatch_torch_npu()
+    script = Path(__file__).parents[1] / "scripts" / "bench_serving.py"
+    spec = importlib.util.spec_from_file_location("bench_serving", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setitem(sys.modules, "torch_npu", fake.module)  # the replay installs its own stand-in
+    bench.main(["--replay", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--repeats", "1"])
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
+    assert [r["entry"].split(".")[1] for r in rows] == ["_npu_paged_attention_splitfuse", "_npu_paged_attention",
+                                                       "npu_fusion_attention", "npu_incre_flash_attention",
+                                                       "npu_fusion_attention"]
+    assert all(set(r["us"]) == {"entry", "fia", "sdpa"} and min(r["us"].values()) > 0 for r in rows[:4])
+    assert "us" not in rows[4] and rows[4]["reason"] == "keep_prob"
+    assert "| keep_prob (torch_npu) |" in (tmp_path / "out" / "README.md").read_text()

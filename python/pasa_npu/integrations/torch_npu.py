@@ -43,8 +43,8 @@ from ..problem import NO_BAND, int_list, make_problem
 from . import MASKED_BIAS, PasaSettings, compressed_causal_mask
 from .trace import Recorder
 
-__all__ = ["patch_torch_npu", "unpatch_torch_npu", "routes", "declines", "entry_call", "patch_from_environment",
-           "ENTRIES", "ENV"]
+__all__ = ["patch_torch_npu", "unpatch_torch_npu", "routes", "declines", "entry_call", "fia_equivalent",
+           "patch_from_environment", "ENTRIES", "ENV"]
 
 #: The environment variable that makes the vLLM / SGLang plugin (:func:`patch_from_environment`) patch.
 ENV = "PASA_NPU_PATCH_TORCH_NPU"
@@ -146,13 +146,18 @@ def declines(form: _Form, kind: str, args: tuple, kwargs: dict, settings: PasaSe
     function = form.functions[kind]
     if _pasa_function(function) is None:
         return "pasa-npu", f"pasa_npu.{function} is not in this pasa-npu"
-    problem_args = {form.taken[name]: _pasa_value(x) for name, x in _taken(form, fia).items() if x is not None}
+    problem_args = _problem_args(form, fia)
     try:
         make_problem(given["query"], given["key"], given["value"], precision=settings.precision, beta=settings.beta,
                      block_kv=settings.block_kv, **problem_args)
     except (TypeError, ValueError) as e:
         return "validation", f"pasa-npu's validation: {e}"
     return None
+
+
+def _problem_args(form: _Form, given: dict) -> dict:
+    """The FIA arguments of a call that pasa-npu takes, by make_problem's names, as make_problem takes them."""
+    return {form.taken[name]: _pasa_value(x) for name, x in _taken(form, given).items() if x is not None}
 
 
 def _taken(form: _Form, given: dict) -> dict:
@@ -580,6 +585,24 @@ def entry_call(entry: _Entry, args: tuple, kwargs: dict) -> _Fia | tuple[str, st
     except (TypeError, ValueError) as e:
         return "validation", f"pasa-npu's validation: {e}"
     return fia
+
+
+def fia_equivalent(op: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """(query, key, value, options): the FIA call, by :func:`pasa_npu.fused_attention`'s names, that a call of
+    torch_npu's ``op`` (an entry point the patch routes, FIA's ``.out`` forms included) computes. Raises
+    ValueError where pasa-npu has none (the reason in the message)."""
+    entry = next((e for e in ENTRIES if e.op == op), None)
+    if entry is not None:
+        fia = entry_call(entry, args, kwargs)
+        if not isinstance(fia, _Fia):
+            raise ValueError(f"torch_npu.{op}: {fia[1]}")
+        return fia.query, fia.key, fia.value, fia.options
+    form = next((f for f in FORMS if f.op == op), None)
+    if form is None:
+        raise ValueError(f"torch_npu.{op} is not an attention entry point the patch routes")
+    given = dict(zip(_QKV, args), **kwargs)
+    fia = {n: x for n, x in given.items() if n not in _QKV and n not in _OUT_ARGS and n not in form.never}
+    return given["query"], given["key"], given["value"], _problem_args(form, fia)
 
 
 def _route_entry(entry: _Entry, original, args: tuple, kwargs: dict):
