@@ -427,8 +427,9 @@ def _fusion_results(given: dict, layout: str, softmax_layout: str, out: torch.Te
         stat = lse.permute(1, 0, 2).expand(lse.shape[1], lse.shape[0], 8).contiguous().view(*lse.shape[:2], 8)
     else:
         stat = lse.expand(*lse.shape[:-1], 8).contiguous()
-    if layout == "TND":
-        q_lens, kv_lens = _without_idle_batches(given["actual_seq_qlen"], given["actual_seq_kvlen"])
+    if layout == "TND":  # torch_npu's count, trailing zeros included
+        q_lens, kv_lens = int_list("actual_seq_qlen", given["actual_seq_qlen"]), int_list(
+            "actual_seq_kvlen", given["actual_seq_kvlen"])
         spans = [(b - a) * (d - c) for a, b, c, d in zip([0, *q_lens], q_lens, [0, *kv_lens], kv_lens)]
         numels = q.shape[1] * sum(spans)
     else:
