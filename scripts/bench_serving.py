@@ -267,7 +267,7 @@ def _make(name, spec, device):
     triangular over its last two axes, anything else normal random."""
     dtype = getattr(torch, spec["dtype"])
     shape = spec["shape"]
-    if dtype in (torch.bool, torch.int8, torch.uint8) or name == "mask":
+    if len(shape) >= 2 and (dtype in (torch.bool, torch.int8, torch.uint8) or name == "mask"):
         hidden = torch.ones(shape[-2:], dtype=torch.bool, device=device).triu_(1).expand(shape)
         if dtype.is_floating_point:
             return torch.zeros(shape, dtype=dtype, device=device).masked_fill_(hidden, float("-inf"))

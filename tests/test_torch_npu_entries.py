@@ -193,6 +193,29 @@ def atb_decode(g):
                                            for b in range(4)])
 
 
+def atb_decode_sglang(g):
+    """SGLang's default decode: _npu_paged_attention on one layer of its (2, layers, pages, page, Nkv, D) KV
+    buffer (page 0 a dummy), the key lengths an int32 CPU tensor made from NumPy."""
+    lens = [33, 16, 2]
+    pages = [-(-c // PAGE) for c in lens]
+    buffer = rand(g, 2, 3, sum(pages) + 1, PAGE, NKV, D, mean=1.0)
+    kc, vc = buffer[0][1], buffer[1][1]
+    table = torch.zeros(3, max(pages), dtype=torch.int32)
+    order = (torch.randperm(sum(pages), generator=g) + 1).int()
+    dense, at = [], 0
+    for b, (p, c) in enumerate(zip(pages, lens)):
+        table[b, :p] = order[at:at + p]
+        at += p
+        dense.append(tuple(t[table[b, :p].long()].reshape(-1, NKV, D)[:c].transpose(0, 1) for t in (kc, vc)))
+    q = rand(g, 3, N * D)
+    kw = dict(query=q.reshape(-1, N, D), key_cache=kc, value_cache=vc, num_heads=N, num_kv_heads=NKV,
+              scale_value=D ** -0.5, block_table=table,
+              context_lens=torch.from_numpy(np.array(lens).astype(np.int32)),
+              out=torch.empty(3, N, D, dtype=torch.float16))
+    return (), kw, lambda dt: torch.stack([attend(q[b].view(N, 1, D), *dense[b], D ** -0.5, dtype=dt)[:, 0]
+                                           for b in range(3)])
+
+
 def _chunked(g, mask_of):
     """A chunked-prefill step over the cache: (query rows, keys) per sequence, TND queries."""
     q_lens, kv_lens = [5, 1, 12], [37, 20, 12]
@@ -231,12 +254,21 @@ def atb_splitfuse(g):
     return _chunked(g, rows)
 
 
+def atb_qlens_sglang(g):
+    """SGLang's prefill (forward_extend without FIA): _npu_flash_attention_qlens on (tokens, N·D) queries into
+    a (tokens, N·D) output, its 128 × 128 compressed mask (bfloat16 models: 1 marks the triangle)."""
+    args, kw, ref = _chunked(g, lambda q_lens, kv_lens: torch.triu(torch.ones(128, 128), 1).bfloat16())
+    t = kw["query"].shape[0]
+    kw = dict(kw, query=kw["query"].reshape(t, -1), out=torch.empty(t, N * D, dtype=torch.float16))
+    return args, kw, lambda dt: ref(dt).reshape(t, -1)
+
+
 PATTERNS = {
     "npu_prompt_flash_attention": [pfa_vit, pfa_causal_bsh],
     "npu_incre_flash_attention": [ifa_paged, ifa_masked],
     "npu_fusion_attention": [fa_dit, fa_encoder_tnd, fa_prefill_tnd],
-    "_npu_paged_attention": [atb_decode],
-    "_npu_flash_attention_qlens": [atb_qlens],
+    "_npu_paged_attention": [atb_decode, atb_decode_sglang],
+    "_npu_flash_attention_qlens": [atb_qlens, atb_qlens_sglang],
     "_npu_paged_attention_splitfuse": [atb_splitfuse],
 }
 CASES = [(op, p) for op, ps in PATTERNS.items() for p in ps]
@@ -276,6 +308,35 @@ def test_the_routers_stand_in_torch_ops_too(fake):
     torch.ops.npu.npu_fusion_attention(*args, **kwargs)
     assert fake.calls == [] and set(pasa_npu.torch_npu_routes()) == {
         ("torch_npu._npu_paged_attention", "pasa-npu", ""), ("torch_npu.npu_fusion_attention", "pasa-npu", "")}
+
+
+def test_atb_functions_stay_routed_when_torch_npu_loads_the_atb_library(fake, monkeypatch):
+    """torch_npu's ATB functions are lazy: the first call of any of them loads the ATB library and sets
+    torch_npu's attributes to torch.ops.atb's ops. The patch stands in both places, so calls stay routed after
+    that, and a declined call reaches torch.ops.atb's op once (not through the lazy function again)."""
+    pasa_npu.unpatch_torch_npu()
+    atb = [e.op for e in patch.ENTRIES if e.ops == "atb"]
+
+    def lazy(*args, **kwargs):  # torch_npu's loader: re-point every ATB function, then call
+        for op in atb:
+            setattr(fake.module, op, getattr(torch.ops.atb, op))
+        return getattr(torch.ops.atb, "_npu_paged_attention")(*args, **kwargs)
+
+    for op in atb:
+        monkeypatch.setattr(fake.module, op, lazy)
+    pasa_npu.patch_torch_npu()
+    for op in atb:  # another ATB function loaded the library
+        setattr(fake.module, op, getattr(torch.ops.atb, op))
+    args, kwargs, _ = atb_decode(torch.Generator().manual_seed(0))
+    fake.module._npu_paged_attention(*args, **kwargs)
+    assert fake.calls == []
+    kwargs["value_cache"] = kwargs["value_cache"][..., :8]
+    assert fake.module._npu_paged_attention(**kwargs) == ("torch_npu", "_npu_paged_attention")
+    assert [c[0] for c in fake.calls] == ["_npu_paged_attention"]
+    assert pasa_npu.torch_npu_routes() == {("torch_npu._npu_paged_attention", "pasa-npu", ""): 1,
+                                           ("torch_npu._npu_paged_attention", "torch_npu", "arguments"): 1}
+    pasa_npu.unpatch_torch_npu()
+    assert all(getattr(fake.module, op) is lazy and getattr(torch.ops.atb, op) is fake.ops[op] for op in atb)
 
 
 def test_fusion_attention_returns_torch_npus_seven_results(fake):

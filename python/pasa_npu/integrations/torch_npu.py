@@ -338,8 +338,8 @@ _IFA_NEVER = {**{n: (None, _QUANT) for n in ("dequant_scale1", "quant_scale1", "
                                               "quant_offset2", "antiquant_scale", "antiquant_offset")},
               "pse_shift": (None, _PSE), "kv_padding_size": (None, _PADDING),
               "padding_mask": (None, "padding_mask, reserved by torch_npu")}
-#: The S axis of the query in each layout FIA takes.
-_S_AXIS = {"BSH": 1, "BSND": 1, "BNSD": 2, "BNSD_BSND": 2}
+#: The S axis of the query in each layout npu_incre_flash_attention takes.
+_S_AXIS = {"BSH": 1, "BSND": 1, "BNSD": 2}
 
 
 def _incre_flash_attention(given: dict) -> _Fia | tuple[str, str]:
@@ -348,7 +348,9 @@ def _incre_flash_attention(given: dict) -> _Fia | tuple[str, str]:
     default; no sparse mode (a mask is FIA's sparse mode 0)."""
     layout, query = given.get("input_layout", "BSH"), given["query"]
     axis = _S_AXIS.get(layout)
-    if axis is not None and isinstance(query, torch.Tensor) and query.ndim > axis and query.shape[axis] != 1:
+    if axis is None:
+        return "arguments", f"input_layout {layout!r} (npu_incre_flash_attention takes BSH, BSND and BNSD)"
+    if isinstance(query, torch.Tensor) and query.ndim > axis and query.shape[axis] != 1:
         return "query rows", (f"a query of {query.shape[axis]} rows per batch (npu_incre_flash_attention "
                               "computes one)")
     return _renamed_fia(given, {"scale_value": "scale", "actual_seq_lengths": "actual_seq_lengths_kv"},
@@ -450,53 +452,55 @@ def _paged_cache(name: str, cache, heads: int, d: int) -> torch.Tensor | tuple[s
 
 
 def _atb_paged(given: dict, mode_args: dict, extra) -> _Fia | tuple[str, str]:
-    """An ATB paged attention call as FIA's PageAttention: query (tokens, num_heads, head_size) written into
-    ``out`` of its shape, caches (num_blocks, block_size, num_kv_heads, head_size), ``block_table``,
-    ``context_lens`` each sequence's keys; ``mode_args`` FIA's layout, query lengths and sparse mode."""
-    q, heads, nkv = given["query"], given["num_heads"], given["num_kv_heads"]
-    d = q.shape[-1] if isinstance(q, torch.Tensor) else 0
+    """An ATB paged attention call as FIA's PageAttention: query (tokens, num_heads, head_size) or
+    (tokens, num_heads·head_size) (SGLang's prefill) written into ``out`` of its shape, caches (num_blocks,
+    block_size, num_kv_heads, head_size), ``block_table``, ``context_lens`` each sequence's keys;
+    ``mode_args`` FIA's layout, query lengths and sparse mode."""
+    q, heads, nkv, out = given["query"], given["num_heads"], given["num_kv_heads"], given["out"]
+    if not (isinstance(out, torch.Tensor) and isinstance(q, torch.Tensor) and out.shape == q.shape):
+        return "arguments", "out is not a tensor of the query's shape"
+    if q.ndim == 2 and isinstance(heads, int) and heads > 0 and q.shape[1] % heads == 0:
+        q, out = (t.view(t.shape[0], heads, -1) for t in (q, out))
+    d = q.shape[-1]
     caches = [_paged_cache(n, given[n], nkv, d) for n in ("key_cache", "value_cache")]
     for c in caches:
         if isinstance(c, tuple):
             return c
-    out = given["out"]
-    if not (isinstance(out, torch.Tensor) and isinstance(q, torch.Tensor) and out.shape == q.shape):
-        return "arguments", "out is not a tensor of the query's shape (tokens, num_heads, head_size)"
     if extra is not None:
         return extra
     options = dict(num_heads=heads, num_key_value_heads=nkv, scale=given["scale_value"],
                    block_table=given["block_table"], block_size=caches[0].shape[1],
                    actual_seq_lengths_kv=given["context_lens"], **mode_args)
-    return _Fia(q, caches[0], caches[1], options, lambda out, lse: None, out)
+    return _Fia(q, caches[0], caches[1], options, lambda written, lse: None, out)
 
 
 def _paged_attention(given: dict) -> _Fia | tuple[str, str]:
     """ATB's decode: one query token per sequence, every key of the sequence (FIA's BSND with S1 = 1). The
     ATB workspace (``workspace``) is not pasa-npu's: pasa-npu sizes its own."""
-    q = given["query"]
-    bsnd = dict(input_layout="BSND")
-    fia = _atb_paged(given, bsnd, None)
+    fia = _atb_paged(given, dict(input_layout="BSND"), None)
     if not isinstance(fia, _Fia):
         return fia
-    return fia._replace(query=q.unsqueeze(1), into=fia.into.unsqueeze(1))
+    return fia._replace(query=fia.query.unsqueeze(1), into=fia.into.unsqueeze(1))
 
 
-def _causal_mask_reason(mask, positions: torch.Tensor, keys: torch.Tensor) -> str | None:
+def _causal_mask_reason(mask, positions: torch.Tensor, keys: torch.Tensor, flags: bool) -> str | None:
     """Why ``mask`` is not the causal mask of these query rows (None when it is): its row t must hide exactly
-    the keys j > positions[t] among the first keys[t], by True/nonzero or an additive value at most
-    MASKED_BIAS, and keep the others (0). Reads the mask's rows on the host, once per mask and lengths."""
+    the keys j > positions[t] among the first keys[t] and keep the others (0). ``flags``: any nonzero entry
+    hides (a compressed mask, whose entries only mark the triangle: 1, True or -inf alike); else a float entry
+    hides at MASKED_BIAS or below (an additive mask) and an integer or bool one where nonzero. Reads the mask's
+    rows on the host, once per mask and lengths."""
     if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 3) or (mask.ndim == 3 and mask.shape[0] != 1):
         return f"mask of shape {tuple(getattr(mask, 'shape', ()))} (takes (rows, keys) or (1, rows, keys))"
     width = int(keys.max()) if keys.numel() else 0
     m = mask.reshape(mask.shape[-2:])
     if m.shape[0] < positions.numel() or m.shape[1] < width:
         return f"mask of shape {tuple(mask.shape)} has fewer rows or keys than the call reads"
-    seen = (m.data_ptr(), m._version, tuple(m.shape), m.dtype, m.device, positions.numpy().tobytes(),
+    seen = (m.data_ptr(), m._version, tuple(m.shape), m.dtype, m.device, flags, positions.numpy().tobytes(),
             keys.numpy().tobytes())
     if _causal_masks_seen.get("last") == seen:
         return None
     m = m[:positions.numel(), :width].cpu()
-    hidden = m <= MASKED_BIAS if m.is_floating_point() else m != 0
+    hidden = m <= MASKED_BIAS if m.is_floating_point() and not flags else m != 0
     j = torch.arange(width)[None, :]
     rule = torch.where(j > positions[:, None], hidden, m == 0)
     if not bool(rule[j < keys[:, None]].all()):
@@ -512,8 +516,9 @@ _causal_masks_seen: dict = {}
 def _tnd_causal(given: dict, per_token: bool) -> _Fia | tuple[str, str]:
     """ATB's chunked prefill (``seq_len`` query tokens per sequence, the last of its ``context_lens`` keys,
     each token seeing the keys up to its own position) as FIA's TND with a block table and sparse mode 3.
-    ``mask`` must be that causal mask: per_token, one row per query token (splitfuse: the rows of a causal
-    mask at the tokens' positions); else a causal square, which the op reads compressed (qlens). A call with
+    ``mask`` must be that causal mask: per_token, one additive row per query token (splitfuse: the rows of a
+    causal mask at the tokens' positions); else a causal square, which the op reads compressed (qlens: any
+    size, 128 × 128 in op-plugin's tests and SGLang, the longest sequence's in vllm-ascend). A call with
     another mask goes to torch_npu."""
     try:
         q_lens, kv_lens = int_list("seq_len", given["seq_len"]), int_list("context_lens", given["context_lens"])
@@ -528,7 +533,7 @@ def _tnd_causal(given: dict, per_token: bool) -> _Fia | tuple[str, str]:
         mask = given["mask"]
         side = min(mask.shape[-1], max(kv_lens, default=0)) if isinstance(mask, torch.Tensor) else 0
         positions, keys = torch.arange(side), torch.full((side,), side)
-    bad = _causal_mask_reason(given["mask"], positions, keys)
+    bad = _causal_mask_reason(given["mask"], positions, keys, flags=not per_token)
     mode = dict(input_layout="TND", actual_seq_lengths=np.cumsum(q_lens).tolist(), sparse_mode=3,
                 atten_mask=compressed_causal_mask(given["query"].device))
     return _atb_paged(given, mode, None if bad is None else ("mask", bad))
