@@ -342,7 +342,8 @@ def test_atb_functions_stay_routed_when_torch_npu_loads_the_atb_library(fake, mo
 def test_fusion_attention_returns_torch_npus_seven_results(fake):
     """Shapes and dtypes as torch_npu's: softmax_max/sum float32 (..., 8), TND laid out N-major unless
     softmax_layout="TND"; max + log(sum) is the row's log-sum-exp (float64's); softmax_out empty; seed and
-    offset 0, numels the elements of the scores (B·N·S1·S2, TND N·Σ rows·keys)."""
+    offset 0, numels the elements of the scores (B·N·S1·S2, TND N·Σ rows·keys). SBH (positional head_num and
+    layout) gives the BSND call's results with its first two axes swapped."""
     g = torch.Generator().manual_seed(3)
     (q, k, v, heads), kw, _ = fa_dit(g)
     out, smax, ssum, sout, seed, offset, numels = fake.module.npu_fusion_attention(q, k, v, heads, **kw)
@@ -352,6 +353,9 @@ def test_fusion_attention_returns_torch_npus_seven_results(fake):
     s = D ** -0.5 * q.double().transpose(1, 2) @ k.double().permute(0, 2, 3, 1)
     lse = torch.logsumexp(s, -1)
     assert torch.allclose((smax + ssum.log()).double(), lse[..., None].expand(-1, -1, -1, 8), atol=1e-3)
+    sbh = fake.module.npu_fusion_attention(*(t.flatten(2).transpose(0, 1) for t in (q, k, v)), heads, "SBH",
+                                           scale=D ** -0.5)
+    assert torch.equal(sbh[0], out.flatten(2).transpose(0, 1)) and torch.equal(sbh[1], smax)
     _, kw, _ = fa_prefill_tnd(g)
     results = [fake.module.npu_fusion_attention(**kw, softmax_layout=layout) for layout in ("", "TND")]
     (_, ntd, *_), (_, tnd, *_, numels) = results

@@ -57,6 +57,7 @@ _PSE = "a position bias (pse_shift), which pasa-npu never takes"
 _PREFIX = "shared prefixes, which pasa-npu never takes"
 _PADDING = "left padding, which pasa-npu never takes"
 _DTYPES = "dtype overrides (FP8/HiFloat8 paths), which pasa-npu never takes"
+_RESERVED = "an argument torch_npu reserves"
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,7 @@ def _renamed_fia(given: dict, names: dict, defaults: dict, never: dict) -> _Fia 
 
 _PFA_NEVER = {**{n: (None, _QUANT) for n in ("deq_scale1", "quant_scale1", "deq_scale2", "quant_scale2",
                                               "quant_offset2")},
-              "pse_shift": (None, _PSE), "padding_mask": (None, "padding_mask, reserved by torch_npu")}
+              "pse_shift": (None, _PSE), "padding_mask": (None, _RESERVED)}
 
 
 def _prompt_flash_attention(given: dict) -> _Fia | tuple[str, str]:
@@ -337,7 +338,7 @@ def _prompt_flash_attention(given: dict) -> _Fia | tuple[str, str]:
 _IFA_NEVER = {**{n: (None, _QUANT) for n in ("dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2",
                                               "quant_offset2", "antiquant_scale", "antiquant_offset")},
               "pse_shift": (None, _PSE), "kv_padding_size": (None, _PADDING),
-              "padding_mask": (None, "padding_mask, reserved by torch_npu")}
+              "padding_mask": (None, _RESERVED)}
 #: The S axis of the query in each layout npu_incre_flash_attention takes.
 _S_AXIS = {"BSH": 1, "BSND": 1, "BNSD": 2}
 
@@ -357,7 +358,7 @@ def _incre_flash_attention(given: dict) -> _Fia | tuple[str, str]:
                         {"inner_precise": 1}, _IFA_NEVER)
 
 
-_FA_NEVER = {"pse": (None, _PSE), "padding_mask": (None, "padding_mask, reserved by torch_npu"),
+_FA_NEVER = {"pse": (None, _PSE), "padding_mask": (None, _RESERVED),
              "prefix": (None, _PREFIX), "dropout_mask": (None, "dropout"), "keep_prob": (1.0, "dropout"),
              "sink": (None, "a sink, whose softmax statistics torch_npu does not document")}
 #: npu_fusion_attention's layouts -> FIA's (SBH is BSH with its first two axes swapped).
