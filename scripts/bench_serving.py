@@ -351,6 +351,10 @@ def replay(args):
         sys.exit(f"--repeats must be at least 1, got {args.repeats}")
     if not args.replay.is_file():
         sys.exit(f"--replay {args.replay}: no such file")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        sys.exit(f"--out {args.out}: {e.strerror}")
     import pasa_npu
     from pasa_npu.integrations import torch_npu as patch
     from pasa_npu.integrations import trace
