@@ -2,23 +2,27 @@
 
 The host model counts, per core and per pipe, what the unmodified kernel issues (cube fractals,
 vector repeats by API and type, MTE1/MTE2/MTE3/Fixpipe bytes, scalar accesses, cross-core flags) and
-runs two modelled clocks per core along the AIC <-> AIV flag handshake (host_model/include/host_model/cost.h);
+runs three modelled clocks per core along the AIC <-> AIV flag handshake (host_model/include/host_model/cost.h);
 each PipeBarrier costs ``barrier_cycles`` on its pipe (an assumed drain):
 
 * per core, work between two synchronisation points (a segment) costs the largest of its pipes'
-  cycles (``overlap``: the pipes run concurrently) or their sum (``serial``: no overlap); the truth for
-  this kernel lies in between, so both are reported;
+  cycles (``overlap``: the pipes run concurrently), their sum (``serial``: no overlap), or the largest plus
+  ``dependent_fraction`` of the others (``model``, the calibrated clock);
+* a launch costs ``launch_cycles``, each task a core takes ``dispatch_cycles``, and it takes at least its GM
+  traffic at the aggregate ``l2_bytes_per_cycle`` and its unique HBM traffic at 1.6 TB/s;
 * a CrossCoreWaitFlag moves the waiter's clock to the setter's (+ a flag latency), a mode-0 barrier
   releases at its latest arrival; the kernel's time is the latest clock of any core. The handshake is the
   kernel's: one S' / P / PV flag per stack of ``kvStack`` KV blocks, S' computed ``preLaunch`` stacks ahead
   (tiling fields; pasa_rs one block at a time), so the clocks follow that schedule.
 
 Per-unit costs (:data:`A2_COSTS`) come from asc-devkit's published theoretical figures where they exist
-and are estimates otherwise (:data:`COST_SOURCES` says which). Shapes too large to run on the host model
+and are estimates otherwise (:data:`COST_SOURCES` says which); the estimates are fitted to measurements of a
+910B2 published by others (``--calibrate``, docs/cost_model.md "Calibration"). Shapes too large to run on the host model
 are counted on reduced problems on one AI core and scaled analytically (:func:`model` says which it did).
 
 ``python -m pasa_npu.cost_model --help`` prints the modelled time for any FIA call arguments;
-``python -m pasa_npu.cost_model --paper`` the table of docs/cost_model.md.
+``python -m pasa_npu.cost_model --paper`` the table of docs/cost_model.md, ``--calibrate`` the fit, its residuals
+and the targets with their sensitivity band.
 
 pasa_rs's work depends on the data: its AIVs ask the AIC for a second S' pass where a row is reshifted
 and for an FP32 one where a row leaves FP16's range. The model prices what the kernel issues on its
@@ -102,8 +106,8 @@ COST_SOURCES: dict[str, tuple[str, str]] = {
                            "(0: the overlap clock, 1: the serial clock); fitted"),
     "launch_cycles": ("estimate", "kernel launch, once per call; fitted"),
     "dispatch_cycles": ("estimate", "per task (query block) a core takes; fitted"),
-    "l2_bytes_per_cycle": ("estimate", "aggregate GM/L2 rate shared by all DMA engines of the chip (bytes a cycle); "
-                           "fitted: the lowest rate under which PTO's measured points stay reachable"),
+    "l2_bytes_per_cycle": ("estimate", "aggregate GM/L2 rate shared by all DMA engines of the chip (bytes a cycle): "
+                           "a launch takes at least all its GM bytes at this rate; fitted"),
 }
 # Vector instructions: cycles per 256-byte repeat from asc-devkit docs/zh/api/附录/Vector指令理论性能汇总.md
 # (documented), applied inside the host model: ascendc_model::VectorCyclesPerRepeat in host_model/src/cost.cpp.
@@ -648,15 +652,12 @@ def _targets_markdown(costs: dict) -> str:
     return "\n".join(lines)
 
 
-def write_calibration(path: str, costs: dict, res: dict, with_targets: bool = True) -> None:
-    """Replaces the part of ``path`` between the calibration markers with the fit's tables."""
+def write_calibration(path: str, body: str) -> None:
+    """Replaces the part of ``path`` between the calibration markers with ``body`` (the fit's tables)."""
     begin, end = "<!-- calibration:begin -->", "<!-- calibration:end -->"
     text = open(path, encoding="utf-8").read()
     if begin not in text or end not in text:
         raise ValueError(f"{path}: no {begin} ... {end} section to replace")
-    body = _calibration_markdown(costs, res)
-    if with_targets:
-        body += "\n\n" + _targets_markdown(costs)
     head, rest = text.split(begin, 1)
     open(path, "w", encoding="utf-8").write(head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1])
 
@@ -708,13 +709,12 @@ def main(argv=None) -> int:
     if args.calibrate:
         fitted, res = calibrate()
         changed = {k: fitted[k] for k in FITTED if fitted[k] != A2_COSTS[k]}
-        print(_calibration_markdown(fitted, res))
-        print()
-        print(_targets_markdown(fitted))
+        body = _calibration_markdown(fitted, res) + "\n\n" + _targets_markdown(fitted)
+        print(body)
         if changed:
             print(f"\nthe fit differs from A2_COSTS: {changed}")
         if args.write:
-            write_calibration(args.write, fitted, res)
+            write_calibration(args.write, body)
         return 0
     print(f"A MODEL of an Atlas A2 ({AI_CORES} AI cores at {CLOCK_HZ / 1e9:.1f} GHz, peak {PEAK_TFLOPS:.0f} FP16 "
           f"TFLOP/s), calibrated to published 910B2 figures (docs/cost_model.md, where the band is); nothing here "
