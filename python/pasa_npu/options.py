@@ -421,17 +421,20 @@ def _is_default(x, default) -> bool:
     return type(x) is int and x == default
 
 
+_CHECKS: dict[str, Callable | None] = {o.name: o.check for o in DECLARED}
+_unknown = object()
+
+
 def check_options(given: dict, form: str = "make_problem") -> dict:
     """``given`` (options by name, any subset of :data:`OPTIONS`) with the defaults for the others, each scalar
     checked and normalised by its declared check: TypeError/ValueError naming the option. An unknown name is a
     TypeError naming ``form``."""
-    for name in given:
-        if name not in DEFAULTS:
+    checked = dict(DEFAULTS)  # valid by declaration: only what the call gives is checked
+    for name, x in given.items():
+        check = _CHECKS.get(name, _unknown)
+        if check is _unknown:
             raise TypeError(f"{form}() got an unexpected keyword argument {name!r}")
-    checked = {}
-    for option in DECLARED:
-        x = given.get(option.name, option.default)
-        checked[option.name] = x if option.check is None else option.check(option.name, x)
+        checked[name] = x if check is None or x is DEFAULTS[name] else check(name, x)
     return checked
 
 
