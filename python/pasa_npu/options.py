@@ -102,7 +102,8 @@ def _check_str(name: str, x, choices: tuple[str, ...], optional: bool = False):
     if optional and x is None:
         return None
     if not isinstance(x, str):
-        raise TypeError(f"{name} must be {'None or ' if optional else 'a str, '}one of {choices}, got {type(x).__name__}")
+        raise TypeError(f"{name} must be {'None or ' if optional else 'a str, '}one of {choices}, "
+                        f"got {type(x).__name__}")
     if x not in choices:
         raise ValueError(f"{name} must be {'None or ' if optional else ''}one of {choices}, got {x!r}")
     return x
@@ -150,7 +151,8 @@ _F = "tests/test_fia_options.py::"
 
 DECLARED: tuple[Option, ...] = (
     Option("atten_mask", "torch.Tensor | None", None, "Tensor?", None,
-           "bool/int8/uint8, 1 = masked out (int values 0 or 1); modes 0/1: (Q_S, KV_S), (1 or B, Q_S, KV_S), (1 or B, 1, Q_S, KV_S), "
+           "bool/int8/uint8, 1 = masked out (int values 0 or 1); modes 0/1: (Q_S, KV_S), (1 or B, Q_S, KV_S), "
+           "(1 or B, 1, Q_S, KV_S), "
            "dims may be larger (aligned); Q_S = 1: (B, KV_S) too; modes 2-4: the compressed 2048×2048 mask",
            "the same; a 4-D mask may also carry N heads; the compressed mask's contents checked with check_inputs; "
            "TND takes no full mask",
@@ -209,13 +211,15 @@ DECLARED: tuple[Option, ...] = (
            "float32/bfloat16/float16 (N,), any layout and head dim",
            "tests/test_serving.py::test_sinks_join_once_in_every_allocation", None),
     Option("precision", "str | None", DEFAULT_PRECISION, "str?", _check_precision,
-           "—", "one of pasa_npu.PRECISIONS; None follows inner_precise", _T + "test_precision_none_follows_inner_precise"),
+           "—", "one of pasa_npu.PRECISIONS; None follows inner_precise",
+           _T + "test_precision_none_follows_inner_precise"),
     Option("beta", "float | None", None, "float?", lambda n, x: check_beta(x, n),
            "—", "PASA's β in [0, 1); None = the optimal default", _T + "test_block_size_and_beta"),
     Option("block_q", "int | None", None, "SymInt?", _check_tile,
            "—", "the loop's query tile (None = 128)", _T + "test_block_size_and_beta"),
     Option("block_kv", "int | None", None, "SymInt?", _check_tile,
-           "—", "the loop's KV block (None = the backend's, settled before the backend runs)",
+           "—", "the loop's KV block; None = the block of the kernel that computes the call (backend's, or the "
+           "device's), settled before any backend runs",
            _F + "test_the_default_kv_block_is_settled_before_the_backend_runs"),
     Option("backend", "str | None", None, "str?", lambda n, x: _check_str(n, x, BACKEND_NAMES, True),
            "—", "None, 'reference', 'npu' or 'triton'", _T + "test_bad_arguments_are_named"),
@@ -223,7 +227,8 @@ DECLARED: tuple[Option, ...] = (
            "—", "check values (a synchronisation); None follows PASA_NPU_CHECK_INPUTS",
            _T + "test_out_of_fp16_range_and_non_finite_inputs_are_refused_when_checked"),
     Option("safety_net", "bool", True, "bool", _check_bool,
-           "—", "recompute overflowed rows on the fp32 path", _T + "test_safety_net_recomputes_overflowed_rows_on_the_fp32_path"),
+           "—", "recompute overflowed rows on the fp32 path",
+           _T + "test_safety_net_recomputes_overflowed_rows_on_the_fp32_path"),
 )
 
 #: What each option means, as the forms' docstrings say it (:func:`documented` puts it there): one entry per
@@ -457,11 +462,14 @@ def markdown_table() -> str:
     for o in DECLARED:
         name = f"`{o.name}`" + (f" (`{o.v2}`)" if o.v2 else " (v2 only)" if o.v2 is None else "")
         rows.append(f"| {name} | `{o.default!r}` | {o.fia} | {o.ours} | `{o.test}` |")
+    tests = f"`{_F}test_every_fia_argument_is_accepted_at_its_default`, " \
+            f"`{_F}test_unimplemented_arguments_are_refused_by_name`"
     for version, form in (("v1", "FIA"), ("v2", "FIA v2")):
-        for what in sorted({w for _, w in NOT_IMPLEMENTED[version].values()}):
-            names = ", ".join(f"`{n}`" for n, (_, w) in NOT_IMPLEMENTED[version].items() if w == what)
-            rows.append(f"| {names} ({form}) | None / 0 | {what} | accepted at the default; otherwise a ValueError "
-                        f"naming them | `{_F}test_unimplemented_arguments_are_refused_by_name` |")
+        for what, default in sorted({(w, repr(d)) for d, w in NOT_IMPLEMENTED[version].values()}):
+            names = ", ".join(f"`{n}`" for n, (d, w) in NOT_IMPLEMENTED[version].items()
+                              if (w, repr(d)) == (what, default))
+            rows.append(f"| {names} ({form}) | `{default}` | {what} | not implemented: accepted at the default, "
+                        f"otherwise a ValueError naming them | {tests} |")
     return "\n".join(rows)
 
 

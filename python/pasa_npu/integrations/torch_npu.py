@@ -71,8 +71,9 @@ class _Form:
     functions: dict  #: "call", "out", "workspace" -> the pasa_npu function of that form
     #: The FIA arguments pasa-npu takes (its functions take them by these names) -> make_problem's name for each.
     taken: dict
-    #: The FIA arguments pasa-npu never takes -> (their default, what they are) (:data:`pasa_npu.options.NOT_IMPLEMENTED`):
-    #: pasa-npu's functions refuse them set to anything but their defaults, and such a call goes to torch_npu.
+    #: The FIA arguments pasa-npu never takes -> (their default, what they are), as declared in
+    #: :data:`pasa_npu.options.NOT_IMPLEMENTED`: pasa-npu's functions refuse them set to anything but their defaults
+    #: (such a call goes to torch_npu).
     never: dict
 
 
