@@ -158,6 +158,11 @@ def test_unimplemented_arguments_are_refused_by_name(name, value):
     with pytest.raises(ValueError, match=rf"^{name} set: .*which pasa-npu does not implement") as error:
         pasa_npu.fused_attention(q, k, v, num_heads=N, num_key_value_heads=NKV, input_layout="BNSD", **{name: value})
     assert "\n" not in str(error.value)
+    if name in NOT_IMPLEMENTED["v2"]:  # the v2 forms, the workspace query among them
+        with pytest.raises(options.NotImplementedArgument, match=rf"^{name} set: ") as error:
+            pasa_npu.fused_attention_v2_workspace(q, k, v, num_query_heads=N, num_key_value_heads=NKV,
+                                                  input_layout="BNSD", **{name: value})
+        assert error.value.names == (name,)
     with pytest.raises(ValueError, match=r"value's last dim 8 differs from key's 16: MLA's unequal head dims"):
         pasa_npu.fused_attention(q, k, v[..., :8], num_heads=N, num_key_value_heads=NKV, input_layout="BNSD")
 

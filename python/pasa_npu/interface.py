@@ -270,6 +270,7 @@ def _in_v2_names(error: Exception) -> Exception:
     """``error`` (a TypeError or ValueError of the validation) with FIA's argument names in FIA v2's."""
     inverse = {v1: v2 for v2, v1 in V2_NAMES.items()}
     renamed = type(error)(_V2_WORDS.sub(lambda m: inverse[m.group(1)], str(error)))
+    renamed.__dict__.update(vars(error))  # NotImplementedArgument's names
     return renamed.with_traceback(error.__traceback__)
 
 

@@ -401,7 +401,7 @@ NOT_IMPLEMENTED: dict[str, dict[str, tuple[object, str]]] = {
 class NotImplementedArgument(ValueError):
     """FIA arguments pasa-npu does not implement, set to other than their defaults; ``names`` lists them."""
 
-    def __init__(self, names: list[str], message: str):
+    def __init__(self, message: str, names: tuple[str, ...] = ()):
         super().__init__(message)
         self.names = names
 
@@ -416,8 +416,8 @@ def refuse_not_implemented(given: dict, form: str, version: str) -> None:
     used = [name for name, x in given.items() if not _is_default(x, known[name][0])]
     if used:
         what = "; ".join(sorted({known[name][1] for name in used}))
-        raise NotImplementedArgument(used, f"{', '.join(used)} set: {what}, which pasa-npu does not implement; pass "
-                                           "the default (None or 0) or leave it out")
+        raise NotImplementedArgument(f"{', '.join(used)} set: {what}, which pasa-npu does not implement; pass the "
+                                     "default (None or 0) or leave it out", tuple(used))
 
 
 def _is_default(x, default) -> bool:
