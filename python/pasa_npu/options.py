@@ -161,7 +161,7 @@ DECLARED: tuple[Option, ...] = (
            "valid query rows per batch, each <= S1: 1 value for every batch, or >= B values of which the first B "
            "are used; no effect at Q_S = 1; TND: required, cumulative, its count is B",
            "the same, as a list or a 1-D integer tensor; values are checked at Q_S = 1 too",
-           _F + "test_lengths_take_at_least_b_values_and_use_the_first_b", "actual_seq_qlen"),
+           _T + "test_varlen_list_rules_one_value_or_first_b", "actual_seq_qlen"),
     Option("actual_seq_lengths_kv", _LENGTHS, None, "SymInt[]?", None,
            "valid keys per batch, each <= S2: 1 value, or >= B values of which the first B are used; required "
            "with a block_table; TND: required, cumulative (each batch's own length with a block_table), its "
