@@ -1,14 +1,15 @@
 """FIA's arguments, validated once, as a frozen problem description every backend consumes.
 
 :func:`make_problem` is the only place that validates the arguments of
-``torch_npu.npu_fused_infer_attention_score`` (FIA) as :func:`pasa_npu.fused_attention` takes them.
+``torch_npu.npu_fused_infer_attention_score`` (FIA) as :func:`pasa_npu.fused_attention` takes them: each
+scalar by the check :mod:`pasa_npu.options` declares for it, then the tensors and what depends on them.
 Its semantics (layouts, GQA, masks and sparse modes, per-batch valid lengths, softmax_lse) are taken
 from FIA's documentation and, where that is silent, from the public CANN operator source;
 ``docs/fia.md`` states what is implemented and every deliberate difference.
 
 A :class:`Problem` holds FP16 views of the inputs in their own layout and in (B, N, S, D), the
 per-batch lengths, the user's mask and the sparse mode's band rule, the precision allocation, β and
-the tile sizes. Backends that run the kernel on dense per-batch jobs (``reference``, ``triton``)
+the tile sizes, the KV block settled for the kernel that computes it (no backend changes it). Backends that run the kernel on dense per-batch jobs (``reference``, ``triton``)
 iterate :meth:`Problem.jobs`; the ``npu`` backend passes the problem to the kernel natively.
 
 Checks that need the tensors' *values* (NaN/Inf, the FP16 range of bfloat16/float32 inputs, the
