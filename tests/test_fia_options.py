@@ -83,7 +83,8 @@ def _tnd_paged(seed=0):
     v = torch.randn(3, NKV, max(kv_lens), D, generator=g).half()
     kc, vc, table = _paged(k, v, kv_lens, PAGE, rng, four_d=True)
     kw = dict(num_heads=N, num_key_value_heads=NKV, input_layout="TND", actual_seq_lengths=np.cumsum(q_lens).tolist(),
-              actual_seq_lengths_kv=kv_lens, block_table=table, block_size=PAGE, softmax_lse_flag=True)
+              actual_seq_lengths_kv=kv_lens, block_table=table, block_size=PAGE, softmax_lse_flag=True,
+              precision="fp32")
     return q, kc, vc, kw
 
 
@@ -101,7 +102,8 @@ def test_lengths_take_at_least_b_values_and_use_the_first_b():
         pasa_npu.fused_attention(q, kc, vc, **dict(kw, actual_seq_lengths_kv=[20, 7]))
     # dense TND: cumulative key lengths, the first B used
     k = torch.randn(40, NKV, D).half()
-    dense = dict(num_heads=N, num_key_value_heads=NKV, input_layout="TND", actual_seq_lengths=[3, 4, 6])
+    dense = dict(num_heads=N, num_key_value_heads=NKV, input_layout="TND", actual_seq_lengths=[3, 4, 6],
+                 precision="fp32")
     want = pasa_npu.fused_attention(q, k, k, actual_seq_lengths_kv=[10, 20, 40], **dense)[0]
     assert torch.equal(pasa_npu.fused_attention(q, k, k, actual_seq_lengths_kv=[10, 20, 40, 40, 40], **dense)[0], want)
 
