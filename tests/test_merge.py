@@ -111,3 +111,68 @@ def test_cuda_merge_runs_the_triton_combine_and_agrees_with_the_torch_merge():
     finite = torch.isfinite(want_l)
     assert torch.allclose(got_l.cpu()[finite], want_l[finite], rtol=1e-6, atol=1e-5)
     assert torch.isneginf(got_l[1, 2, 3]).item() and torch.all(got_o[1, 2, 3] == 0)
+
+
+def _layout_inputs(layout, rng, b=2, n=3, s=3, s2=24, d=8):
+    """q, k, v in ``layout`` with S1 = N (a BSND output read as BNSD would then merge the wrong rows unnoticed),
+    and the fused_attention keyword arguments of that layout."""
+    if layout == "TND":
+        q, k, v = (torch.from_numpy(rng.normal(size=(b * t, n, d))).half() for t in (s, s2, s2))
+        return q, k, v, dict(actual_seq_lengths=[s * (i + 1) for i in range(b)],
+                             actual_seq_lengths_kv=[s2 * (i + 1) for i in range(b)])
+    q, k, v = (torch.from_numpy(rng.normal(size=(b, n, t, d))).half() for t in (s, s2, s2))
+    if layout in ("BSND", "BSH"):
+        q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    if layout == "BSH":
+        q, k, v = (x.flatten(-2) for x in (q, k, v))
+    return q, k, v, {}
+
+
+def _key_split(layout, x, lengths, c0, c1):
+    """The keys c0:c1 of each batch of ``x`` (keys or values) in ``layout``."""
+    if layout == "TND":
+        return torch.cat([x[start + c0:start + c1] for start in range(0, x.shape[0], lengths)])
+    return x[:, :, c0:c1] if layout.startswith("BNSD") else x[:, c0:c1]
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD", "BNSD_BSND", "TND"])
+def test_merge_takes_what_fused_attention_returns_in_every_layout(layout):
+    """Partials of fused_attention over two key splits, merged with the call's input_layout, equal the call over
+    all keys (fp32: the splits round as the whole call does, but for the merge's FP32 arithmetic)."""
+    import pasa_npu
+
+    q, k, v, kw = _layout_inputs(layout, np.random.default_rng(11))
+    call = dict(num_heads=3, input_layout=layout, softmax_lse_flag=True, precision="fp32", **kw)
+    want_o, want_l = pasa_npu.fused_attention(q, k, v, **call)
+    if layout == "TND":
+        call.update(actual_seq_lengths_kv=[12 * (i + 1) for i in range(2)])
+    parts = [pasa_npu.fused_attention(q, _key_split(layout, k, 24, c0, c1), _key_split(layout, v, 24, c0, c1), **call)
+             for c0, c1 in ((0, 12), (12, 24))]
+    out, lse = merge_partials([o for o, _ in parts], [l for _, l in parts], input_layout=layout)
+    assert out.shape == want_o.shape and out.dtype == want_o.dtype and lse.shape == want_l.shape
+    torch.testing.assert_close(out.float(), want_o.float(), rtol=0, atol=2e-3)
+    torch.testing.assert_close(lse, want_l, rtol=1e-6, atol=1e-6)
+
+
+def test_merge_of_outputs_without_lse_says_to_turn_the_flag_on():
+    import pasa_npu
+
+    q, k, v, _ = _layout_inputs("BSND", np.random.default_rng(0))
+    parts = [pasa_npu.fused_attention(q, k, v, num_heads=3, input_layout="BSND") for _ in range(2)]
+    for layout in (None, "BSND"):
+        with pytest.raises(ValueError, match="softmax_lse_flag=True"):
+            merge_partials([o for o, _ in parts], [l for _, l in parts], input_layout=layout)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(outs=[torch.ones(2, 4, dtype=torch.int32)] * 2), TypeError, "outs must be floating-point"),
+    (dict(lses=[torch.zeros(2, dtype=torch.int64)] * 2), TypeError, "lses must be floating-point"),
+    (dict(out_dtype=torch.int32), ValueError, "out_dtype must be a floating-point"),
+    (dict(out_dtype="float16"), TypeError, "out_dtype must be None or a floating-point torch.dtype"),
+    (dict(input_layout="SBH"), ValueError, "input_layout must be None or one of"),
+    (dict(input_layout="BSND"), ValueError, r"BSND partials must be outputs \(B, S, N, D\)"),
+])
+def test_bad_types_and_layouts_are_refused_by_name(kwargs, error, match):
+    call = {"outs": [torch.ones(2, 4)] * 2, "lses": [torch.zeros(2)] * 2, **kwargs}
+    with pytest.raises(error, match=match):
+        merge_partials(call.pop("outs"), call.pop("lses"), **call)
