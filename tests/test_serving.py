@@ -338,16 +338,25 @@ def test_bad_serving_input_is_named(change, error, match):
     ("meta", r"out\[0\] \(attention_out\) is on meta but query is on cpu"),
     ("one", r"out must be a pair \(attention_out, softmax_lse\) of tensors, got tuple of 1"),
     ("workspace", r"workspace must be a contiguous 1-D uint8 tensor"),
+    ("grad", r"out\[0\] \(attention_out\) requires grad: the .out form writes its results into out in place"),
 ])
 def test_bad_out_and_workspace_are_named(out, match):
     q, k, v, kc, vc, table, cum, kv_lens = _mixed()
     lse = torch.empty(q.shape[0], N, 1)
     pairs = {"short": (q[:-1], lse), "float": (q.float(), lse), "lse": (q, lse[:, :, 0]),
-             "meta": (torch.empty_like(q, device="meta"), lse), "one": (q,), "workspace": (torch.empty_like(q), lse)}
+             "meta": (torch.empty_like(q, device="meta"), lse), "one": (q,), "workspace": (torch.empty_like(q), lse),
+             "grad": (torch.empty_like(q, requires_grad=True), lse)}
     workspace = torch.empty(64) if out == "workspace" else None
     with pytest.raises((ValueError, TypeError), match=match):
         pasa_npu.fused_attention_v2_out(q, kc, vc, out=pairs[out], workspace=workspace,
                                         **_tnd_kw(cum, kv_lens, table, 3))
+
+
+def test_workspace_of_v2_names_a_v1_keyword_as_given():
+    """FIA v1's ``scale`` passed to the v2 workspace form is named as the caller wrote it, not as its v2 twin."""
+    q, k, v, kc, vc, table, cum, kv_lens = _mixed()
+    with pytest.raises(TypeError, match=r"fused_attention_v2_workspace\(\) got an unexpected keyword argument 'scale'"):
+        pasa_npu.fused_attention_v2_workspace(q, kc, vc, scale=0.5, **_tnd_kw(cum, kv_lens, table, 3))
 
 
 def test_npu_tensors_run_tnd_with_a_table_and_sinks_on_the_ascendc_kernel(monkeypatch):
