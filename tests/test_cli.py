@@ -148,3 +148,85 @@ def test_accuracy_out_that_is_a_file(tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("")
     assert cli.main(["accuracy", "--out", str(tmp_path / "file")]) == 2
     _one_error_line(capsys, "--out")
+
+
+def _no_study(monkeypatch):
+    monkeypatch.setattr(accuracy, "run_study", lambda **kw: pytest.fail("the study ran before the arguments were checked"))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--hard-only", "--hard-seeds", "0"], ("--hard-seeds 0", "--hard-only")),
+    (["--precisions", "fp32", "fp32_frame", "fp32"], ("--precisions", "fp32 more than once")),
+])
+def test_accuracy_arguments_that_leave_nothing_or_count_twice_are_refused(argv, words, tmp_path, monkeypatch, capsys):
+    _no_study(monkeypatch)
+    assert cli.main(["accuracy", "--out", str(tmp_path / "out")] + argv) == 2
+    _one_error_line(capsys, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_accuracy_out_the_file_system_refuses_is_refused_before_the_study(monkeypatch, capsys):
+    # /proc lets root pass every permission check (os.access says writable) but makes no folder in it
+    import os
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux's /proc, a folder whose file system refuses new entries")
+    _no_study(monkeypatch)
+    assert cli.main(["accuracy", "--out", "/proc/pasa_npu_out/sub"]) == 2
+    _one_error_line(capsys, "--out", "/proc/pasa_npu_out/sub")
+
+
+def test_accuracy_out_folder_checked_by_writing_is_left_as_it_was(tmp_path, monkeypatch, capsys):
+    # the check makes the folders it lacks and a file in them, then removes them: a failed study leaves nothing
+    seen = []
+    monkeypatch.setattr(accuracy, "run_study", lambda **kw: seen.append((tmp_path / "a").exists()) or [])
+    monkeypatch.setattr(accuracy, "write_outputs", lambda *a, **kw: pytest.fail("nothing to write"))
+    with pytest.raises(pytest.fail.Exception):
+        cli.main(["accuracy", "--out", str(tmp_path / "a" / "b"), "--no-plots", "--no-progress"])
+    assert seen == [False] and list(tmp_path.iterdir()) == []
+
+
+def test_scan_block_kv_out_of_range_is_refused_before_loading(tmp_path, monkeypatch, capsys):
+    _no_model_loading(monkeypatch)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["scan", str(tmp_path), "--prompt", "x", "--block-kv", "100000", "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    _one_error_line(capsys, "--block-kv", "at most 1024")
+
+
+@pytest.mark.parametrize("config", ["{not json", "{}"])
+def test_scan_bad_config_is_reported_as_the_config_before_the_tokenizer(config, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)
+    _no_model_loading(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(config)
+    assert cli.main(["scan", str(tmp_path), "--prompt", "x", "--out", str(tmp_path / "out")]) == 2
+    _one_error_line(capsys, "model_dir", str(tmp_path / "config.json"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_scan_with_a_transformers_release_the_integration_does_not_take(tmp_path, monkeypatch, capsys):
+    import sys
+
+    transformers = pytest.importorskip("transformers")
+    _no_model_loading(monkeypatch)
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    monkeypatch.delitem(sys.modules, "pasa_npu.integrations.transformers", raising=False)
+    (tmp_path / "config.json").write_text("{}")
+    assert cli.main(["scan", str(tmp_path), "--prompt", "x", "--out", str(tmp_path / "out")]) == 2
+    _one_error_line(capsys, "transformers >=5.23,<5.25", "found 5.17.0", "pasa-npu[transformers]")
+
+
+def test_accuracy_help_describes_the_hard_sweep(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["accuracy", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "hard sweep" in text and "resonance" in text and "--hard-seeds" in text and "--hard-only" in text
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["accuracy", "--seed", "-1"])
+    assert e.value.code == 2
+    _one_error_line(capsys, "--seed", "non-negative")

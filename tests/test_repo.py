@@ -94,3 +94,12 @@ def test_committed_json_files_are_strict_json():
     assert files
     for path in files:
         json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_transformers_extra_states_the_versions_the_integration_takes():
+    """pyproject's ``transformers`` extra and the integration's own check name one range of releases."""
+    from pasa_npu.integrations import TRANSFORMERS_VERSIONS
+
+    (lo, hi) = TRANSFORMERS_VERSIONS
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'transformers = ["transformers>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}"]' in pyproject

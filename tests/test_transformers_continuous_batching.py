@@ -11,6 +11,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("pasa_npu.integrations.transformers", exc_type=ImportError)  # says which versions it takes
 
 from pasa_npu.integrations import PasaSettings  # noqa: E402
 from pasa_npu.integrations import transformers as integ  # noqa: E402
