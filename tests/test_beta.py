@@ -146,7 +146,7 @@ def test_power_of_two_scale_does_not_change_beta():
 
 
 def test_non_power_of_two_scale_changes_beta():
-    # D = 128: scale 1/√128 is not a power of two; README.md and docs/golden.md quote 0.984711 for it
+    # D = 128: scale 1/√128 is not a power of two; docs/golden.md quotes 0.984711 for it
     b = B.optimal_beta(1 - 2**-6, 128, "float16", 1 / math.sqrt(128))
     assert f"{b:.6f}" == "0.984711"
     assert b != B.optimal_beta(1 - 2**-6, 128, "float16")

@@ -37,7 +37,7 @@ def test_readme_api_example_runs_and_says_true():
     from pasa_npu import golden, metrics
 
     readme = (ROOT / "README.md").read_text()
-    code = re.findall(r"```python\n(.*?)```", readme.split("## API", 1)[1], flags=re.S)[0]
+    code = re.findall(r"```python\n(.*?)```", readme.split("## One call", 1)[1], flags=re.S)[0]
     for seed in range(5):
         ns: dict = {}
         torch.manual_seed(seed)

@@ -128,7 +128,7 @@ def fused_attention(
             of 16 from 16 to 512.
         softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
         precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
-            README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
+            README, docs/golden.md); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
         beta: PASA's shift coefficient in [0, 1); None takes the optimal default for block_kv
             and scale. Only used by the shifted allocations.
         block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
