@@ -61,7 +61,7 @@ def test_large_scale_is_finite_and_as_accurate_as_fp32(scale):
     rounding, which overflowed there (NaN output and lse, no error). On 3 draws of each input kind it is finite,
     its RMSE within 8× fp32 FlashAttention's on every draw and 2× at the median of the draws where fp32's is not
     0 (where the weight of every row sits on one key, both are 0), its lse error within 5× fp32's. What limits
-    it is ψ's FP16 grid (docs/golden.md); scripts/large_scale_accuracy.py measures more draws."""
+    it is ψ's FP16 grid (docs/golden.md); docs/accuracy_default/README.md, "Large scales", has more draws."""
     ratios = []
     for kind in accuracy.LARGE_SCALE_KINDS:
         for seed in range(3):
