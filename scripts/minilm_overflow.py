@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from pasa_npu import PRECISIONS, scan  # noqa: E402
-from pasa_npu.accuracy import json_safe  # noqa: E402
+from pasa_npu.accuracy import json_safe, source_commit  # noqa: E402
 from pasa_npu.integrations.transformers import register  # noqa: E402
 
 SENTENCES = [
@@ -192,6 +192,7 @@ def main(argv=None) -> int:
 
     res["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                       f"torch {torch.__version__}, transformers {transformers.__version__}")
+    res["commit"], res["date"] = source_commit(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = report(res)
     print(text)
     out = Path(args.out)

@@ -119,7 +119,8 @@ def _scan(args) -> int:
     rows, caps = scan.scan_model(model, dict(inputs), beta=args.beta, block_kv=args.block_kv)
     print(scan.format_table(rows))
     meta = dict(model_dir=str(args.model_dir), prompt=args.prompt, tokens=int(inputs["input_ids"].shape[1]),
-                dtype=args.dtype, block_kv=args.block_kv, beta=args.beta)
+                dtype=args.dtype, block_kv=args.block_kv, beta=args.beta, commit=accuracy.source_commit(),
+                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if args.verify:
         ran = scan.verify(caps, beta=args.beta, block_kv=args.block_kv)
         agree = sum(ran[(r.layer, r.head, p)] == (r.overflow[p] == "nan") for r in rows for p in scan.VERDICT_PRECISIONS)
