@@ -179,7 +179,8 @@ def plot(res: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder (docs/integrations/transformers.md describes its 2026-11-25 run)")
+    ap.add_argument("--out", required=True,
+                    help="output folder (docs/integrations/transformers.md describes its 2026-11-25 run)")
     ap.add_argument("--save-injected", metavar="DIR", default=None,
                     help="also save the model with the largest in-phase injection (A = %d) to DIR, for "
                          "`pasa-npu scan DIR`" % K_BIASES[-1])
