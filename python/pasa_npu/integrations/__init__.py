@@ -28,11 +28,13 @@ TRANSFORMERS_VERSIONS = ((5, 23), (5, 25))
 
 
 def check_transformers_version(version: str) -> None:
-    """Raise ImportError, saying what to install, unless transformers ``version`` is in :data:`TRANSFORMERS_VERSIONS`."""
+    """Raise ImportError, saying what to install, unless transformers ``version`` is in
+    :data:`TRANSFORMERS_VERSIONS`."""
     (lo, hi), found = TRANSFORMERS_VERSIONS, re.match(r"(\d+)\.(\d+)", version)
     if found is None or not lo <= (int(found[1]), int(found[2])) < hi:
-        raise ImportError(f"pasa_npu.integrations.transformers supports transformers >={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]} "
-                          f"(the releases it is tested with), found {version}: pip install 'pasa-npu[transformers]'")
+        raise ImportError(f"pasa_npu.integrations.transformers supports transformers >={lo[0]}.{lo[1]},"
+                          f"<{hi[0]}.{hi[1]} (the releases it is tested with), found {version}: "
+                          f"pip install 'pasa-npu[transformers]'")
 
 #: An additive mask entry at or below this value means "masked out". Libraries write −inf,
 #: ``torch.finfo(dtype).min`` (transformers' eager masks) or −10000 (diffusers' UNet masks);

@@ -6,8 +6,10 @@
     register("pasa_fp16", precision="fp16")      # another name, another allocation
     model.set_attn_implementation("pasa_fp16")
 
-It supports transformers 5.23 and 5.24 (:data:`pasa_npu.integrations.TRANSFORMERS_VERSIONS`); importing it with any other release raises
-ImportError saying so. ``register`` adds the name to transformers' ``AttentionInterface`` (the attention function every
+It supports transformers 5.23 and 5.24 (:data:`pasa_npu.integrations.TRANSFORMERS_VERSIONS`); importing it with
+any other release raises ImportError saying so.
+
+``register`` adds the name to transformers' ``AttentionInterface`` (the attention function every
 model's attention layer calls) and to its ``AttentionMaskInterface``: transformers builds each
 model's mask with the function registered under the model's attention implementation, and for a
 name it does not know it builds none at all, so without the mask function padding and causal
