@@ -146,7 +146,7 @@ def main(argv=None):
                          f"{args.kv} and {args.prefill_lens}")
     if not torch.cuda.is_available():
         sys.exit("bench_paged.py needs a CUDA GPU (torch.cuda.is_available() is False): it times the Triton "
-                 "kernel and SDPA on the device; the CPU interpreter path is tested by tests/test_paged.py")
+                 "kernel and SDPA on the device; the CPU interpreter path is tested by tests/serving/test_paged.py")
     import triton
     from triton.testing import do_bench
 

@@ -207,7 +207,7 @@ def main(argv=None):
     args.precisions = args.precisions or list(PRECISIONS)
     if not torch.cuda.is_available():
         sys.exit("bench_serving.py needs a CUDA GPU (torch.cuda.is_available() is False); the CPU interpreter path "
-                 "is tested by tests/test_serving.py")
+                 "is tested by tests/serving/test_serving.py")
     import triton
     from triton.testing import do_bench
 

@@ -101,7 +101,7 @@ def inputs(kind, seed=0, n=N, nkv=NKV, s=S, d=D):
         q, k = q + 30, k + 30
     elif kind == "resonant":
         # A K bias in phase with a Q amplitude along the head dim: scores near 100·50·D/2·scale
-        # (16 000 here), which overflow FP16 attention (see tests/test_scan.py).
+        # (16 000 here), which overflow FP16 attention (see tests/tools/test_scan.py).
         u = torch.cos(2 * math.pi * 3 * torch.arange(d) / d)
         q, k = q + 100 * u, k + 50 * u
     return q, k, v

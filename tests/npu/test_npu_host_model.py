@@ -736,7 +736,7 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
     elif kind == "far_peak":  # 16 rows against one key 200 (scaled) above 3071 others, 24 blocks of 128 keys
-        from test_fp32_frame import far_peak
+        from golden.test_fp32_frame import far_peak
 
         q, k, v, scale, _ = far_peak(rows=16, heads=2, blocks=24, block_kv=128)
     elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build_and_deploy.sh"
 
 # Fake commands. Each appends "<name> <args>" to $FAKE_LOG; behaviour is steered by FAKE_* variables.

@@ -251,7 +251,7 @@ def test_band_tiles_visit_only_the_blocks_the_band_shows(precision, band):
 @pytest.mark.parametrize("precision", [p for p in PRECISIONS if not ALLOCATIONS[p].framed])
 def test_block_q_does_not_change_any_bit(precision):
     """Without a band rows are independent: the query tile changes no rounding. (``fp32_frame``'s
-    tile closes its running sums together: tests/test_fp32_frame.py.)"""
+    tile closes its running sums together: tests/golden/test_fp32_frame.py.)"""
     rng = np.random.default_rng(14)
     q, k, v = rand_qkv(rng, 1, 4, 2, 45, 170, 32)
     mask = rng.random((1, 4, 45, 170)) < 0.25

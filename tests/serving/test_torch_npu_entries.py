@@ -466,7 +466,7 @@ def test_bench_serving_replays_a_recorded_trace_on_the_cpu(fake, tmp_path, monke
              args, kwargs)
     fake.module.npu_fusion_attention(*fa_dit(g)[0], keep_prob=0.5, input_layout="BSND")
     pasa_npu.unpatch_torch_npu()
-    script = Path(__file__).parents[1] / "scripts" / "bench_serving.py"
+    script = Path(__file__).parents[2] / "scripts" / "bench_serving.py"
     spec = importlib.util.spec_from_file_location("bench_serving", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -710,7 +710,7 @@ def test_meta_tensors_are_refused_by_the_call_and_shaped_by_the_operator():
 
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU (CI has none); run on the GPU machine: "
-                           "PYTHONPATH=python python3 -m pytest tests/test_interface.py -k cuda")
+                           "PYTHONPATH=python python3 -m pytest tests/backends/test_interface.py -k cuda")
 @pytest.mark.parametrize("precision", ["pasa", "fp16"])
 def test_cuda_tensors_give_the_cpu_numbers_in_every_layout(precision):
     """The reference backend on the GPU; in the FP16-state allocations the emulation is exact, so

@@ -241,7 +241,7 @@ def test_plugin_patches_only_when_asked(fake, monkeypatch):
 
 def test_plugin_is_declared_for_vllm_and_sglang():
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     entry_points = pyproject["project"]["entry-points"]
     for group in ("vllm.general_plugins", "sglang.srt.plugins"):
         module, _, attr = entry_points[group]["pasa_npu"].partition(":")

@@ -27,7 +27,7 @@ from pasa_npu.precision import PRECISIONS  # noqa: E402
 FP16_STATE = ("fp16", "pasa")
 # The reference backend must also agree with the golden model on a GPU. CI has none: these cases
 # are skipped there and run on the GPU machine with
-#   PYTHONPATH=python python3 -m pytest tests/test_reference_backend.py -k cuda
+#   PYTHONPATH=python python3 -m pytest tests/backends/test_reference_backend.py -k cuda
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none); run on the GPU machine"))]
 

@@ -257,7 +257,7 @@ def test_cli_prints_a_model_row(capsys):
 
 def test_paged_decode_is_modelled_from_a_full_run(capsys):
     """PageAttention (--page-size): the same decode read through shuffled pages of 48 keys (480 keys: the
-    same 4 KV blocks as dense). It moves the same bytes (tests/test_paged.py counts them) in more DMA
+    same 4 KV blocks as dense). It moves the same bytes (tests/serving/test_paged.py counts them) in more DMA
     issues and reads the table on the scalar unit, so it is modelled no faster than the dense decode."""
     dense = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32")
     paged = cost_model.model(1, 2, 1, 1, 480, 64, precision="fp16_fp32", page_size=48)

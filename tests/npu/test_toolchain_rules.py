@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*ROOT.glob("op_host/*.cpp"), *ROOT.glob("op_host/*.h"), *ROOT.glob("op_kernel/*")])
 
 # deprecated name -> its replacement

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TYPES = ("half", "float", "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t")
 
 ARITHMETIC = {"half", "float", "int16_t", "int32_t"}
@@ -195,7 +195,7 @@ def model_cast_table() -> dict[tuple[str, str], tuple[set[str], bool]]:
 
 def test_model_cast_modes_are_a2s():
     # The run-time half of Cast's rules (a mode the pair lacks fails when the Cast runs: the misuse case
-    # misuse_cast_round_mode_the_pair_lacks of tests/test_host_model.py) reads this table.
+    # misuse_cast_round_mode_the_pair_lacks of tests/npu/test_host_model.py) reads this table.
     table = model_cast_table()
     assert set(table) == A2_CAST
     assert {pair: modes for pair, (modes, _) in table.items()} == A2_CAST_MODES

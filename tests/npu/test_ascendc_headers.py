@@ -20,7 +20,7 @@ import pytest
 
 from pasa_npu.precision import ALLOCATIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "check_ascendc_headers.sh"
 E_FAILED, E_HEADERS = 40, 41
 

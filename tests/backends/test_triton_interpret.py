@@ -2,7 +2,7 @@
 
 Triton decides at decoration time whether a kernel is interpreted, from ``TRITON_INTERPRET``, which
 tests/conftest.py sets for the whole session on machines without a GPU. On a GPU these cases are
-skipped here and tests/test_triton_gpu.py runs the compiled kernel, reusing :func:`check_against_golden`.
+skipped here and tests/backends/test_triton_gpu.py runs the compiled kernel, reusing :func:`check_against_golden`.
 
 What "right" means (the kernel cannot be bit-identical with the golden model: it accumulates in
 another order, takes P relative to the merged maximum, skips fully masked blocks, splits decode;
@@ -29,7 +29,7 @@ from pasa_npu.backends import reference  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1, which tests/conftest.py "
-                                 "sets without a GPU; on a GPU tests/test_triton_gpu.py runs these checks")
+                                 "sets without a GPU; on a GPU tests/backends/test_triton_gpu.py runs these checks")
 
 #: allocation -> (factor, margin): kernel RMSE <= factor * golden RMSE + margin (vs float64);
 #: and (floor, factor): RMSE(kernel, golden) <= max(floor, factor * golden RMSE). pasa_rs, measured
@@ -337,7 +337,7 @@ def test_fp32_frame_moves_down_only_to_its_limit_below_the_row_maximum():
     by e^60 per move and overflows FP32 (NaN) after the second."""
     from pasa_npu import golden
     from pasa_npu.backends import triton as tb
-    from test_fp32_frame import far_peak
+    from golden.test_fp32_frame import far_peak
 
     q, k, v, scale, block_kv = far_peak(rows=16)
     kw = dict(precision="fp32_frame", scale=scale, block_q=16, block_kv=block_kv)

@@ -109,7 +109,7 @@ def test_readme_transformers_recipe_runs_and_matches_float32_sdpa(minilm_model):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     recipe = next(c for c in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "register()" in c)
     assert "torch.inference_mode()" in recipe
     ns = {"path": minilm.get_model_path()}

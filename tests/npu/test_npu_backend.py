@@ -6,7 +6,7 @@ natively), checked by a stand-in for the extension ``pasa_npu._npu_ext`` that fo
 arguments the extension would receive to the kernel on the host model; and the production path of
 ``fused_attention(backend="npu")`` on CPU tensors, which is the kernel on the host model, over FIA's
 matrix of layouts, GQA, masks, sparse modes, varlen and decode against the reference backend (which
-tests/test_interface.py checks against an independent float64 implementation of FIA's rules).
+tests/backends/test_interface.py checks against an independent float64 implementation of FIA's rules).
 """
 
 from __future__ import annotations
@@ -373,7 +373,7 @@ def test_the_op_definition_takes_the_tilings_default_precision():
     the constant the previous test holds equal to the package's default."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "op_host" / "pasa_fused_attention_def.cpp").read_text()
+    text = (Path(__file__).resolve().parents[2] / "op_host" / "pasa_fused_attention_def.cpp").read_text()
     assert 'Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision)' in text
 
 

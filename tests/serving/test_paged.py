@@ -11,7 +11,7 @@ import torch
 
 import pasa_npu
 from pasa_npu import golden, npu_host_model
-from test_triton_interpret import interpreted
+from backends.test_triton_interpret import interpreted
 
 COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
 
