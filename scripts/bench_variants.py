@@ -13,7 +13,7 @@ CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A'
 lse on every timed shape and method, bit for bit. ``--sweep [SHAPE,...]`` times the last version over
 the tile configurations of SWEEP (of the shapes named, or all). ``--public`` times each version through its
 public call, ``fused_attention`` (BNSD, no lse; causal as FIA's sparse_mode 3), instead of the backend's
-``attention`` (which computes the lse). Writes variants.json (after every shape) and prints a table of TFLOP/s
+``attention`` (which computes the lse); ``--same`` then compares the public call's outputs. Writes variants.json (after every shape) and prints a table of TFLOP/s
 (decode: GB/s of K and V).
 """
 
@@ -174,8 +174,8 @@ def main():
         for a, bname in args.same:
             for m in set(methods[a]) & set(methods[bname]):
                 q, k, v = sets[0]
-                oa, la = run(versions[a], q, k, v, causal, m)
-                ob, lb = run(versions[bname], q, k, v, causal, m)
+                oa, la = call(versions[a], q, k, v, causal, m)
+                ob, lb = call(versions[bname], q, k, v, causal, m)
                 same = bool(torch.equal(oa, ob) and torch.equal(la, lb))
                 diff = float((oa.float() - ob.float()).abs().max())
                 res["same"].append({"shape": shape_name, "method": m, "a": a, "b": bname, "identical": same,

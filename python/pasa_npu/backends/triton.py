@@ -277,11 +277,16 @@ class AttentionPlan:
         splits, per_split, lse_off, self._partials, self._arrivals = _split_layout(tiles, b, n, nkv, s1, d, n_blocks,
                                                                                   forced_splits)
         self._splits = splits
-        # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after the partials.
-        self._info_off = _align(self._partials) if varlen and kv_info is None else None
+        # fp32_frame's prefill computes its lse whether or not the call asks for it (then into FP32 scratch after
+        # the partials): without the lse's store, Triton 3.6 compiles the D = 128 loop to one that ran 5% slower
+        # on an H200 (docs/benchmarks/gpu_frame/h200.md).
+        self._store_lse = lse or (alloc.framed and tiles > 1)
+        self._lse_off, self._lse_scratch = _align(self._partials), 0 if lse or not self._store_lse else b * n * s1
+        fp32_end = self._lse_off + self._lse_scratch if self._lse_scratch else self._partials
+        # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after those.
+        self._info_off = _align(fp32_end) if varlen and kv_info is None else None
         self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
-        self.workspace_bytes = 2 * self._scratch + 4 * (self._partials if self._info_off is None
-                                                        else self._info_off + 5 * b)
+        self.workspace_bytes = 2 * self._scratch + 4 * (fp32_end if self._info_off is None else self._info_off + 5 * b)
         self.workspace_bound = _workspace_bound(alloc, b, n, nkv, s1, d, n_blocks, block_n, tiles,
                                                 self._info_off is not None)
         # Whole KV blocks read without masks (FlashAttention's scores: fp32, fp32_frame): fewer instructions per
@@ -296,7 +301,7 @@ class AttentionPlan:
             D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, FAMILY=_family(alloc),
             STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
             HAS_BAND=band is not None, EVEN_KV=even_kv, PAGE=page if paged else 0, LAYOUT=layout, HAS_SINK=sink,
-            STORE_LSE=lse, SPLITS=splits, MERGE_ROWS=min(block_m, _pow2(g * s1)) if splits > 1 else 1)
+            STORE_LSE=self._store_lse, SPLITS=splits, MERGE_ROWS=min(block_m, _pow2(g * s1)) if splits > 1 else 1)
         # The ranges of query tiles, the last (under a causal band, the longest rows) first.
         self._attend = [Launch(_k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
                                (*args, (uk_off, fr_off, lse_off), (tile_lo, per_split), terms), num_warps=warps,
@@ -348,11 +353,16 @@ class AttentionPlan:
             lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
         else:
             lse = None
+        lse_store = lse
+        if self._lse_scratch:  # computed, not returned
+            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
+                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
         if self._prepass is not None:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         for attend in self._attend:
-            attend((q, k, v, scratch, mask, out, q if lse is None else lse, parts, arrivals, table, kv_info, sink),
+            attend((q, k, v, scratch, mask, out, q if lse_store is None else lse_store, parts, arrivals, table, kv_info,
+                    sink),
                    same_dtypes=True)
         if self._varlen is not None:
             _pad_rows(out, lse, self._varlen[4], lengths)
@@ -469,7 +479,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     and past _FRAME_LIMIT values a range of query tiles: 16 tiles (of at most 128 rows) or the most that
     fit. The split partials (a call of one query tile, at
     most 128 rows, so S1 <= 128 / G): B·splits < 2·(⌈SMs / Nkv⌉ + B) (splits, a power of two, are below
-    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. And a device-lengths call's kv_info."""
+    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. fp32_frame's prefill lse (B·N·S1) where a call does not ask for it.
+    And a device-lengths call's kv_info."""
     g = n // nkv
     fp16 = 0
     if tiles > 1 and (alloc.shifted or alloc.row_shifted):
@@ -483,6 +494,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     if split_rows and n_blocks > 1:
         heads = 2 * b if _INTERPRET else 2 * (_cdiv(_multiprocessors(torch.cuda.current_device()), nkv) + b)
         fp32 = _align(min(heads, b * n_blocks) * split_rows * (d + 1)) + 8  # + the lse's alignment
+    if alloc.framed and tiles > 1:  # fp32_frame's prefill lse where the call does not ask for it
+        fp32 += b * n * s1 + 8
     return 2 * _align(fp16) + 4 * (fp32 + (5 * b if device_info else 0))
 
 
