@@ -13,8 +13,8 @@ CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A'
 lse on every timed shape and method, bit for bit. ``--sweep [SHAPE,...]`` times the last version over
 the tile configurations of SWEEP (of the shapes named, or all). ``--public`` times each version through its
 public call, ``fused_attention`` (BNSD, no lse; causal as FIA's sparse_mode 3), instead of the backend's
-``attention`` (which computes the lse); ``--same`` then compares the public call's outputs. Writes variants.json (after every shape) and prints a table of TFLOP/s
-(decode: GB/s of K and V).
+``attention`` (which computes the lse); ``--same`` then compares the public call's outputs. Writes
+variants.json (after every shape) and prints a table of TFLOP/s (decode: GB/s of K and V).
 """
 
 from __future__ import annotations

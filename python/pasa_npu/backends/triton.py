@@ -479,8 +479,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     and past _FRAME_LIMIT values a range of query tiles: 16 tiles (of at most 128 rows) or the most that
     fit. The split partials (a call of one query tile, at
     most 128 rows, so S1 <= 128 / G): B·splits < 2·(⌈SMs / Nkv⌉ + B) (splits, a power of two, are below
-    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. fp32_frame's prefill lse (B·N·S1) where a call does not ask for it.
-    And a device-lengths call's kv_info."""
+    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. fp32_frame's prefill lse (B·N·S1) where a call does not ask
+    for it. And a device-lengths call's kv_info."""
     g = n // nkv
     fp16 = 0
     if tiles > 1 and (alloc.shifted or alloc.row_shifted):

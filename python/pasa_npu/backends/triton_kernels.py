@@ -1,19 +1,20 @@
 """Triton kernels of the ``triton`` backend: PASA, row-shifted PASA, FP32-state FlashAttention-2 and framed
-FlashAttention from one loop over KV blocks, each allocation a pair of stages called in it (its scores, its
-frame), with the masks, the V tile and P·V shared.
+FlashAttention from one loop over KV blocks, each allocation family a pair of stages called in it (its scores,
+its frame), with the masks, the V tile and P·V shared; a prologue (the program's batch, rows and KV blocks) before
+the loop and an epilogue (normalisation, stores, the merge of split-KV partials) after it.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
 head's G query heads, so GQA reads K/V once per group without copying it, and a decode step
 (S1 = 1) fills the matrix unit's M dimension with the group's heads instead of one row.
 
-Allocations (constexpr flags): SHIFTED (PASA: K' = M·K, S' in FP16, Welford running mean F,
-corrections I·ΔF) and STATE16 (row state m, l, F, O rounded to FP16 after every operation, the
-``pasa`` allocation; otherwise FP32, ``pasa_fp32`` and ``fp32``). State tensors are FP32 tensors
-holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is
-the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
+Allocation families (the constexpr FAMILY): "fa" (``fp32``), "pasa" (PASA: K' = M·K, S' in FP16, Welford
+running mean F, corrections I·ΔF; with STATE16 the row state m, l, F, O rounded to FP16 after every operation,
+the ``pasa`` allocation, otherwise FP32, ``pasa_fp32``), "pasa_rs" and "frame" (below). State tensors are FP32
+tensors holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is the
+correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
 
-ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
+"pasa_rs" (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
 KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
 into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block the frame
 terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products (with the pre-pass one per 8 blocks,
@@ -60,7 +61,7 @@ And for ``pasa_rs``:
 * ψ (the reshifted ψ where a row reshifts) is subtracted from the FP32 product rather than put in
   the accumulator before it (the golden model's product is exact, then rounded once).
 
-FRAMED (``fp32_frame``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_frame`): FlashAttention-2's
+"frame" (``fp32_frame``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_frame`): FlashAttention-2's
 FP32 scores, then a frame stage instead of the merge: every row keeps a frame G (units of Q·K) set by its first
 block with a key, P = FP16(exp(scale·(S − G))) against it, and l and O are summed from that FP16 P across blocks
 with no running maximum and no rescale; a row's frame moves up when a block's scaled maximum exceeds it by
@@ -99,7 +100,7 @@ FRAME_UP = tl.constexpr(blockwise.FRAME_UP)
 FRAME_DOWN = tl.constexpr(blockwise.FRAME_DOWN)
 FRAME_DOWN_BLOCKS = tl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
 #: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
-#: batch's first query row in a TND query (VARLEN).
+#: batch's first query row in a TND query (LAYOUT "TND").
 KV_INFO = tl.constexpr(5)
 #: The FP16 exp is ``ex2.approx.f16x2`` on the GPU; Triton's interpreter runs no inline assembly, and takes an FP32
 #: exp2 rounded to FP16 instead.
