@@ -159,6 +159,22 @@ def test_split_kv_merges_in_the_attention_launch_and_leaves_its_counters_at_zero
         assert not counters.any()
 
 
+def test_a_prefill_fp32_frame_plan_computes_its_lse_unasked_into_the_workspace():
+    """fp32_frame's prefill computes its lse whether or not the call asks for it (the loop Triton schedules
+    faster, docs/benchmarks/gpu_frame/h200.md): returned as None, written to a tensor of its own or, given a
+    workspace, to the workspace's first bytes; the output is the one of a call that asks for the lse."""
+    q, k, v = _draw(3, 1, 2, 1, 40, 56, 16, "BNSD")
+    kw = dict(precision="fp32_frame", beta=None, block_kv=16, scale=0.25, mask=None)
+    asks, unasked = (tb.AttentionPlan(q, k, v, **kw, lse=lse) for lse in (True, False))
+    assert asks.workspace_bytes == 0 and unasked.workspace_bytes == 4 * 2 * 40 <= unasked.workspace_bound
+    want, want_lse = asks(q, k, v, None, None)
+    out, lse = unasked(q, k, v, None, None)
+    assert lse is None and torch.equal(out, want)
+    workspace = torch.zeros(unasked.workspace_bytes, dtype=torch.uint8, device=DEVICE)
+    out, _ = unasked(q, k, v, None, None, workspace=workspace)
+    assert torch.equal(out, want) and torch.equal(workspace.view(torch.float32), want_lse.flatten())
+
+
 def test_a_planned_paged_decode_equals_the_full_path():
     rng = np.random.default_rng(0)
     b, n, nkv, d, page, lens = 2, 4, 2, 16, 32, [70, 129]

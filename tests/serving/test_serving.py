@@ -286,7 +286,7 @@ def test_workspace_bound_covers_every_smaller_call():
     from pasa_npu.backends import triton as tb
 
     rng = np.random.default_rng(0)
-    for precision in ("pasa_rs", "pasa", "fp32"):
+    for precision in ("pasa_rs", "pasa", "fp32", "fp32_frame"):
         bound = None
         for b, s1, blocks in ((6, 40, 8), (1, 1, 8), (2, 3, 5), (6, 40, 1), (3, 8, 8), (1, 40, 2), (6, 1, 8)):
             n, nkv = 8, 2
