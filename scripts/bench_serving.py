@@ -207,7 +207,7 @@ def main(argv=None):
     args.precisions = args.precisions or list(PRECISIONS)
     if not torch.cuda.is_available():
         sys.exit("bench_serving.py needs a CUDA GPU (torch.cuda.is_available() is False); the CPU interpreter path "
-                 "is tested by tests/test_serving.py")
+                 "is tested by tests/serving/test_serving.py")
     import triton
     from triton.testing import do_bench
 
@@ -228,9 +228,11 @@ def main(argv=None):
 
 
 def _write(args, rows, triton_version, start):
+    from pasa_npu.accuracy import source_commit
+
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton_version,
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(["python3", *sys.argv]),
+            "command": " ".join(["python3", *sys.argv]), "commit": source_commit(),
             "shape": {"heads": HEADS, "kv_heads": KV_HEADS, "head_dim": D, "page": PAGE},
             "mixes": {m: MIXES[m] for m in args.mixes}, "seconds": round(time.time() - start, 1)}
     args.out.mkdir(parents=True, exist_ok=True)

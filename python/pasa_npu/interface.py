@@ -220,8 +220,9 @@ def fused_attention_v2_workspace(query: torch.Tensor, key: torch.Tensor, value: 
                                  **kwargs) -> torch.Tensor:
     """:func:`fused_attention_workspace` with :func:`fused_attention_v2`'s arguments (FIA v2's
     ``_npu_fused_infer_attention_score_v2_get_max_workspace``)."""
+    options = _options(kwargs, _V2_DEFAULTS, "fused_attention_v2_workspace")  # its errors name the caller's words
     try:
-        return _workspace(query, key, value, _options(kwargs, _V2_DEFAULTS, "fused_attention_v2_workspace"))
+        return _workspace(query, key, value, options)
     except (TypeError, ValueError) as e:
         raise _in_v2_names(e) from None
 
@@ -356,6 +357,12 @@ def _out_pair(out) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         raise TypeError(f"out must be a pair (attention_out, softmax_lse) of tensors, got {type(out).__name__}"
                         + (f" of {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    if torch.is_grad_enabled():
+        for name, t in zip(("out[0] (attention_out)", "out[1] (softmax_lse)"), out):
+            if t.requires_grad:
+                raise ValueError(f"{name} requires grad: the .out form writes its results into out in place "
+                                 f"(inference only); pass tensors that do not require grad, or call it under "
+                                 f"torch.inference_mode() or torch.no_grad()")
     return tuple(out)
 
 

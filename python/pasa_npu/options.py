@@ -146,8 +146,8 @@ class Option(NamedTuple):
 
 
 _LENGTHS = "Sequence[int] | torch.Tensor | None"
-_T = "tests/test_interface.py::"
-_F = "tests/test_fia_options.py::"
+_T = "tests/backends/test_interface.py::"
+_F = "tests/backends/test_fia_options.py::"
 
 DECLARED: tuple[Option, ...] = (
     Option("atten_mask", "torch.Tensor | None", None, "Tensor?", None,
@@ -209,7 +209,7 @@ DECLARED: tuple[Option, ...] = (
     Option("learnable_sink", "torch.Tensor | None", None, "Tensor?", None,
            "FIA v2 only: one BF16 logit per query head, 1-D of the query's N (with TND, D 64 or 128)",
            "float32/bfloat16/float16 (N,), any layout and head dim",
-           "tests/test_serving.py::test_sinks_join_once_in_every_allocation", None),
+           "tests/serving/test_serving.py::test_sinks_join_once_in_every_allocation", None),
     Option("precision", "str | None", DEFAULT_PRECISION, "str?", _check_precision,
            "—", "one of pasa_npu.PRECISIONS; None follows inner_precise",
            _T + "test_precision_none_follows_inner_precise"),
@@ -297,7 +297,7 @@ learnable_sink: None, or one sink logit per query head, shape (num_query_heads,)
     head h with no value, out = Σ_j e^{x_j} v_j / (Σ_j e^{x_j} + e^{s_h}); the lse becomes
     log(Σ_j e^{x_j} + e^{s_h}); a row with no visible key gives out 0 and lse s_h.
 precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
-    README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
+    README, docs/golden.md); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
 beta: PASA's shift coefficient in [0, 1); None takes the optimal default for block_kv
     and scale. Only used by the shifted allocations.
 block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
