@@ -328,6 +328,8 @@ FIA_V2_ONLY = ("query_rope", "key_rope", "pse_shift", "dequant_scale_query", "de
                "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype")
 _LENGTHS = ("actual_seq_lengths", "actual_seq_lengths_kv")
 _TENSOR_OPTIONS = ("atten_mask", "block_table", "learnable_sink")
+#: The operators' tensor argument of each length (its list argument is then None).
+_LENGTH_TENSORS = {name: name + "_tensor" for name in _LENGTHS}
 
 
 def _v1_names(options: dict) -> dict:
@@ -646,11 +648,13 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 # ============================================================================================
 
 def _compiled(query, key, value, options: dict, out, workspace):
-    """A form's call while compiling: its operator, options by name (lengths as int lists, tensors positional)."""
+    """A form's call while compiling: its operator, options by name (a length given as a tensor in the operator's
+    tensor argument for it, :data:`_LENGTH_TENSORS`, so that tracing reads none of its values), atten_mask,
+    block_table and learnable_sink positional."""
     options = dict(options)
-    for name in _LENGTHS:
+    for name, tensor_name in _LENGTH_TENSORS.items():
         if isinstance(options[name], torch.Tensor):
-            options[name] = int_list(name, options[name])
+            options[tensor_name], options[name] = options[name], None
     tensors = [options.pop(name) for name in _TENSOR_OPTIONS]
     if out is None:
         return _fused_attention_op(query, key, value, *tensors, **options)
@@ -659,24 +663,45 @@ def _compiled(query, key, value, options: dict, out, workspace):
     return out
 
 
+def _op_options(given: dict) -> dict:
+    """An operator's options by name (:data:`OPTIONS`) from its arguments ``given``, a length from its list or
+    its tensor argument."""
+    options = {name: given[name] for name in OPTIONS}
+    for name, tensor_name in _LENGTH_TENSORS.items():
+        if given.get(tensor_name) is not None:
+            if options[name] is not None:
+                raise ValueError(f"pass {name} as a list ({name}) or as a tensor ({tensor_name}), not both")
+            options[name] = given[tensor_name]
+    return options
+
+
+def _traced_problem(query, key, value, given: dict) -> Problem:
+    """The problem of a call being traced (a fake implementation's, ``given`` its arguments by name), validated as
+    the call is, but for the values of its tensors and of its lengths while they are symbolic (see
+    :func:`pasa_npu.problem.int_list`)."""
+    fia = _op_options(given)
+    del fia["backend"], fia["safety_net"]
+    return make_problem(query, key, value, **dict(fia, check_inputs=False))
+
+
 @torch.library.custom_op("pasa_npu::fused_attention", mutates_args=())
 def _fused_attention_op(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_mask: torch.Tensor | None,
-    block_table: torch.Tensor | None, learnable_sink: torch.Tensor | None, *, actual_seq_lengths: list[int] | None,
-    actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float, pre_tokens: int, next_tokens: int,
-    input_layout: str, num_key_value_heads: int, sparse_mode: int, inner_precise: int, block_size: int,
-    softmax_lse_flag: bool, precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None,
-    backend: str | None, check_inputs: bool | None, safety_net: bool,
+    block_table: torch.Tensor | None, learnable_sink: torch.Tensor | None,
+    actual_seq_lengths_tensor: torch.Tensor | None = None, actual_seq_lengths_kv_tensor: torch.Tensor | None = None, *,
+    actual_seq_lengths: list[int] | None, actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float,
+    pre_tokens: int, next_tokens: int, input_layout: str, num_key_value_heads: int, sparse_mode: int,
+    inner_precise: int, block_size: int, softmax_lse_flag: bool, precision: str | None, beta: float | None,
+    block_q: int | None, block_kv: int | None, backend: str | None, check_inputs: bool | None, safety_net: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    given = locals()  # the arguments, by name
-    return _fused_attention(query, key, value, {name: given[name] for name in OPTIONS})
+    return _fused_attention(query, key, value, _op_options(locals()))
 
 
 @_fused_attention_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, *, backend, safety_net, check_inputs, **fia):
+def _(query, key, value, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor=None,
+      actual_seq_lengths_kv_tensor=None, **given):
     # The same validation as the real call (shapes, dtypes and scalars only), then empty results.
-    problem = make_problem(query, key, value, atten_mask=atten_mask, block_table=block_table,
-                           learnable_sink=learnable_sink, check_inputs=False, **fia)
+    problem = _traced_problem(query, key, value, {**locals(), **given})
     out = query.new_empty(problem.out_shape(), dtype=problem.out_dtype)
     return out, query.new_empty(problem.lse_shape(), dtype=torch.float32)
 
@@ -685,22 +710,20 @@ def _(query, key, value, atten_mask, block_table, learnable_sink, *, backend, sa
 def _fused_attention_out_op(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_mask: torch.Tensor | None,
     block_table: torch.Tensor | None, learnable_sink: torch.Tensor | None, attention_out: torch.Tensor,
-    softmax_lse: torch.Tensor, workspace: torch.Tensor | None, *, actual_seq_lengths: list[int] | None,
-    actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float, pre_tokens: int, next_tokens: int,
-    input_layout: str, num_key_value_heads: int, sparse_mode: int, inner_precise: int, block_size: int,
-    softmax_lse_flag: bool, precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None,
-    backend: str | None, check_inputs: bool | None, safety_net: bool,
+    softmax_lse: torch.Tensor, workspace: torch.Tensor | None,
+    actual_seq_lengths_tensor: torch.Tensor | None = None, actual_seq_lengths_kv_tensor: torch.Tensor | None = None, *,
+    actual_seq_lengths: list[int] | None, actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float,
+    pre_tokens: int, next_tokens: int, input_layout: str, num_key_value_heads: int, sparse_mode: int,
+    inner_precise: int, block_size: int, softmax_lse_flag: bool, precision: str | None, beta: float | None,
+    block_q: int | None, block_kv: int | None, backend: str | None, check_inputs: bool | None, safety_net: bool,
 ) -> None:
-    given = locals()  # the arguments, by name
-    _fused_attention(query, key, value, {name: given[name] for name in OPTIONS}, (attention_out, softmax_lse),
-                     workspace)
+    _fused_attention(query, key, value, _op_options(locals()), (attention_out, softmax_lse), workspace)
 
 
 @_fused_attention_out_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace, *, backend,
-      safety_net, check_inputs, **fia):
-    problem = make_problem(query, key, value, atten_mask=atten_mask, block_table=block_table,
-                           learnable_sink=learnable_sink, check_inputs=False, **fia)
+def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace,
+      actual_seq_lengths_tensor=None, actual_seq_lengths_kv_tensor=None, **given):
+    problem = _traced_problem(query, key, value, {**locals(), **given})
     _check_out((attention_out, softmax_lse), *_out_spec(problem))
 
 

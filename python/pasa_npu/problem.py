@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .beta import check_scale as check_shift_scale
 from .precision import DEFAULT_PRECISION, PRECISIONS, Allocation, get_allocation
@@ -442,9 +443,10 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         kv_dim = (f"the keys a block_table row of {block_table.shape[1]} pages of block_size {block_size} addresses"
                   if paged else None)
         kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2, kv_dim)
-        if q_lens is not None and all(x == s1 for x in q_lens):
+        # (Only int lengths: comparing a traced call's SymInts would make the compiled call guard on each.)
+        if q_lens is not None and all(type(x) is int and x == s1 for x in q_lens):
             q_lens = None
-        if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
+        if not paged and kv_lens is not None and all(type(x) is int and x == s2 for x in kv_lens):
             kv_lens = None
 
     return Problem(query=q16, key=k16, value=v16, q=q4, k=k4, v=v4, input_layout=input_layout, batch=b,
@@ -756,16 +758,24 @@ def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged):
 # ============================================================================================
 
 def int_list(name: str, x) -> list[int]:
-    """A length argument as a list of ints (a tensor is read on the host)."""
+    """A length argument as a list of ints (a tensor is read on the host). While ``torch.compile`` traces a call,
+    a list may hold SymInts (kept as they are: their checks become the compiled call's guards), and a tensor is
+    fake, holding no values: zeros stand in for them (one per entry, valid wherever a length is), and the call
+    checks the real ones when it runs (see :func:`_traced`)."""
     if isinstance(x, torch.Tensor):
         if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
                             f"{x.dtype} tensor of shape {tuple(x.shape)}")
+        if _traced(x):
+            return [0] * x.shape[0]
         return [int(v) for v in x.tolist()]
     if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
         raise TypeError(f"{name} must be None, a sequence of ints or a 1-D integer tensor, got {type(x).__name__}")
     out = []
     for v in x:
+        if type(v) is torch.SymInt:
+            out.append(v)
+            continue
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{name} must hold ints, got an element of type {type(v).__name__}")
         out.append(int(v))
@@ -815,18 +825,29 @@ def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_lay
     lengths given as CUDA tensors, and no value checks (which read them). Such a call is sized by its shapes
     (at most T query rows per batch, at most a table row's keys) and can be captured in a CUDA graph that
     replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host."""
-    return (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
-            and isinstance(actual_seq_lengths, torch.Tensor) and actual_seq_lengths.is_cuda
-            and isinstance(actual_seq_lengths_kv, torch.Tensor) and actual_seq_lengths_kv.is_cuda)
+    if not (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
+            and isinstance(actual_seq_lengths, torch.Tensor) and isinstance(actual_seq_lengths_kv, torch.Tensor)):
+        return False
+    # While torch.compile traces a call its tensors hold no values, on whatever device: left as they are, so that B
+    # (their entries) stays symbolic whether the call reads them on the device or on the host.
+    return (actual_seq_lengths.is_cuda and actual_seq_lengths_kv.is_cuda) or \
+        (_traced(actual_seq_lengths) and _traced(actual_seq_lengths_kv))
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no values here: torch.compile's Dynamo is tracing the code, or ``t`` is a fake tensor (an
+    operator's fake implementation, and the compiler's passes, run on those)."""
+    return torch.compiler.is_compiling() or is_fake(t)
 
 
 def _device_lengths(q, kv, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only."""
+    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only (a
+    traced call's on any device: the call reads host tensors on the host)."""
     for name, t in (("actual_seq_lengths", q), ("actual_seq_lengths_kv", kv)):
         if t.ndim != 1 or t.dtype not in (torch.int32, torch.int64) or t.numel() == 0:
             raise TypeError(f"{name} must be a sequence of ints or a non-empty 1-D int32/int64 tensor, got a "
                             f"{t.dtype} tensor of shape {tuple(t.shape)}")
-        if t.device != device:
+        if t.device != device and not _traced(t):
             raise ValueError(f"{name} is on {t.device} but query is on {device}; pass lengths on query's device "
                              "(read by the kernels) or on the host")
     if q.shape != kv.shape:

@@ -397,7 +397,7 @@ def test_the_operators_take_every_option_by_name():
     for op in (interface._fused_attention_op, interface._fused_attention_out_op):
         names = set(inspect.signature(op._init_fn).parameters) - {"query", "key", "value", "attention_out",
                                                                   "softmax_lse", "workspace"}
-        assert names == set(interface.OPTIONS)
+        assert names == set(interface.OPTIONS) | set(interface._LENGTH_TENSORS.values())
 
 
 def _eager_and_compiled(call, *tensors):

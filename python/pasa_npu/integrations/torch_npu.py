@@ -230,6 +230,9 @@ def _is_ours(workspace) -> bool:
     return isinstance(workspace, torch.Tensor) and _our_workspaces.get(id(workspace)) is workspace
 
 
+# A call that torch.compile traces is routed once, while Dynamo traces it (the compiled code then runs the route
+# chosen): counted and reported then, by Python outside the traced code (Dynamo cannot trace logging).
+@torch.compiler.assume_constant_result
 def _record(entry: str, ran: str, category: str, detail: str) -> None:
     key = (entry, ran, category)
     _routes[key] += 1

@@ -1,0 +1,95 @@
+"""Compiled serving steps: a function calling fused_attention, fused_attention_v2 or the ``.out`` form with TND and a
+block table, compiled once with ``torch.compile(fullgraph=True)`` (``dynamic=None``, the default) and run for 20
+steps whose lengths, batch sizes, query rows and table widths change, as a server's steps do. Each step must equal
+the eager call on its own inputs, and the steps must compile at most twice: the first step, then once more with
+what changed from it symbolic (torch.compile's automatic dynamic shapes), never again. Lengths come as vllm passes
+them (int32 ``cumsum`` tensors), as int64 tensors, or as lists of ints (SymInts once they vary).
+
+The backend is aot_eager: Dynamo and AOTAutograd trace the calls with fake tensors (the operators' fake
+implementations) exactly as for Inductor, and run the graph eagerly, so a step costs what an eager call costs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import pasa_npu
+
+N, NKV, D, PAGE, PAGES = 4, 2, 16, 16, 24
+COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
+STEPS = 20
+
+
+def _step(i: int, batch: int | None, lengths: str):
+    """Step ``i`` of a server: ``batch`` requests (None: 2 to 4, changing from step to step), each a decode, a
+    speculative or a short prefill (1 to 5 query rows) with 0 to a table row's keys; the TND query padded by up
+    to 2 rows; a table 2 to 5 pages wide. Steps 0 and 1 differ in every one of these (checked by the tests)."""
+    rng = np.random.default_rng(i)
+    b = batch or 2 + (i + 1) % 3
+    width = 2 + i % 4
+    q_lens = rng.integers(1, 6, b)
+    kv_lens = rng.integers(0, width * PAGE + 1, b)
+    kv_lens[i % b] = width * PAGE  # one request fills its pages
+    t = int(q_lens.sum()) + i % 3
+    g = torch.Generator().manual_seed(i)
+    q = torch.randn(t, N, D, generator=g).half()
+    kc, vc = (torch.randn(PAGES, PAGE, NKV * D, generator=g).half() for _ in range(2))
+    table = torch.from_numpy(rng.permutation(PAGES)[:b * width].reshape(b, width).astype(np.int32))
+    cum = np.cumsum(q_lens)
+    if lengths == "list":
+        return q, kc, vc, table, [int(x) for x in cum], [int(x) for x in kv_lens]
+    dtype = getattr(torch, lengths)
+    return q, kc, vc, table, torch.from_numpy(cum).to(dtype), torch.from_numpy(kv_lens).to(dtype)
+
+
+_KW = dict(num_key_value_heads=NKV, input_layout="TND", block_size=PAGE, sparse_mode=3, atten_mask=COMPRESSED,
+           precision="fp32")
+
+
+def v1(q, kc, vc, table, cum, kv_lens):
+    return pasa_npu.fused_attention(q, kc, vc, block_table=table, actual_seq_lengths=cum,
+                                    actual_seq_lengths_kv=kv_lens, num_heads=N, scale=D ** -0.5,
+                                    softmax_lse_flag=True, **_KW)
+
+
+def v2(q, kc, vc, table, cum, kv_lens):
+    return pasa_npu.fused_attention_v2(q, kc, vc, block_table=table, actual_seq_qlen=cum, actual_seq_kvlen=kv_lens,
+                                       num_query_heads=N, softmax_scale=D ** -0.5, return_softmax_lse=True, **_KW)
+
+
+def out(q, kc, vc, table, cum, kv_lens):
+    """The .out form into buffers the step allocates (a server's graph holds them)."""
+    buffers = (torch.empty_like(q), torch.empty(q.shape[0], N, 1))
+    return pasa_npu.fused_attention_out(q, kc, vc, out=buffers, block_table=table, actual_seq_lengths=cum,
+                                        actual_seq_lengths_kv=kv_lens, num_heads=N, scale=D ** -0.5,
+                                        softmax_lse_flag=True, **_KW)
+
+
+def run_steps(call, batch, lengths, steps=STEPS):
+    """Compiles ``call`` and runs it for ``steps`` steps against eager; returns the number of compilations."""
+    counter = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True, backend=counter)
+    first, second = _step(0, batch, lengths), _step(1, batch, lengths)
+    assert all(a.shape != b.shape for a, b in zip(first[:1] + first[3:4], second[:1] + second[3:4]))  # T, B, width
+    for i in range(steps):
+        inputs = _step(i, batch, lengths)
+        got, want = compiled(*inputs), call(*inputs)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), i
+        assert got[0].abs().sum() > 0  # the rows of the requests with keys were computed
+    return counter.frame_count
+
+
+@pytest.mark.parametrize("call, lengths", [(v2, "int32"), (v1, "int64"), (out, "int32")])
+def test_compiled_steps_with_tensor_lengths_compile_twice(call, lengths):
+    """Length tensors stay tensors in the graph (their values are the call's, read when it runs): the batch size,
+    their entries, is symbolic like every other size."""
+    assert run_steps(call, None, lengths) <= 2
+
+
+def test_compiled_steps_with_list_lengths_compile_twice():
+    """Lists of ints become lists of SymInts once their values vary; a list's length (the batch size) is fixed by
+    Dynamo's guards, so the batch stays 3 here."""
+    assert run_steps(v2, 3, "list") <= 2
