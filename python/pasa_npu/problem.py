@@ -763,9 +763,7 @@ def int_list(name: str, x) -> list[int]:
     fake, holding no values: zeros stand in for them (one per entry, valid wherever a length is), and the call
     checks the real ones when it runs (see :func:`_traced`)."""
     if isinstance(x, torch.Tensor):
-        if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-            raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
-                            f"{x.dtype} tensor of shape {tuple(x.shape)}")
+        _check_length_tensor(name, x)
         if _traced(x):
             return [0] * x.shape[0]
         return [int(v) for v in x.tolist()]
@@ -782,22 +780,38 @@ def int_list(name: str, x) -> list[int]:
     return out
 
 
+def _check_length_tensor(name: str, x: torch.Tensor) -> None:
+    if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
+                        f"{x.dtype} tensor of shape {tuple(x.shape)}")
+
+
 def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
     """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
-    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``). A tensor whose values
+    are unknown, torch.compile tracing the call (:func:`_traced`), has its count checked alone (it and B may be
+    symbolic) and gives None: the traced problem's shapes do not depend on the values, which the call checks."""
     if x is None:
         return None
+    if isinstance(x, torch.Tensor) and _traced(x):
+        _check_length_tensor(name, x)
+        _check_count(name, x.shape[0], b)
+        return None
     vals = int_list(name, x)
+    _check_count(name, len(vals), b)
     if len(vals) == 1:
         vals = vals * b
-    elif len(vals) < b:
-        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {len(vals)}")
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
             dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
+
+
+def _check_count(name: str, count: int, b: int) -> None:
+    if count != 1 and count < b:
+        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {count}")
 
 
 def _cumulative_lengths(name: str, x, total: int) -> tuple[int, ...]:

@@ -327,7 +327,7 @@ def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
     """A model compiled with fullgraph=True whose first call of the process is traced: the route is decided and
     reported (once) while Dynamo traces, outside the traced code, and the compiled steps equal eager calls and
     compile at most twice (vllm-ascend's TND call with its lengths as lists)."""
-    from test_compiled_steps import run_steps
+    from serving.test_compiled_steps import run_steps
 
     def vllm_step(q, k_cache, v_cache, table, cum, kv_lens):
         return fake.module.npu_fused_infer_attention_score(
@@ -336,7 +336,7 @@ def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
             sparse_mode=3, softmax_lse_flag=True)
 
     with caplog.at_level(logging.WARNING, logger="pasa_npu"):
-        assert run_steps(vllm_step, 3, "list", steps=6) <= 2
+        assert run_steps([(vllm_step, "list")], 3, steps=6) == [2]
     messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
     assert len(messages) == 1 and "runs the calls pasa-npu takes on pasa_npu.fused_attention" in messages[0]
     assert fake.calls == [] and set(pasa_npu.torch_npu_routes()) == {(f"torch_npu.{V1}", "pasa-npu", "")}
