@@ -851,7 +851,8 @@ def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_lay
 def _traced(t: torch.Tensor) -> bool:
     """Whether ``t`` holds no values here: torch.compile's Dynamo is tracing the code, or ``t`` is a fake tensor (an
     operator's fake implementation, and the compiler's passes, run on those)."""
-    return torch.compiler.is_compiling() or is_fake(t)
+    # (A tensor of the plain type holds its values: the type test spares eager calls is_fake's longer checks.)
+    return torch.compiler.is_compiling() or (type(t) is not torch.Tensor and is_fake(t))
 
 
 def _device_lengths(q, kv, device) -> tuple[torch.Tensor, torch.Tensor]:
