@@ -340,3 +340,17 @@ def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
     assert len(messages) == 1 and "runs the calls pasa-npu takes on pasa_npu.fused_attention" in messages[0]
     assert fake.calls == [] and set(pasa_npu.torch_npu_routes()) == {(f"torch_npu.{V1}", "pasa-npu", "")}
+
+
+def test_a_compiled_call_pasa_declines_reaches_torch_npu(fake, caplog):
+    q, k, v = bnsd()
+
+    def declined(q, k, v):  # 4 query heads over 3 KV heads: refused by pasa-npu's validation
+        return fake.module.npu_fused_infer_attention_score(q, k, v, num_heads=4, num_key_value_heads=3,
+                                                           input_layout="BNSD")
+
+    with caplog.at_level(logging.WARNING, logger="pasa_npu"):
+        assert torch.compile(declined, fullgraph=True, backend="aot_eager")(q, k, v) == ("torch_npu", V1)
+    messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
+    assert len(messages) == 1 and "must be a multiple of num_key_value_heads (3)" in messages[0]
+    assert [name for name, _, _ in fake.calls] == [V1]

@@ -152,7 +152,8 @@ def declines(form: _Form, kind: str, args: tuple, kwargs: dict, settings: PasaSe
         make_problem(given["query"], given["key"], given["value"], precision=settings.precision, beta=settings.beta,
                      block_kv=settings.block_kv, **problem_args)
     except (TypeError, ValueError) as e:
-        return "validation", f"pasa-npu's validation: {e}"
+        # (str(e): a constant while torch.compile's Dynamo traces the call, where a formatted exception is not.)
+        return "validation", f"pasa-npu's validation: {str(e)}"
     return None
 
 
