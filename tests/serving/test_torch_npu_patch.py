@@ -327,11 +327,12 @@ def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
     """A model compiled with fullgraph=True whose first call of the process is traced: the route is decided and
     reported (once) while Dynamo traces, outside the traced code, and the compiled steps equal eager calls and
     compile at most twice (vllm-ascend's TND call with its lengths as lists)."""
+    from serving.test_compiled_steps import COMPRESSED as MASK  # on the steps' device
     from serving.test_compiled_steps import run_steps
 
     def vllm_step(q, k_cache, v_cache, table, cum, kv_lens):
         return fake.module.npu_fused_infer_attention_score(
-            q, k_cache, v_cache, atten_mask=COMPRESSED, block_table=table, input_layout="TND", block_size=16,
+            q, k_cache, v_cache, atten_mask=MASK, block_table=table, input_layout="TND", block_size=16,
             actual_seq_lengths=cum, actual_seq_lengths_kv=kv_lens, num_key_value_heads=2, num_heads=4, scale=0.25,
             sparse_mode=3, softmax_lse_flag=True)
 
