@@ -838,12 +838,12 @@ def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_lay
     """Whether a call leaves its lengths on the device for the kernels to read: TND with a block table, both
     lengths given as CUDA tensors, and no value checks (which read them). Such a call is sized by its shapes
     (at most T query rows per batch, at most a table row's keys) and can be captured in a CUDA graph that
-    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host."""
+    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host. While
+    torch.compile traces a call (:func:`_traced`), its length tensors, on any device, hold no values to read: they
+    are left as they are too, so that B, their entries, stays symbolic."""
     if not (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
             and isinstance(actual_seq_lengths, torch.Tensor) and isinstance(actual_seq_lengths_kv, torch.Tensor)):
         return False
-    # While torch.compile traces a call its tensors hold no values, on whatever device: left as they are, so that B
-    # (their entries) stays symbolic whether the call reads them on the device or on the host.
     return (actual_seq_lengths.is_cuda and actual_seq_lengths_kv.is_cuda) or \
         (_traced(actual_seq_lengths) and _traced(actual_seq_lengths_kv))
 
