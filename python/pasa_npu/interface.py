@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from . import backends
-from .options import (DECLARED, DEFAULTS, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
+from .options import (DECLARED, DEFAULTS, LENGTH_TENSORS, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
                       op_schema, refuse_not_implemented)
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
                       call_signature, checks_values, from_bnsd, int_list, keeps_lengths_on_device, make_problem)
@@ -532,11 +532,13 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 # ============================================================================================
 
 def _compiled(query, key, value, options: dict, out, workspace):
-    """A form's call while compiling: its operator, options by name (lengths as int lists, tensors positional)."""
+    """A form's call while compiling: its operator, options by name (a length given as a tensor in the operator's
+    tensor argument for it, :data:`pasa_npu.options.LENGTH_TENSORS`, so that tracing reads none of its values),
+    atten_mask, block_table and learnable_sink positional."""
     options = dict(options)
-    for name in _LENGTHS:
+    for name, tensor_name in LENGTH_TENSORS.items():
         if isinstance(options[name], torch.Tensor):
-            options[name] = int_list(name, options[name])
+            options[tensor_name], options[name] = options[name], None
     tensors = [options.pop(name) for name in TENSOR_OPTIONS]
     if out is None:
         return _fused_attention_op(query, key, value, *tensors, **options)
@@ -546,15 +548,20 @@ def _compiled(query, key, value, options: dict, out, workspace):
 
 
 @torch.library.custom_op("pasa_npu::fused_attention", mutates_args=(), schema=op_schema(out=False))
-def _fused_attention_op(query, key, value, atten_mask, block_table, learnable_sink, **options):
-    # The schema (pasa_npu.options.op_schema) names every option; the tensor options come positionally.
-    return _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink))
+def _fused_attention_op(query, key, value, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor=None,
+                        actual_seq_lengths_kv_tensor=None, **options):
+    # The schema (pasa_npu.options.op_schema) names every option; the tensors come positionally.
+    return _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink,
+                                                         actual_seq_lengths_tensor, actual_seq_lengths_kv_tensor))
 
 
 @_fused_attention_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, **options):
-    # The same validation as the real call (shapes, dtypes and scalars only), then empty results.
-    options = {**_in_order(options, atten_mask, block_table, learnable_sink), "check_inputs": False}
+def _(query, key, value, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor=None,
+      actual_seq_lengths_kv_tensor=None, **options):
+    # The same validation as the real call (shapes, dtypes and scalars only; lengths symbolic while traced:
+    # pasa_npu.problem.int_list), then empty results.
+    options = {**_in_order(options, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor,
+                           actual_seq_lengths_kv_tensor), "check_inputs": False}
     problem = make_problem(query, key, value, **options)
     out = query.new_empty(problem.out_shape(), dtype=problem.out_dtype)
     return out, query.new_empty(problem.lse_shape(), dtype=torch.float32)
@@ -563,21 +570,32 @@ def _(query, key, value, atten_mask, block_table, learnable_sink, **options):
 @torch.library.custom_op("pasa_npu::fused_attention_out", mutates_args=("attention_out", "softmax_lse", "workspace"),
                          schema=op_schema(out=True))
 def _fused_attention_out_op(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse,
-                            workspace, **options) -> None:
-    _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink),
+                            workspace, actual_seq_lengths_tensor=None, actual_seq_lengths_kv_tensor=None,
+                            **options) -> None:
+    _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink,
+                                                  actual_seq_lengths_tensor, actual_seq_lengths_kv_tensor),
                      (attention_out, softmax_lse), workspace)
 
 
 @_fused_attention_out_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace, **options):
-    options = {**_in_order(options, atten_mask, block_table, learnable_sink), "check_inputs": False}
+def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace,
+      actual_seq_lengths_tensor=None, actual_seq_lengths_kv_tensor=None, **options):
+    options = {**_in_order(options, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor,
+                           actual_seq_lengths_kv_tensor), "check_inputs": False}
     _check_out((attention_out, softmax_lse), *_out_spec(make_problem(query, key, value, **options)))
 
 
-def _in_order(scalars: dict, atten_mask, block_table, learnable_sink) -> dict:
-    """An operator's arguments as a form's options: by name, in :data:`OPTIONS`' order."""
+def _in_order(scalars: dict, atten_mask, block_table, learnable_sink, *length_tensors) -> dict:
+    """An operator's arguments as a form's options: by name, in :data:`OPTIONS`' order; a length from its list or
+    its tensor argument (:data:`pasa_npu.options.LENGTH_TENSORS`)."""
     given = {**scalars, "atten_mask": atten_mask, "block_table": block_table, "learnable_sink": learnable_sink}
-    return {name: given[name] for name in OPTIONS}
+    options = {name: given[name] for name in OPTIONS}
+    for (name, tensor_name), tensor in zip(LENGTH_TENSORS.items(), length_tensors):
+        if tensor is not None:
+            if options[name] is not None:
+                raise ValueError(f"pass {name} as a list ({name}) or as a tensor ({tensor_name}), not both")
+            options[name] = tensor
+    return options
 
 
 #: The keyword forms' defaults: fused_attention's (in OPTIONS' order) and fused_attention_v2's, by name.

@@ -364,6 +364,9 @@ V2_NAMES: dict[str, str] = {o.v2: o.name for o in DECLARED if o.v2}
 V1_OPTIONS: tuple[str, ...] = tuple(o.name for o in DECLARED if o.v2 is not None)
 #: The options that are tensors: positional in the operators' schemas, after query, key and value.
 TENSOR_OPTIONS: tuple[str, ...] = tuple(o.name for o in DECLARED if o.schema.startswith("Tensor"))
+#: The operators' tensor argument for each length: a length given as a tensor goes there (its list argument then
+#: None), so that torch.compile traces it without reading its values.
+LENGTH_TENSORS: dict[str, str] = {name: name + "_tensor" for name in ("actual_seq_lengths", "actual_seq_lengths_kv")}
 
 _QUANT = "quantisation"
 _ROPE = "MLA rope inputs"
@@ -452,6 +455,7 @@ def op_schema(out: bool) -> str:
     tensors = ", ".join(f"{o.schema} {o.name}" for o in DECLARED if o.name in TENSOR_OPTIONS)
     if out:
         tensors += ", Tensor(a!) attention_out, Tensor(b!) softmax_lse, Tensor(c!)? workspace"
+    tensors += "".join(f", Tensor? {name}=None" for name in LENGTH_TENSORS.values())
     scalars = ", ".join(f"{o.schema} {o.name}" for o in DECLARED if o.name not in TENSOR_OPTIONS)
     return f"(Tensor query, Tensor key, Tensor value, {tensors}, *, {scalars}) -> {'()' if out else '(Tensor, Tensor)'}"
 

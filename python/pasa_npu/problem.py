@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .beta import check_scale as check_shift_scale
 from .options import INNER_PRECISE, LAYOUTS, NO_BAND, SPARSE_MODES, check_options
@@ -457,9 +458,10 @@ def _dense_parts(o: dict, b: int, s1: int, s2: int, paged: bool, check_inputs: b
     kv_dim = (f"the keys a block_table row of {o['block_table'].shape[1]} pages of block_size {o['block_size']} "
               "addresses" if paged else None)
     kv_lens = _per_batch_lengths("actual_seq_lengths_kv", kv_arg, b, s2, kv_dim)
-    if q_lens is not None and all(x == s1 for x in q_lens):
+    # (Only int lengths: comparing a traced call's SymInts would make the compiled call guard on each.)
+    if q_lens is not None and all(type(x) is int and x == s1 for x in q_lens):
         q_lens = None
-    if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
+    if not paged and kv_lens is not None and all(type(x) is int and x == s2 for x in kv_lens):
         kv_lens = None
     return user_mask, q_lens, kv_lens
 
@@ -718,38 +720,60 @@ def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged):
 # ============================================================================================
 
 def int_list(name: str, x) -> list[int]:
-    """A length argument as a list of ints (a tensor is read on the host)."""
+    """A length argument as a list of ints (a tensor is read on the host). While ``torch.compile`` traces a call,
+    a list may hold SymInts (kept as they are: their checks become the compiled call's guards), and a tensor is
+    fake, holding no values: zeros stand in for them (one per entry, valid wherever a length is), and the call
+    checks the real ones when it runs (see :func:`_traced`)."""
     if isinstance(x, torch.Tensor):
-        if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-            raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
-                            f"{x.dtype} tensor of shape {tuple(x.shape)}")
+        _check_length_tensor(name, x)
+        if _traced(x):
+            return [0] * x.shape[0]
         return [int(v) for v in x.tolist()]
     if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
         raise TypeError(f"{name} must be None, a sequence of ints or a 1-D integer tensor, got {type(x).__name__}")
     out = []
     for v in x:
+        if type(v) is torch.SymInt:
+            out.append(v)
+            continue
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{name} must hold ints, got an element of type {type(v).__name__}")
         out.append(int(v))
     return out
 
 
+def _check_length_tensor(name: str, x: torch.Tensor) -> None:
+    if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
+                        f"{x.dtype} tensor of shape {tuple(x.shape)}")
+
+
 def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
     """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
-    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``). A tensor whose values
+    are unknown, torch.compile tracing the call (:func:`_traced`), has its count checked alone (it and B may be
+    symbolic) and gives None: the traced problem's shapes do not depend on the values, which the call checks."""
     if x is None:
         return None
+    if isinstance(x, torch.Tensor) and _traced(x):
+        _check_length_tensor(name, x)
+        _check_count(name, x.shape[0], b)
+        return None
     vals = int_list(name, x)
+    _check_count(name, len(vals), b)
     if len(vals) == 1:
         vals = vals * b
-    elif len(vals) < b:
-        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {len(vals)}")
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
             dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
+
+
+def _check_count(name: str, count: int, b: int) -> None:
+    if count != 1 and count < b:
+        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {count}")
 
 
 def _cumulative_lengths(name: str, x, total: int) -> tuple[int, ...]:
@@ -776,19 +800,31 @@ def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_lay
     """Whether a call leaves its lengths on the device for the kernels to read: TND with a block table, both
     lengths given as CUDA tensors, and no value checks (which read them). Such a call is sized by its shapes
     (at most T query rows per batch, at most a table row's keys) and can be captured in a CUDA graph that
-    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host."""
-    return (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
-            and isinstance(actual_seq_lengths, torch.Tensor) and actual_seq_lengths.is_cuda
-            and isinstance(actual_seq_lengths_kv, torch.Tensor) and actual_seq_lengths_kv.is_cuda)
+    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host. While
+    torch.compile traces a call (:func:`_traced`), its length tensors, on any device, hold no values to read: they
+    are left as they are too, so that B, their entries, stays symbolic."""
+    if not (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
+            and isinstance(actual_seq_lengths, torch.Tensor) and isinstance(actual_seq_lengths_kv, torch.Tensor)):
+        return False
+    return (actual_seq_lengths.is_cuda and actual_seq_lengths_kv.is_cuda) or \
+        (_traced(actual_seq_lengths) and _traced(actual_seq_lengths_kv))
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no values here: torch.compile's Dynamo is tracing the code, or ``t`` is a fake tensor (an
+    operator's fake implementation, and the compiler's passes, run on those)."""
+    # (A tensor of the plain type holds its values: the type test spares eager calls is_fake's longer checks.)
+    return torch.compiler.is_compiling() or (type(t) is not torch.Tensor and is_fake(t))
 
 
 def _device_lengths(q, kv, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only."""
+    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only (a
+    traced call's on any device: the call reads host tensors on the host)."""
     for name, t in (("actual_seq_lengths", q), ("actual_seq_lengths_kv", kv)):
         if t.ndim != 1 or t.dtype not in (torch.int32, torch.int64) or t.numel() == 0:
             raise TypeError(f"{name} must be a sequence of ints or a non-empty 1-D int32/int64 tensor, got a "
                             f"{t.dtype} tensor of shape {tuple(t.shape)}")
-        if t.device != device:
+        if t.device != device and not _traced(t):
             raise ValueError(f"{name} is on {t.device} but query is on {device}; pass lengths on query's device "
                              "(read by the kernels) or on the host")
     if kv.shape[0] < q.shape[0]:

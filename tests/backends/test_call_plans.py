@@ -350,3 +350,73 @@ def test_split_kv_calls_on_two_streams_and_a_graph_replay_merge_their_own_splits
     for got, want in zip(outs, wants):
         assert all(torch.equal(o, want) for o in got)
     assert torch.equal(replayed, wants[0])
+
+
+def _tnd_step(seed: int, requests, t: int = 8, width: int = 4, pages: int = 16, page: int = 16):
+    """A TND serving step on DEVICE: ``requests`` as (query rows, keys), a query of ``t`` rows, (pages, page, Nkv·D)
+    caches, a table ``width`` pages wide, the cumulative query lengths and the key lengths as int32 tensors."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(t, 4, 16, generator=g).half()
+    kc, vc = (torch.randn(pages, page, 2 * 16, generator=g).half() for _ in range(2))
+    table = torch.randperm(pages, generator=g)[:len(requests) * width].reshape(len(requests), width).int()
+    cum = torch.tensor(np.cumsum([r for r, _ in requests]), dtype=torch.int32)
+    kv = torch.tensor([c for _, c in requests], dtype=torch.int32)
+    return [x.to(DEVICE) for x in (q, kc, vc, table, cum, kv)]
+
+
+def _planned_tnd_call():
+    """A TND call with a block table and its lengths as tensors, made twice (planned): its inputs and arguments."""
+    q, kc, vc, table, cum, kv = _tnd_step(0, [(1, 40), (3, 17), (2, 64)])
+    kw = dict(num_heads=4, num_key_value_heads=2, input_layout="TND", scale=0.25, softmax_lse_flag=True,
+              block_table=table, block_size=16, sparse_mode=3, atten_mask=COMPRESSED.to(DEVICE), precision="fp32",
+              block_kv=16, backend="triton", actual_seq_lengths=cum, actual_seq_lengths_kv=kv)
+    for _ in range(2):
+        interface.fused_attention(q, kc, vc, **kw)
+    assert len(_planned()) == 1 and _planned()[0].device_lens
+    return (q, kc, vc), kw
+
+
+def _each_new_lengths(qkv, kw, call) -> None:
+    """Writes new lengths into the call's length tensors (batches with no query row or no key among them) and checks
+    what ``call()`` then returns against the full path on those lengths and the reference backend's numbers."""
+    cum, kv = kw["actual_seq_lengths"], kw["actual_seq_lengths_kv"]
+    for requests in ([(4, 1), (0, 30), (3, 64)], [(2, 0), (2, 50), (1, 9)]):
+        new_cum, new_kv = _tnd_step(0, requests)[4:]
+        cum.copy_(new_cum)
+        kv.copy_(new_kv)
+        out, lse = call()
+        want, want_lse = _unplanned(*qkv, dict(kw, actual_seq_lengths=new_cum, actual_seq_lengths_kv=new_kv))
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+        ref, _ = interface.fused_attention(*(t.cpu() for t in qkv), **dict(
+            kw, backend="reference", block_table=kw["block_table"].cpu(), atten_mask=COMPRESSED,
+            actual_seq_lengths=new_cum.tolist(), actual_seq_lengths_kv=new_kv.tolist()))
+        assert (out.cpu().float() - ref.float()).abs().max() < 2e-3
+
+
+def test_a_planned_tnd_call_reads_the_lengths_its_tensors_hold_at_each_call(monkeypatch):
+    """TND with a block table and its lengths as device tensors: the plan holds no length, each call (each replay of
+    a captured one, below) reads the values the tensors then hold, as a server's graph inputs do between replays.
+    (CPU tensors stand in for CUDA ones under the interpreter.)"""
+    if DEVICE == "cpu":  # lengths in CPU tensors are read on the host, unless they stand in for CUDA ones
+        from pasa_npu import problem
+
+        def on_device(q_lens, kv_lens, input_layout, block_table, check_inputs):
+            return input_layout == "TND" and block_table is not None and isinstance(q_lens, torch.Tensor) \
+                and isinstance(kv_lens, torch.Tensor)
+
+        monkeypatch.setattr(problem, "keeps_lengths_on_device", on_device)
+        monkeypatch.setattr(interface, "keeps_lengths_on_device", on_device)
+    qkv, kw = _planned_tnd_call()
+    _each_new_lengths(qkv, kw, lambda: interface.fused_attention(*qkv, **kw))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA graphs")
+def test_cuda_graph_of_a_planned_tnd_call_replays_the_lengths_its_tensors_hold():
+    """The planned call above captured in a CUDA graph: each replay reads the lengths written into the captured
+    length tensors."""
+    qkv, kw = _planned_tnd_call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = interface.fused_attention(*qkv, **kw)
+    _each_new_lengths(qkv, kw, lambda: graph.replay() or (out, lse))

@@ -331,3 +331,37 @@ def test_defaults_of_arguments_pasa_never_takes_reach_pasa_unfiltered(fake, monk
                                                 antiquant_mode=0, antiquant_scale=None, block_size=128)
     assert fake.calls == [] and seen["antiquant_mode"] == 0 and seen["block_size"] == 128
     assert "antiquant_scale" in seen and seen["antiquant_scale"] is None
+
+
+def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
+    """A model compiled with fullgraph=True whose first call of the process is traced: the route is decided and
+    reported (once) while Dynamo traces, outside the traced code, and the compiled steps equal eager calls and
+    compile at most twice (vllm-ascend's TND call with its lengths as lists)."""
+    from serving.test_compiled_steps import COMPRESSED as MASK  # on the steps' device
+    from serving.test_compiled_steps import run_steps
+
+    def vllm_step(q, k_cache, v_cache, table, cum, kv_lens):
+        return fake.module.npu_fused_infer_attention_score(
+            q, k_cache, v_cache, atten_mask=MASK, block_table=table, input_layout="TND", block_size=16,
+            actual_seq_lengths=cum, actual_seq_lengths_kv=kv_lens, num_key_value_heads=2, num_heads=4, scale=0.25,
+            sparse_mode=3, softmax_lse_flag=True)
+
+    with caplog.at_level(logging.WARNING, logger="pasa_npu"):
+        assert run_steps([(vllm_step, "list")], 3, steps=6) == [2]
+    messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
+    assert len(messages) == 1 and "runs the calls pasa-npu takes on pasa_npu.fused_attention" in messages[0]
+    assert fake.calls == [] and set(pasa_npu.torch_npu_routes()) == {(f"torch_npu.{V1}", "pasa-npu", "")}
+
+
+def test_a_compiled_call_pasa_declines_reaches_torch_npu(fake, caplog):
+    q, k, v = bnsd()
+
+    def declined(q, k, v):  # 4 query heads over 3 KV heads: refused by pasa-npu's validation
+        return fake.module.npu_fused_infer_attention_score(q, k, v, num_heads=4, num_key_value_heads=3,
+                                                           input_layout="BNSD")
+
+    with caplog.at_level(logging.WARNING, logger="pasa_npu"):
+        assert torch.compile(declined, fullgraph=True, backend="aot_eager")(q, k, v) == ("torch_npu", V1)
+    messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
+    assert len(messages) == 1 and "must be a multiple of num_key_value_heads (3)" in messages[0]
+    assert [name for name, _, _ in fake.calls] == [V1]

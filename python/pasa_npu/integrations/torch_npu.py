@@ -136,7 +136,8 @@ def declines(form: _Form, kind: str, args: tuple, kwargs: dict, settings: PasaSe
     except NotImplementedArgument as e:
         return ", ".join(e.names), str(e)
     except (TypeError, ValueError) as e:
-        return "validation", f"pasa-npu's validation: {e}"
+        # (str(e): a constant while torch.compile's Dynamo traces the call, where a formatted exception is not.)
+        return "validation", f"pasa-npu's validation: {str(e)}"
     return None
 
 
@@ -212,6 +213,9 @@ def _is_ours(workspace) -> bool:
     return isinstance(workspace, torch.Tensor) and _our_workspaces.get(id(workspace)) is workspace
 
 
+# A call that torch.compile traces is routed once, while Dynamo traces it (the compiled code then runs the route
+# chosen): counted and reported then, by Python outside the traced code (Dynamo cannot trace logging).
+@torch.compiler.assume_constant_result
 def _record(entry: str, ran: str, category: str, detail: str) -> None:
     key = (entry, ran, category)
     _routes[key] += 1
