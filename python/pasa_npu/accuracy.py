@@ -172,9 +172,10 @@ def _call(scale: float, band=None, mask=None, sink=None) -> dict:
     return {"scale": scale, "band": band, "mask": mask, "sink": sink}
 
 
-# The draws of the hard cases, one function per family: ``(rng, x0, am, qs, ks)`` -> the arrays the case
-# draws beyond V ~ N(0, 1) (at least "q" and "k"; "v" where it replaces V) and its "band", "mask" or "sink"
-# where it has one; qs and ks are the (B, N, S, D) shapes of Q and of K and V.
+# The draws of the hard cases (:data:`_HARD_DRAWS`), one function per family of inputs:
+# ``(rng, x0, am, qs, ks)`` -> the arrays the case draws after V ~ N(0, 1) ("q" and "k", and "v" where it
+# replaces V) and its "band", "mask" or "sink" where it has one; qs and ks are the (B, N, S, D) shapes of
+# Q and of K and V.
 
 
 def _draw_normal(rng, x0, am, qs, ks):
@@ -186,16 +187,16 @@ def _draw_resonance(rng, x0, am, qs, ks):
     d = qs[-1]
     c = np.cos(2 * np.pi * 3 * np.arange(d) / d)
     ck = np.cos(2 * np.pi * 3 * np.arange(d) / d + np.deg2rad(x0))
-    # Q and K share a cosine of 3 periods along D: Q·K ≈ a·a'·cos(x0°)·D/2, while K's level 40 adds
-    # nothing to Q·K (c sums to 0 over D).
+    # Q and K share a cosine of 3 periods along D: Q·K ≈ a·a'·cos(x0°)·D/2, while K's level 40 meets
+    # Q's cosine, which sums to 0 over D.
     q = rng.uniform(am - 2, am + 2, qs[:-1] + (1,)) * c + rng.normal(0, 1, qs)
     k = 40 + rng.uniform(am - 2, am + 2, ks[:-1] + (1,)) * ck + rng.normal(0, 1, ks)
     return {"q": q, "k": k}
 
 
 def _draw_levels(level):
-    """Q ~ N(x0, am) and K ~ N(0, am) plus ``level(rng, x0, s2)``, one level per key (drawn between Q and
-    K): keys whose mean moves along the sequence, so that no one block's mean fits them all."""
+    """The draw of keys whose mean moves along the sequence: Q ~ N(x0, am) and K ~ N(0, am) plus
+    ``level(rng, x0, s2)``, one level per key (drawn between Q and K)."""
     def draw(rng, x0, am, qs, ks):
         q = rng.normal(x0, am, qs)
         shift = level(rng, x0, ks[-2])
@@ -279,6 +280,7 @@ def _draw_padding(rng, x0, am, qs, ks):
 _HARD_DRAWS = {
     "resonance": _draw_resonance,
     "drift": _draw_levels(lambda rng, x0, s2: x0 * np.linspace(0.5, 1.5, s2)),
+    # One level per KV block of 128 keys.
     "steps": _draw_levels(lambda rng, x0, s2: rng.uniform(0, x0, -(-s2 // 128)).repeat(128)[:s2]),
     "sink": _draw_sink, "shift_overflow": _draw_shift_overflow, "spike": _draw_spike,
     "spread": _draw_spread, "long_spread": _draw_spread, "long": _draw_long, "long_fall": _draw_long_fall,
