@@ -97,20 +97,27 @@ public:
             q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
             q = cube_->L0A().DeQue<half>();
         }
-        // Stack i's S and stack i - preLaunch's sums in one pass, block by block: the Fixpipe drains a block's S
-        // while the cube sums a block, and the P wait comes first, so the core has all of both at hand.
+        // Stack i's S and stack i - preLaunch's sums in one pass, block by block, after the P wait: the Fixpipe drains
+        // a block's S while the cube sums a block. Not in the task's first such pass: there the AIVs, which have
+        // only preLaunch stacks of S so far, would wait for stack i's S behind the P wait, so S goes first.
         const uint32_t stacks = StacksOf(*t_, k), stack0 = stacksSummed_;
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
             const bool scores = i < stacks, sums = i >= t_->preLaunch;
             const KvStack ss = scores ? StackOf(*t_, k, i) : KvStack{0, 0};
             const KvStack ps = sums ? StackOf(*t_, k, i - t_->preLaunch) : KvStack{0, 0};
+            const uint32_t nSums = ps.end - ps.first;
+            uint32_t nScores = ss.end - ss.first;
+            if (scores && (!sums || i == t_->preLaunch)) {
+                for (uint32_t j = ss.first; j < ss.end; ++j) Score(k, q1, q, mp, j);
+                CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+                nScores = 0;
+            }
             const uint32_t closes = sums ? BeginSums(stack0 + i - t_->preLaunch) : 0;
-            const uint32_t nScores = ss.end - ss.first, nSums = ps.end - ps.first;
             for (uint32_t b = 0; b < (nScores > nSums ? nScores : nSums); ++b) {
                 if (b < nScores) Score(k, q1, q, mp, ss.first + b);
                 if (b < nSums) Sum(k, mp, ps.first + b, (closes >> b) & 1u);
             }
-            if (scores) CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+            if (nScores > 0) CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
             if (sums) {
                 if (ps.end == k.nBlocks) CloseSegment(slots_.finalSegment, mp);
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_PV_READY);
