@@ -27,6 +27,8 @@ constexpr uint64_t kWsAlign = 512;  // GM workspace regions start on 512-byte bo
 // single blocks, one ahead: its AIC hears the AIVs' verdict on every block before that block's P V.
 constexpr uint32_t kKvStack = 4;
 constexpr uint32_t kPreLaunch = 2;
+// The fewest rows of an S tile in L0C for a query block beyond 128 rows (ChooseBlocks).
+constexpr uint32_t kMinScoreRows = 32;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -355,10 +357,15 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
     rings.push_back({1, 1});
     // A query block beyond 128 rows (fp32_frame's) only where it makes fewer tasks than 128 rows do: with no fewer,
     // K and V are read as often and the AIVs take their rows in more tiles (tiles of 48 rows for a block of 192).
+    // And only where its S leaves L0C, beside the block's [O | l], in row chunks of at least kMinScoreRows: in chunks
+    // of 16 rows (192 rows at D = 112 - 144) S takes 12 Mmad and 12 Fixpipe instructions per KV block, and the
+    // AIC's cube, not the AIVs, bounds the task (docs/cost_model.md).
     const uint64_t headRows = (uint64_t)s.S1 * (DecodeBranch(s) && s.N > s.NKV ? s.N / s.NKV : 1);
-    for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u}) {
+    for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ) continue;
-        if (bq > BLOCK_KV && CeilDiv(headRows, bq) >= CeilDiv(headRows, BLOCK_KV)) continue;
+        if (bq > BLOCK_KV && (CeilDiv(headRows, bq) >= CeilDiv(headRows, BLOCK_KV) ||
+                              pasa_kernel::PlanAicL0c(bq, s.D, a).scoreRows < kMinScoreRows))
+            continue;
         for (const Ring& r : rings) {
             t.kvStack = r.kvStack;
             t.preLaunch = r.preLaunch;
