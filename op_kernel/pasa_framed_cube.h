@@ -1,8 +1,8 @@
 // fp32_frame on the AIC (FramedFamily in pasa_allocation.h; python/pasa_npu/blockwise.py _query_block_frame), per
 // task, with the stacked handshake of pasa_cube_stage.h:
 //   * S_j = Q K_j^T, K straight from GM (a tail padded with copies of its last key, whose columns the AIVs mask),
-//     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows where the
-//     accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
+//     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows (ping-pong
+//     buffers) where the accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
 //     one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more rows than an L0A
 //     half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
@@ -16,6 +16,10 @@
 //     before its first P V, from the strip its AIVs wrote (FLAG_M_READY);
 //   * after the task's last block the accumulator goes to the final segment slot. PV_READY says that the stack's
 //     segments, and after the last stack the final one, are in GM.
+// The two interleave: once stack i - preLaunch's P is in, S of stack i and the sums of stack i - preLaunch go block
+// by block, so that the Fixpipe drains a block's S (the AIC's largest transfer) while the cube sums the other
+// block, and S_READY and PV_READY follow together; the slots' reuse is as safe as in pasa_cube_stage.h, each S now
+// written after a later P wait.
 // The verdict words come in a ring of 2 preLaunch + 2 stacks counted over the launch (pasa_softmax_framed.h says
 // why that many): this AIC counts the stacks it sums, as the AIVs count the stacks they send.
 #ifndef PASA_FRAMED_CUBE_H

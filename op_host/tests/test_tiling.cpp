@@ -130,24 +130,27 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
-    // fp32_frame takes the most query rows of 256, 192, 128, 64, ... whose accumulator [O | l] (FP32, D + 16
-    // columns) fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk):
-    // on the A2's memories 256 up to D = 96, 192 at D = 112 to 144; more than 128 only where that makes fewer query
-    // blocks than 128 would. The others take at most 128.
-    CHECK(t.blockQ <= 128 || (framed && (t.blockQ == 256 || t.blockQ == 192)));
+    // fp32_frame takes the most query rows of 256, 128, 64, ... whose accumulator [O | l] (FP32, D + 16 columns)
+    // fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk); more than
+    // 128 only where that makes fewer query blocks than 128 would and leaves L0C room for two S chunks of 32 rows:
+    // on the A2's memories 256 up to D = 80, 128 from D = 96 to 144. The others take at most 128.
+    CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256));
     if (framed) {
         const uint64_t headRows = (uint64_t)d.S1 * (d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1);
         uint32_t rows = 0;
-        for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u})
-            if (rows == 0 && (uint64_t)bq * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= pl.l0cSize &&
-                (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
+        for (uint32_t bq : {256u, 128u, 64u, 32u, 16u}) {
+            const uint64_t acc = (uint64_t)bq * (d.D + 16) * 4;
+            if (rows == 0 && acc + 16ull * t.blockKv * 4 <= pl.l0cSize &&
+                (bq <= 128 || (CeilDiv(headRows, bq) < CeilDiv(headRows, 128) &&
+                               acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize)))
                 rows = bq;
+        }
         CHECK(t.blockQ <= rows);
         // beyond D = 144 the AIVs' UB (their rows of O in FP32) takes fewer rows than L0C would
         if (pl.ubSize >= 192 * 1024 && pl.l1Size >= 512 * 1024 && d.D <= 144) {
             CHECK(t.blockQ == rows);
-            if (d.D <= 96 && headRows > 128) CHECK(t.blockQ == 256);
-            if (d.D >= 112 && headRows > 256) CHECK(t.blockQ == 192);
+            if (d.D <= 80 && headRows > 128) CHECK(t.blockQ == 256);
+            if (d.D >= 96 && headRows > 64) CHECK(t.blockQ == 128);
             if (headRows <= 128) CHECK(t.blockQ == 128);
         }
     }
