@@ -815,12 +815,12 @@ def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
         assert stats["moved_row_blocks"] >= first_keys
 
 
-@pytest.mark.parametrize("d, block_q", [(80, 256), (144, 128)])
+@pytest.mark.parametrize("d, block_q", [(80, 256), (144, 128), (192, 96)])
 def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_q):
     """fp32_frame's query blocks whose Q (block_q x D FP16) does not fit an L0A half: the tiling takes them (K and V
     read once for all their rows: the cube loads Q per chunk of S, pasa_framed_cube.h), and the kernel equals the
     golden model at that block_q bit for bit, with its counts of moved (row, KV block) and closed (tile, KV block)
-    pairs. Per AIV the rows come in two tiles of 64 at 256 rows (one at 128), and the keys' level drifts up along
+    pairs. Per AIV the rows come in two tiles of 64 at 256 rows (one at 128 and 96), and the keys' level drifts up along
     the sequence: the first half tile's rows see their scores rise (their frames move up in almost every block, more
     often than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far
     below), so a move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S
