@@ -14,7 +14,7 @@ namespace pasa_kernel {
 constexpr uint32_t BLOCK_KV = 128;              // keys per KV block (n of M); the tiling fixes it
 constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 128)
 constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles at most: more rows per
-                                                // AIV (a query block of 192 or 256) are taken in tiles (AivTileRows)
+                                                // AIV (a query block of 256) are taken in tiles (AivTileRows)
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
