@@ -68,6 +68,7 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     std::exception_ptr error;
     try {
         body();
+        FinishEvents();
         FinishHazards();
         CloseSegment();  // the work after the last synchronisation point
     } catch (const Aborted&) {
@@ -267,21 +268,5 @@ void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& aicBody, co
 void CrossCoreSet(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreSet(CurrentCore(), mode, flagId); }
 void CrossCoreWait(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreWait(CurrentCore(), mode, flagId); }
 void SyncAllCores(bool aivOnly) { CurrentLaunch().SyncAll(CurrentCore(), aivOnly); }
-
-void SetEventFlag(AscendC::HardEvent evt, int32_t id) {
-    if (id < 0 || id >= kEventIds)
-        Fail(std::string("SetFlag<HardEvent::") + AscendC::HardEventName(evt) + ">", "event id " + std::to_string(id) + " outside 0..7");
-    ++CurrentCore().eventCount[static_cast<int>(evt)][id];
-    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarSet(evt == AscendC::HardEvent::V_S, id);
-}
-
-void WaitEventFlag(AscendC::HardEvent evt, int32_t id) {
-    const std::string api = std::string("WaitFlag<HardEvent::") + AscendC::HardEventName(evt) + ">(" + std::to_string(id) + ")";
-    if (id < 0 || id >= kEventIds) Fail(api, "event id outside 0..7");
-    int& count = CurrentCore().eventCount[static_cast<int>(evt)][id];
-    if (count == 0) Fail(api, "no SetFlag of this event id before it; the hardware would wait forever");
-    --count;
-    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarWait(evt == AscendC::HardEvent::V_S, id);
-}
 
 }  // namespace ascendc_model
