@@ -112,12 +112,10 @@ private:
         const uint32_t jb = k.kvBlock0 + j;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
         // the shift column into Q^'s last strip, after the previous pass's loads from the tile
-        SetFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE1_MTE2>();
         cube_->CopyRows(q[d * mp], rsSlots_.shiftCol[(uint64_t)(j % 2) * t_->blockQ * FRACTAL], k.rowsValid, mp, FRACTAL,
                         FRACTAL);
-        SetFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_MTE1>();
         // a tail block's padded K' rows repeat its last key; the AIVs mask their S' columns
         LocalTensor<half> kt = cube_->LoadRows(cube_->kL1_, kShiftGm_[KShiftIndex(*t_, k.b, k.kvHead, jb)], keys,
                                                BLOCK_KV, cols, cols);

@@ -189,8 +189,7 @@ private:
         DataCopy(w, rsSlots_.request[RequestWordIndex(round_ % 2, 0)], RequestWordIndex(0, 1) + 8);
         v.maskQue.EnQue(w);
         w = v.maskQue.template DeQue<uint32_t>();
-        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_S>();
         const uint32_t a = w.GetValue(0), b = w.GetValue(RequestWordIndex(0, 1));
         v.maskQue.FreeTensor(w);
         ++round_;
@@ -226,8 +225,7 @@ private:
     // The FP32 pass: the rows in redo_ take their S' from it (the others keep the FP16 pass's), masked.
     __aicore__ inline void MergeRecomputed(const Task& k, uint32_t c0, uint32_t keys) {
         AivRows<float>& v = *v_;
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         for (uint32_t i = 0; i < v.rows; ++i) {
             if (redo_.GetValue(i) == 0.0f) continue;
             LocalTensor<float> row = v.sQue.template AllocTensor<float>();

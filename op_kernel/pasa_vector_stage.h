@@ -86,12 +86,10 @@ public:
     __aicore__ inline void WriteStatus(uint32_t aiv) {
         LocalTensor<uint32_t> s = v_.lseQue.template AllocTensor<uint32_t>();
         Duplicate(s, 0u, 8);
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         s.SetValue(0, overflow_ ? 1u : 0u);
         softmax_.WriteStatusWords(s);
-        SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
-        WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
+        SyncPipes<HardEvent::S_MTE3>();
         v_.lseQue.EnQue(s);
         s = v_.lseQue.template DeQue<uint32_t>();
         DataCopy(statusGm_[aiv * 8], s, 8);
