@@ -13,7 +13,7 @@ EventFlag& Flag(const std::string& api, AscendC::HardEvent evt, int32_t id) {
     return CurrentCore().events[static_cast<int>(evt)][id];
 }
 
-std::string ByText(const std::string& by, Site site) { return by + " at " + site.Text(); }
+std::string ByText(const std::string& by, Site site) { return site.file ? by + " at " + site.Text() : by; }
 
 std::string WaitWithoutSet(const std::string& by, Site site, const EventFlag& f) {
     return "wait without a set: " + ByText(by, site) + " waits for an event no SetFlag has set" +
@@ -33,7 +33,7 @@ void SetEventFlag(AscendC::HardEvent evt, int32_t id, const std::string& by, Sit
     const std::string api = EventText("SetFlag", evt, id);
     EventFlag& f = Flag(api, evt, id);
     if (f.set)
-        Fail(api, "event set twice: " + ByText(by, site) + " sets it while the SetFlag of " + ByText(f.by, f.site) +
+        Fail(api, "event set twice: " + ByText(by, site) + " sets it while the set by " + ByText(f.by, f.site) +
                       " is not yet waited; an event is one flag per HardEvent and ID, so one of the two WaitFlags "
                       "would wait forever (with TPipe and TQue, take IDs from AllocEventID/FetchEventID: SetFlag/"
                       "WaitFlag (ISASI) docs, 约束说明)");

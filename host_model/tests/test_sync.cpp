@@ -84,14 +84,6 @@ HM_CASE(sync_intra_core_events) {
     });
 }
 
-HM_CASE(misuse_waitflag_without_setflag) {
-    hm_test::OnAiv([] {
-        SetFlag<HardEvent::MTE2_V>(0);
-        WaitFlag<HardEvent::MTE2_V>(0);
-        WaitFlag<HardEvent::MTE2_V>(0);
-    });
-}
-
 HM_CASE(misuse_crosscore_wait_never_set) {
     // The AIVs wait for flag 3 that the AIC never sets (it waits for flag 4 from them instead).
     LaunchMix({1, 0, 30.0}, [] {
