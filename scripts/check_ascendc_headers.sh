@@ -81,7 +81,7 @@ commit_of() {  # the checked-out commit of a git directory, or "unknown"
 
 mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
-HOST_INCLUDES=()
+HOST_INCLUDES=() HOST_QUOTE_INCLUDES=()
 if [[ -n "$ASC" ]]; then
     [[ -f "$ASC/include/kernel_operator.h" ]] ||
         die $E_HEADERS "$ASC is not an asc-devkit checkout (no include/kernel_operator.h)"
@@ -95,13 +95,22 @@ if [[ -n "$ASC" ]]; then
     CANN_INCLUDES=("$BUILD_DIR/generated")
     echo "check_ascendc_headers: asc-devkit $ASC_ROOT (commit $(commit_of "$ASC_ROOT")), tikicpulib stand-in"
     if [[ -n "$METADEF" ]]; then
-        for f in "$METADEF/inc/external/asc/register/op_def_registry.h" \
-                 "$GE/inc/graph_metadef/external/graph/operator_reg.h"; do
-            [[ -f "$f" ]] || die $E_HEADERS "no $f (is --metadef a metadef checkout, --ge a ge checkout?)"
-        done
+        # register/op_def_registry.h: metadef's inc/external/asc from 9.1, ge's inc/graph_metadef/external up to 9.0
+        [[ -f "$METADEF/inc/external/exe_graph/runtime/tiling_context.h" ]] ||
+            die $E_HEADERS "no $METADEF/inc/external/exe_graph/runtime/tiling_context.h (is --metadef a metadef checkout?)"
+        [[ -f "$GE/inc/graph_metadef/external/graph/operator_reg.h" ]] ||
+            die $E_HEADERS "no $GE/inc/graph_metadef/external/graph/operator_reg.h (is --ge a ge checkout?)"
+        [[ -f "$METADEF/inc/external/asc/register/op_def_registry.h" ||
+           -f "$GE/inc/graph_metadef/external/register/op_def_registry.h" ]] ||
+            die $E_HEADERS "no register/op_def_registry.h in $METADEF/inc/external/asc or $GE/inc/graph_metadef/external"
         METADEF=$(cd "$METADEF" && pwd) GE=$(cd "$GE" && pwd)
         HOST_INCLUDES=("$CHECK_DIR/host" "$METADEF/inc/external/asc" "$METADEF/inc/external" "$METADEF/inc"
                        "$GE/inc/graph_metadef/external" "$ASC_ROOT/include/utils")
+        # The toolkit's include/graph holds ge's and metadef's graph headers side by side; up to 9.0 ge's
+        # graph/inference_context.h includes "tensor.h", which is metadef's graph/tensor.h.
+        if [[ ! -f "$GE/inc/graph_metadef/external/graph/tensor.h" && -f "$METADEF/inc/external/graph/tensor.h" ]]; then
+            HOST_QUOTE_INCLUDES=("$METADEF/inc/external/graph")
+        fi
         echo "check_ascendc_headers: metadef $METADEF (commit $(commit_of "$METADEF")," \
              "ge $GE (commit $(commit_of "$GE"))"
     else
@@ -119,6 +128,16 @@ else
     echo "check_ascendc_headers: CANN toolkit $CANN, its asc headers $ASC_ROOT and tikicpulib"
 fi
 mapfile -t KERNEL_INCLUDES < <(asc_kernel_includes "$ASC_ROOT" "$TIKICPULIB" "${CANN_INCLUDES[@]}")
+# op_host/ chooses between CANN 8.x's and 9.x's tiling API by the version (op_host/pasa_cann_compat.h), which the
+# op package build passes too (cann/CMakeLists.txt).
+if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
+    VERSION_DIR=${CANN:-$ASC_ROOT}
+    CANN_VERSION=$(cann_version_of "$VERSION_DIR")
+    CANN_VERSION_NUMBER=$(cann_version_number "$CANN_VERSION")
+    [[ -n "$CANN_VERSION_NUMBER" ]] || die $E_HEADERS "cannot tell the CANN version of $VERSION_DIR (no" \
+        "<arch>-linux/ascend_toolkit_install.info, version.cmake or version.info with a version X.Y...)"
+    echo "check_ascendc_headers: CANN version $CANN_VERSION (PASA_CANN_VERSION=$CANN_VERSION_NUMBER for op_host/)"
+fi
 
 # ---- the configurations ----------------------------------------------------------------------------------
 # name|log|command...: one line each, fields separated by the unit separator
@@ -157,8 +176,9 @@ for src in "${ENTRIES[@]}"; do
     done
 done
 if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
-    host_flags=()
+    host_flags=("-DPASA_CANN_VERSION=$CANN_VERSION_NUMBER")
     for dir in "${HOST_INCLUDES[@]}"; do host_flags+=("-isystem$dir"); done
+    for dir in "${HOST_QUOTE_INCLUDES[@]}"; do host_flags+=("-iquote$dir"); done
     for src in "$SRC_ROOT"/op_host/*.cpp; do
         [[ -f "$src" ]] || continue
         add_config "${src#"$SRC_ROOT"/}" "$CXX" -fsyntax-only "${ASC_HOST_FLAGS[@]}" "${host_flags[@]}" \
