@@ -71,6 +71,13 @@ MISUSE = {
     "test_events.cpp:{ninth alloc}: all 8 IDs are allocated (0: TPipe::AllocEventID at test_events.cpp:{ninth alloc}",
     "misuse_release_of_an_id_not_allocated": f"{AIV0}: TPipe::ReleaseEventID<HardEvent::S_V>(0): ReleaseEventID of an "
     "ID not allocated, at test_events.cpp:{fetched, not allocated}: the ID must come from AllocEventID",
+    "misuse_load2d_repeat_zero": "AIC 0: LoadData: repeatTimes 0 outside [1, 255] (Load2D docs)",
+    "misuse_load2d_l0_misaligned": "AIC 0: LoadData: dst address 256 B in L0A is not 512-byte aligned",
+    "misuse_mmad_k_beyond_4095": "AIC 0: Mmad: k 4096 outside [0, 4095] (Mmad docs)",
+    "misuse_mmad_dst_not_256_elements": "AIC 0: Mmad: dst address 64 B in L0C is not 1024-byte aligned (Mmad docs: "
+    "256 elements)",
+    "misuse_fixpipe_nsize_zero": "AIC 0: Fixpipe: nSize 0 outside [1, 4095] (Fixpipe docs, NZ2ND)",
+    "misuse_fixpipe_src_misaligned": "AIC 0: Fixpipe: src address 32 B in L0C is not 64-byte aligned (Fixpipe docs)",
     "misuse_alloc_without_release": f"{AIV0}: kernel end: TPipe::Destroy: AllocEventID without ReleaseEventID: "
     "HardEvent::MTE2_S ID 0 (TPipe::AllocEventID at test_events.cpp:{never released})",
     "misuse_crosscore_wait_never_set": "(checked below: the reporting core varies)",
@@ -137,6 +144,7 @@ SEMANTICS = [
     "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
     "sync_intra_core_events", "sync_scalar_reads_need_dcci", "cube_gemv_m1", "sync_vector_barriers_counted",
     "sync_queues_order_buffer_reuse", "events_queue_ids_come_from_the_pool",
+    "cube_fixpipe_nz2nd_width_not_multiple_of_16",
 ]
 NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "vec_exp_ln_values",
            "vec_reduce_sum_fold"]
