@@ -71,6 +71,8 @@ MISUSE = {
     "test_events.cpp:{ninth alloc}: all 8 IDs are allocated (0: TPipe::AllocEventID at test_events.cpp:{ninth alloc}",
     "misuse_release_of_an_id_not_allocated": f"{AIV0}: TPipe::ReleaseEventID<HardEvent::S_V>(0): ReleaseEventID of an "
     "ID not allocated, at test_events.cpp:{fetched, not allocated}: the ID must come from AllocEventID",
+    "misuse_crosscore_flag_left_set": f"launch end: cross-core flag left set: flag 3 of {AIV0} holds 1 set(s) no "
+    "CrossCoreWaitFlag consumed",
     "misuse_load2d_repeat_zero": "AIC 0: LoadData: repeatTimes 0 outside [1, 255] (Load2D docs)",
     "misuse_load2d_l0_misaligned": "AIC 0: LoadData: dst address 256 B in L0A is not 512-byte aligned",
     "misuse_mmad_k_beyond_4095": "AIC 0: Mmad: k 4096 outside [0, 4095] (Mmad docs)",

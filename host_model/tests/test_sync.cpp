@@ -297,3 +297,14 @@ HM_CASE(sync_queues_order_buffer_reuse) {
     });
     HM_CHECK(gm[0] == 2.0f, "the copy out");
 }
+
+HM_CASE(misuse_crosscore_flag_left_set) {
+    // The AIC sets flag 3 for its AIVs twice; they wait once.
+    LaunchMix({1, 0, 5.0}, [] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<2, PIPE_FIX>(3);
+            CrossCoreSetFlag<2, PIPE_FIX>(3);
+        }
+        if ASCEND_IS_AIV CrossCoreWaitFlag(3);
+    });
+}
