@@ -207,7 +207,7 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     raw->SetDataSize(sizeof(PasaTilingData));
     ctx->SetTilingKey(r.tilingKey);
     // KERNEL_TYPE_MIX_AIC_1_2: one block = 1 AIC + 2 AIV, so the launch dim is the number of AICs used.
-    // (CalcTschNumBlocks + SetSimdNumBlocks from CANN 9.0, CalcTschBlockDim + SetBlockDim before: pasa_cann_compat.h)
+    // (the block-dim API of the CANN version built against: pasa_cann_compat.h)
     if (pasa_cann::SetNumBlocks(ctx, platform, 2 * r.blockDim, in.platform.aicNum, in.platform.aivNum) !=
         ge::GRAPH_SUCCESS) {
         std::fprintf(stderr, "%s: setting the number of blocks (%u) failed\n", kOpName, r.blockDim);
