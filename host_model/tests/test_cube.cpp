@@ -131,11 +131,14 @@ struct CubeBuffers {
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
+    std::vector<float> out = std::vector<float>(16 * 32, -1.0f);
+    GlobalTensor<float> gm;  // out
     CubeBuffers() {
         pipe.InitBuffer(l1, 4096);
         pipe.InitBuffer(l0a, 4096);
         pipe.InitBuffer(l0b, 4096);
         pipe.InitBuffer(l0c, 4096);
+        gm.SetGlobalBuffer(out.data(), out.size());
     }
 };
 }  // namespace
@@ -171,20 +174,14 @@ HM_CASE(misuse_mmad_dst_not_256_elements) {
 HM_CASE(misuse_fixpipe_nsize_zero) {
     hm_test::OnAic([] {
         CubeBuffers b;
-        std::vector<float> out(256);
-        GlobalTensor<float> g;
-        g.SetGlobalBuffer(out.data(), out.size());
-        Fixpipe<float, float, CFG_ROW_MAJOR>(g, b.l0c.Get<float>(), FixpipeParamsV220(0, 16, 16, 16, false));
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, b.l0c.Get<float>(), FixpipeParamsV220(0, 16, 16, 16, false));
     });
 }
 
 HM_CASE(misuse_fixpipe_src_misaligned) {
     hm_test::OnAic([] {
         CubeBuffers b;
-        std::vector<float> out(256);
-        GlobalTensor<float> g;
-        g.SetGlobalBuffer(out.data(), out.size());
-        Fixpipe<float, float, CFG_ROW_MAJOR>(g, b.l0c.Get<float>()[8], FixpipeParamsV220(16, 1, 16, 16, false));
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, b.l0c.Get<float>()[8], FixpipeParamsV220(16, 1, 16, 16, false));
     });
 }
 
@@ -194,11 +191,9 @@ HM_CASE(cube_fixpipe_nz2nd_width_not_multiple_of_16) {
         CubeBuffers b;
         LocalTensor<float> c = b.l0c.Get<float>();
         for (uint32_t i = 0; i < 512; ++i) c.SetValue(i, static_cast<float>(i));
-        std::vector<float> out(16 * 32, -1.0f);
-        GlobalTensor<float> g;
-        g.SetGlobalBuffer(out.data(), out.size());
-        Fixpipe<float, float, CFG_ROW_MAJOR>(g, c, FixpipeParamsV220(17, 16, 16, 32, false));
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, c, FixpipeParamsV220(17, 16, 16, 32, false));
         // C(i, j) at ((j / 16) * M1 + i / 16) * 256 + (i % 16) * 16 + j % 16, M1 = 1
+        const std::vector<float>& out = b.out;
         HM_CHECK(out[3 * 32 + 5] == 3 * 16 + 5 && out[3 * 32 + 16] == 256 + 3 * 16 && out[3 * 32 + 17] == -1.0f,
                  "17 columns per row, the 17th from the second fractal column");
     });

@@ -4,12 +4,22 @@
 
 using namespace AscendC;
 
+namespace {
+// A pipe with one queue of one 256-byte buffer at `pos`.
+template <TPosition pos>
+struct OneBufferQueue {
+    TPipe pipe;
+    TQue<pos, 1> que;
+    OneBufferQueue() { pipe.InitBuffer(que, 1, 256); }
+};
+}  // namespace
+
 HM_CASE(events_queue_ids_come_from_the_pool) {
     // A freed VECIN buffer holds V_MTE2 ID 0 until its next AllocTensor: FetchEventID hands out ID 1 meanwhile.
     hm_test::OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> que;
-        pipe.InitBuffer(que, 1, 256);
+        OneBufferQueue<TPosition::VECIN> q;
+        TPipe& pipe = q.pipe;
+        TQue<TPosition::VECIN, 1>& que = q.que;
         LocalTensor<half> t = que.AllocTensor<half>();
         que.EnQue(t);
         HM_CHECK(pipe.FetchEventID(HardEvent::MTE2_V) == 1, "EnQue holds MTE2_V ID 0 until DeQue");
@@ -46,11 +56,9 @@ HM_CASE(misuse_event_set_twice) {
 HM_CASE(misuse_event_id_collides_with_a_queue) {
     // A hard-coded ID 0: the VECIN queue's FreeTensor holds V_MTE2 ID 0 set until the buffer's next AllocTensor.
     hm_test::OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> que;
-        pipe.InitBuffer(que, 1, 256);
-        LocalTensor<half> t = que.AllocTensor<half>();
-        que.FreeTensor(t);  // queue's set
+        OneBufferQueue<TPosition::VECIN> q;
+        LocalTensor<half> t = q.que.AllocTensor<half>();
+        q.que.FreeTensor(t);  // queue's set
         SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // colliding set
         WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
     });
@@ -75,14 +83,12 @@ HM_CASE(misuse_event_wait_without_set) {
 HM_CASE(misuse_event_wait_steals_a_queue_event) {
     // A WaitFlag of its own consumes the queue's set; the buffer's next AllocTensor then waits for nothing.
     hm_test::OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECOUT, 1> que;
-        pipe.InitBuffer(que, 1, 256);
-        LocalTensor<float> t = que.AllocTensor<float>();
-        que.FreeTensor(t);
+        OneBufferQueue<TPosition::VECOUT> q;
+        LocalTensor<float> t = q.que.AllocTensor<float>();
+        q.que.FreeTensor(t);
         WaitFlag<HardEvent::MTE3_V>(0);  // stealing wait
-        t = que.AllocTensor<float>();  // starved alloc
-        que.FreeTensor(t);
+        t = q.que.AllocTensor<float>();  // starved alloc
+        q.que.FreeTensor(t);
     });
 }
 
@@ -94,11 +100,9 @@ HM_CASE(misuse_event_left_set) {
 
 HM_CASE(misuse_tensor_left_in_a_queue) {
     hm_test::OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> que;
-        pipe.InitBuffer(que, 1, 256);
-        LocalTensor<half> t = que.AllocTensor<half>();
-        que.EnQue(t);  // never dequeued
+        OneBufferQueue<TPosition::VECIN> q;
+        LocalTensor<half> t = q.que.AllocTensor<half>();
+        q.que.EnQue(t);  // never dequeued
     });
 }
 
