@@ -73,6 +73,7 @@ MISUSE = {
     "ID not allocated, at test_events.cpp:{fetched, not allocated}: the ID must come from AllocEventID",
     "misuse_crosscore_flag_left_set": f"launch end: cross-core flag left set: flag 3 of {AIV0} holds 1 set(s) no "
     "CrossCoreWaitFlag consumed",
+    "misuse_datacopy_block_count_zero": f"{AIV0}: DataCopy(GM->local): blockCount 0 outside [1, 4095] (DataCopy docs)",
     "misuse_load2d_repeat_zero": "AIC 0: LoadData: repeatTimes 0 outside [1, 255] (Load2D docs)",
     "misuse_load2d_l0_misaligned": "AIC 0: LoadData: dst address 256 B in L0A is not 512-byte aligned",
     "misuse_mmad_k_beyond_4095": "AIC 0: Mmad: k 4096 outside [0, 4095] (Mmad docs)",
