@@ -23,12 +23,13 @@
 #ifndef PASA_ROW_SHIFT_CUBE_H
 #define PASA_ROW_SHIFT_CUBE_H
 
+#include "pasa_components.h"
 #include "pasa_cube_ops.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class RowShiftScores {
+class RowShiftScores : public ScoresBase {
 public:
     // Centre products of at most this many blocks per GEMM: 2 rows each, 128 rows of L0A / L0C.
     static constexpr uint32_t CENTRE_BLOCKS_PER_GEMM = BLOCK_KV / 2;
@@ -43,8 +44,6 @@ public:
         centreGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsCentreOffset));
         kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
     }
-
-    __aicore__ inline void Finish() {}
 
     // The task's conversation (steps 1 to 3), P_j V_j of each block through the stage once the block is closed.
     template <class Stage>

@@ -33,13 +33,14 @@
 #ifndef PASA_SOFTMAX_FRAMED_H
 #define PASA_SOFTMAX_FRAMED_H
 
+#include "pasa_components.h"
 #include "pasa_framed_cube.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class FramedSoftmax {
+class FramedSoftmax : public SoftmaxBase {
 public:
     // Nothing to check: S is FP32 from FP16 inputs, P <= exp(FRAME_UP), and O, l and G_acc are FP32 sums of them.
     static constexpr bool CHECKS_OVERFLOW = false;
@@ -131,10 +132,7 @@ public:
         }
     }
 
-    // lse = m + ln l with m = scale G_acc: no terms of its own.
-    __aicore__ inline void LoadLseTerms() {}
-    __aicore__ inline void ScaleLseTerms() {}
-    __aicore__ inline void AddLseTerms() {}
+    // lse = m + ln l with m = scale G_acc: no terms of its own (SoftmaxBase's no-ops).
 
     // Word 1: the (valid row, KV block) pairs whose frame moved (the first key of a row counts); word 2, from the
     // first AIV: the (tile, KV block) pairs that closed a segment (the golden model's moved_row_blocks and, for a

@@ -13,12 +13,13 @@
 #ifndef PASA_SOFTMAX_ROW_SHIFTED_H
 #define PASA_SOFTMAX_ROW_SHIFTED_H
 
+#include "pasa_components.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class RowShiftedSoftmax {
+class RowShiftedSoftmax : public SoftmaxBase {
 public:
     static constexpr bool WEIGHTS_PV = true;
     static constexpr bool CHECKS_OVERFLOW = true;
@@ -37,13 +38,10 @@ public:
         rsSlots_.Init(*t, workspace, core);
     }
 
-    __aicore__ inline void Prepare() {}
-
     // Q^ of the task's tile to the AIC (through O's buffer, which the stage zeroes next).
     __aicore__ inline void BeginTask(const Task& k) {
         if (k.nBlocks > 0) WriteQhat(k);
     }
-    __aicore__ inline void ResetRows() {}
 
     // Block j of the task: its rounds (which close it), then P_j to the AIC once the AIC has closed them:
     // P_j's slot holds both AIVs' rows, and a pass the other AIV still asked for must not find P_j V_j run.
@@ -54,7 +52,6 @@ public:
     }
 
     // lse = rho (m + C_1 + psi_1) + ln l: m is in block 1's frame, in units of Q^ K.
-    __aicore__ inline void LoadLseTerms() {}
     __aicore__ inline void ScaleLseTerms() {
         AivRows<float>& v = *v_;
         const int32_t rv = (int32_t)ROW_VEC;
@@ -64,7 +61,6 @@ public:
         PipeBarrier<PIPE_V>();
         Muls(v.fa, v.fa, t_->rsRho, rv);
     }
-    __aicore__ inline void AddLseTerms() {}
 
     __aicore__ inline void FiniteRows() { v_->FiniteRunningMax(); }
 

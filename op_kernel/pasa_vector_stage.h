@@ -5,7 +5,8 @@
 // python/pasa_npu/blockwise.py, with T = the policy's ElementAccumulator (the type of the softmax, of the row
 // state and O, and of P V).
 //
-// What the stage asks of an epilogue (the three share this interface):
+// What the stage asks of an epilogue (they share this interface; SoftmaxBase, pasa_components.h, makes Prepare,
+// BeginTask, ResetRows, EndStack, the three lse terms and WriteStatusWords no-ops where an epilogue leaves them out):
 //   Init(rows, tiling, query, workspace, core)  its row vectors from rows.epilogueState / rows.epilogueFp32
 //   Prepare()           before the tasks (fp32_frame: the column of ones for the AIC's V tiles)
 //   BeginTask(k)        before the row state is reset (pasa_rs: Q^ to the AIC, through O's buffer)

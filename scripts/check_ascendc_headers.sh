@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Type-check of op_kernel/ and op_host/ against CANN's real headers, with g++ -fsyntax-only in AscendC's
 # CPU-debug mode (the include list and flags of scripts/ascendc_check/flags.sh). The kernel is compiled once
-# per tiling key that its entry dispatches (TILING_KEY_IS) and per core type (AIC, AIV), as the op build
-# compiles it; op_host/*.cpp against the op-registration and tiling headers. What this can and cannot judge:
-# docs/npu.md.
+# per tiling key that its entry dispatches (TILING_KEY_IS, found in the preprocessed entry) and per core type
+# (AIC, AIV), as the op build compiles it; op_host/*.cpp against the op-registration and tiling headers. What this
+# can and cannot judge: docs/npu.md.
 #
 # From source checkouts (what CI-less machines can fetch from GitHub), the headers that CANN does not publish
 # are replaced by the stand-ins in scripts/ascendc_check/ (tikicpulib/, host/); with --cann, an installed
@@ -156,10 +156,17 @@ for src in "$SRC_ROOT"/op_kernel/*.cpp; do
     [[ -f "$src" ]] && grep -q '__global__' "$src" && ENTRIES+=("$src")
 done
 [[ ${#ENTRIES[@]} -gt 0 ]] || die $E_USAGE "no kernel entry (a .cpp with __global__) in $SRC_ROOT/op_kernel"
+mkdir -p "$BUILD_DIR/logs"
 for src in "${ENTRIES[@]}"; do
     rel=${src#"$SRC_ROOT"/}
-    mapfile -t keys < <(grep -o 'TILING_KEY_IS([^()]*)' "$src" | sed 's/^TILING_KEY_IS(\s*//; s/\s*)$//' |
-                        awk '!seen[$0]++')
+    # The tiling keys it dispatches, found as the op build finds them (asc-devkit tools/build/asc_op_compile_base/
+    # asc_op_compiler/kernel_info_infer.py, find_tilingkey): in the preprocessed source, where TILING_KEY_IS(k)
+    # reads "g_tilingKey == (k)", k a literal (however macros generated the tests).
+    pre="$BUILD_DIR/logs/${rel//[^A-Za-z0-9_.-]/_}.i"
+    "$CXX" -E "${ASC_KERNEL_FLAGS[@]}" "${ASC_AIV_FLAGS[@]}" -include "$CHECK_DIR/get_tiling_data.h" \
+        "${KERNEL_INCLUDES[@]}" "-I$SRC_ROOT/op_kernel" "$src" -o "$pre" >"$pre.log" 2>&1 ||
+        die $E_FAILED "$rel does not preprocess against the headers (log: $pre.log)"
+    mapfile -t keys < <(grep -o 'g_tilingKey == ([-0-9]*' "$pre" | sed 's/.*(//' | awk '!seen[$0]++')
     [[ ${#keys[@]} -gt 0 ]] || keys=(0)
     cores=(AIC AIV)
     case "$(grep -o 'KERNEL_TASK_TYPE_DEFAULT([A-Z0-9_]*)' "$src" | head -n 1)" in
@@ -187,7 +194,6 @@ if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
 fi
 
 # ---- compile them, JOBS at a time ------------------------------------------------------------------------
-mkdir -p "$BUILD_DIR/logs"
 run_config() {  # run_config LINE: compile one configuration, its output into its log
     local IFS=$SEP
     read -r -a fields <<<"$1"
