@@ -163,10 +163,11 @@ for src in "${ENTRIES[@]}"; do
     # asc_op_compiler/kernel_info_infer.py, find_tilingkey): in the preprocessed source, where TILING_KEY_IS(k)
     # reads "g_tilingKey == (k)", k a literal (however macros generated the tests).
     pre="$BUILD_DIR/logs/${rel//[^A-Za-z0-9_.-]/_}.i"
-    "$CXX" -E "${ASC_KERNEL_FLAGS[@]}" "${ASC_AIV_FLAGS[@]}" -include "$CHECK_DIR/get_tiling_data.h" \
+    "$CXX" -E -P "${ASC_KERNEL_FLAGS[@]}" "${ASC_AIV_FLAGS[@]}" -include "$CHECK_DIR/get_tiling_data.h" \
         "${KERNEL_INCLUDES[@]}" "-I$SRC_ROOT/op_kernel" "$src" -o "$pre" >"$pre.log" 2>&1 ||
         die $E_FAILED "$rel does not preprocess against the headers (log: $pre.log)"
-    mapfile -t keys < <(grep -o 'g_tilingKey == ([-0-9]*' "$pre" | sed 's/.*(//' | awk '!seen[$0]++')
+    mapfile -t keys < <(tr -s '[:space:]' ' ' <"$pre" | grep -oE 'g_tilingKey == \( ?-?[0-9]+' |
+                        sed 's/.*( *//' | awk '!seen[$0]++')
     [[ ${#keys[@]} -gt 0 ]] || keys=(0)
     cores=(AIC AIV)
     case "$(grep -o 'KERNEL_TASK_TYPE_DEFAULT([A-Z0-9_]*)' "$src" | head -n 1)" in
