@@ -1,6 +1,6 @@
 // The beta solver of python/pasa_npu/beta.py, ported for the host tiling (the op picks PASA's default beta on the
 // host, where no Python runs): ShiftEntries rounds M's two entries to FP16, DefaultBeta is the fixed point of
-// beta/(1 - beta) = f(beta) for that rounded M. tests/test_npu_host_model.py checks both against Python's.
+// beta/(1 - beta) = f(beta) for that rounded M. tests/npu/test_npu_host_model.py checks both against Python's.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

@@ -18,7 +18,7 @@
 namespace pasa {
 
 // The allocation used where none is named (the op's `precision` attribute, TilingInput): python/pasa_npu/precision.py's
-// DEFAULT_PRECISION (tests/test_npu_backend.py checks that they agree).
+// DEFAULT_PRECISION (tests/npu/test_npu_backend.py checks that they agree).
 constexpr const char* kDefaultPrecision = "fp32_frame";
 
 // An allocation the kernel runs: its policy (op_kernel/pasa_allocation.h) as plain values, one per row of

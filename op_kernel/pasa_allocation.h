@@ -1,5 +1,5 @@
 // The precision allocations the kernel computes, as policy types (python/pasa_npu/precision.py names the same
-// allocations and their tiling keys; tests/test_npu_backend.py checks that the two tables agree). Plain C++ with
+// allocations and their tiling keys; tests/npu/test_npu_backend.py checks that the two tables agree). Plain C++ with
 // no AscendC header: the host tiling (op_host/pasa_tiling.cpp) reads the same policies, so what an allocation
 // asks of the kernel (its pre-pass, its handshake, its memory) is stated once, here.
 //

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from pasa_npu import DEFAULT_PRECISION, fused_attention
+from pasa_npu.accuracy import source_commit
 from pasa_npu.distributed import (ring_attention, ring_ulysses_attention, shard_sequence, ulysses_attention,
                                   unshard_sequence)
 
@@ -231,7 +232,7 @@ def mesh_groups(world, device):
 def environment(args, device, world):
     env = dict(torch=torch.__version__, python=platform.python_version(), world=world, device=str(device.type),
                NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE"), host=platform.node(),
-               time_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+               time_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), commit=source_commit())
     if device.type == "cuda":
         env.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
                    nccl=".".join(map(str, torch.cuda.nccl.version())))

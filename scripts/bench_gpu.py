@@ -34,6 +34,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench, do_bench_cudagraph
 
+from pasa_npu.accuracy import source_commit
 from pasa_npu.backends import triton as tb
 
 L2_BYTES = 50 * 2**20
@@ -165,7 +166,7 @@ def env_info():
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": smi,
             "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-            "command": " ".join(["python3"] + sys.argv)}
+            "command": " ".join(["python3"] + sys.argv), "commit": source_commit()}
 
 
 def prefill_grid(quick):

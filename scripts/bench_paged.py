@@ -146,11 +146,12 @@ def main(argv=None):
                          f"{args.kv} and {args.prefill_lens}")
     if not torch.cuda.is_available():
         sys.exit("bench_paged.py needs a CUDA GPU (torch.cuda.is_available() is False): it times the Triton "
-                 "kernel and SDPA on the device; the CPU interpreter path is tested by tests/test_paged.py")
+                 "kernel and SDPA on the device; the CPU interpreter path is tested by tests/serving/test_paged.py")
     import triton
     from triton.testing import do_bench
 
     import pasa_npu
+    from pasa_npu.accuracy import source_commit
     from pasa_npu.backends import triton as backend
 
     start = time.time()
@@ -185,7 +186,8 @@ def main(argv=None):
                   + "  ".join(f"{m} {t:9.1f} µs" for m, t in times.items()), flush=True)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join([sys.executable, *sys.argv]), "copy_bandwidth_GBps": round(bw / 1e9, 1),
+            "command": " ".join([sys.executable, *sys.argv]), "commit": source_commit(),
+            "copy_bandwidth_GBps": round(bw / 1e9, 1),
             "shape": {"heads": HEADS, "kv_heads": KV_HEADS, "head_dim": D, "page": PAGE},
             "seconds": round(time.time() - start, 1)}
     args.out.mkdir(parents=True, exist_ok=True)

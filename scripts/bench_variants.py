@@ -2,7 +2,7 @@
 them give bit-identical outputs: the A/B benchmark behind each kernel change (docs/benchmarks/gpu_notes.md).
 
     PYTHONPATH=python python3 scripts/bench_variants.py --out DIR NAME=PKG[:METHOD,...] [NAME=PKG ...] \\
-        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep [SHAPE,...]]
+        [--same NAME NAME] [--shapes NAME,...] [--methods METHOD,...] [--sweep [SHAPE,...]] [--public]
 
 Each PKG is a directory holding a ``pasa_npu`` package (e.g. ``git archive COMMIT python | tar -x -C DIR``
 gives ``DIR/python``); it is imported under its own name, so the versions' kernels are compiled and
@@ -11,8 +11,10 @@ cuDNN backends as references. A cell is the median of
 ROUNDS ``triton.testing.do_bench`` medians taken round-robin over the versions and methods (decode:
 CUDA-graph replays), on inputs rotated between calls. ``--same A B`` compares A's and B's outputs and
 lse on every timed shape and method, bit for bit. ``--sweep [SHAPE,...]`` times the last version over
-the tile configurations of SWEEP (of the shapes named, or all). Writes variants.json (after every shape) and
-prints a table of TFLOP/s (decode: GB/s of K and V).
+the tile configurations of SWEEP (of the shapes named, or all). ``--public`` times each version through its
+public call, ``fused_attention`` (BNSD, no lse; causal as FIA's sparse_mode 3), instead of the backend's
+``attention`` (which computes the lse); ``--same`` then compares the public call's outputs. Writes
+variants.json (after every shape) and prints a table of TFLOP/s (decode: GB/s of K and V).
 """
 
 from __future__ import annotations
@@ -106,6 +108,23 @@ def run(tb, q, k, v, causal, method, config=None):
                         scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
 
 
+#: FIA's compressed causal mask (sparse_mode 3), for --public.
+_CAUSAL_MASK = {}
+
+
+def run_public(tb, q, k, v, causal, method):
+    """``method`` through the version's public call (no lse, as a caller who does not ask for it)."""
+    precision, _, block_kv = method.partition("@")
+    pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
+    extra = {"block_kv": int(block_kv)} if block_kv else {}
+    if causal:
+        if q.device not in _CAUSAL_MASK:
+            _CAUSAL_MASK[q.device] = torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device=q.device), diagonal=1)
+        extra.update(sparse_mode=3, atten_mask=_CAUSAL_MASK[q.device])
+    return pkg.fused_attention(q, k, v, num_heads=q.shape[1], num_key_value_heads=k.shape[1], input_layout="BNSD",
+                               scale=q.shape[-1] ** -0.5, precision=precision, **extra)
+
+
 def rate(shape, ms):
     """TFLOP/s, or for decode GB/s of K and V."""
     b, h, hkv, s1, s2, d, causal = shape
@@ -125,6 +144,7 @@ def parse(argv=None):
     ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
     ap.add_argument("--sweep", nargs="?", const=",".join(SWEEP), default="", metavar="SHAPE,...",
                     help="sweep SWEEP's configurations of these shapes (all of SWEEP's without a value)")
+    ap.add_argument("--public", action="store_true", help="time each version's public call, fused_attention")
     return ap.parse_args(argv)
 
 
@@ -146,15 +166,16 @@ def main():
         b, h, hkv, s1, s2, d, causal = shape
         set_bytes = 2 * (b * h * s1 * d * 2 + 2 * b * hkv * s2 * d)
         sets = inputs(b, h, hkv, s1, s2, d, max(1, min(8, -(-2 * L2_BYTES // set_bytes))))
-        cells = {(vn, m): (lambda q, k, v, c, tb=tb, m=m: run(tb, q, k, v, c, m)[0])
+        call = run_public if args.public else run
+        cells = {(vn, m): (lambda q, k, v, c, tb=tb, m=m: call(tb, q, k, v, c, m)[0])
                  for vn, tb in versions.items() for m in methods[vn]}
         cells.update({("sdpa", m): (lambda q, k, v, c, m=m: sdpa(q, k, v, c, SDPA[m]))
                       for m in args.sdpa.split(",") if m})
         for a, bname in args.same:
             for m in set(methods[a]) & set(methods[bname]):
                 q, k, v = sets[0]
-                oa, la = run(versions[a], q, k, v, causal, m)
-                ob, lb = run(versions[bname], q, k, v, causal, m)
+                oa, la = call(versions[a], q, k, v, causal, m)
+                ob, lb = call(versions[bname], q, k, v, causal, m)
                 same = bool(torch.equal(oa, ob) and torch.equal(la, lb))
                 diff = float((oa.float() - ob.float()).abs().max())
                 res["same"].append({"shape": shape_name, "method": m, "a": a, "b": bname, "identical": same,

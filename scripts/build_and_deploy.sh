@@ -2,7 +2,7 @@
 # Build the PasaFusedAttention custom op with CANN, install its .run package, build and install the
 # torch_npu extension, and check the op on the NPU against the golden model.
 #
-# Never run in this repository's CI on real CANN (there is none); tests/test_build_and_deploy.py runs
+# Never run in this repository's CI on real CANN (there is none); tests/npu/test_build_and_deploy.py runs
 # every path short of the NPU with fake CANN trees and fake commands.
 set -euo pipefail
 

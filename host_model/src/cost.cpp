@@ -64,7 +64,10 @@ void CountCopy(Pipe pipe, uint64_t bytes) {
     if (pipe == Pipe::MTE2) k.mte2Calls += 1, k.mte2Bytes += bytes;
     else if (pipe == Pipe::MTE3) k.mte3Calls += 1, k.mte3Bytes += bytes;
     else k.fixCalls += 1, k.fixBytes += bytes;
-    if (c->cost) Charge(*c, pipe, c->cost->dmaHeadCycles + PerByte(bytes, c->cost->gmBytesPerCycle));
+    if (c->cost == nullptr) return;
+    const double rate = pipe == Pipe::FIX && c->cost->fixBytesPerCycle > 0 ? c->cost->fixBytesPerCycle
+                                                                            : c->cost->gmBytesPerCycle;
+    Charge(*c, pipe, c->cost->dmaHeadCycles + PerByte(bytes, rate));
 }
 
 void CountUbCopy(uint64_t bytes) {
@@ -106,8 +109,12 @@ Stamp CloseSegment() {
     for (double s : c.segment) widest = std::max(widest, s), sum += s;
     k.clockOverlap += widest;
     k.clockSerial += sum;
+    if (c.cost != nullptr) {
+        k.clockModel += widest + c.cost->dependentFraction * (sum - widest);
+        if (c.cost->recordSegments != 0 && sum > 0) k.segments.push_back(c.segment);
+    }
     c.segment.fill(0.0);
-    return {k.clockOverlap, k.clockSerial};
+    return {k.clockOverlap, k.clockSerial, k.clockModel};
 }
 
 void WaitUntil(Stamp released) {
@@ -116,10 +123,13 @@ void WaitUntil(Stamp released) {
     const double latency = c.cost ? c.cost->flagLatencyCycles : 0.0;
     const double overlap = std::max(k.clockOverlap, released.overlap + latency);
     const double serial = std::max(k.clockSerial, released.serial + latency);
+    const double model = std::max(k.clockModel, released.model + latency);
     k.waitOverlap += overlap - k.clockOverlap;
     k.waitSerial += serial - k.clockSerial;
+    k.waitModel += model - k.clockModel;
     k.clockOverlap = overlap;
     k.clockSerial = serial;
+    k.clockModel = model;
 }
 
 }  // namespace ascendc_model

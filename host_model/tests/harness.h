@@ -3,7 +3,7 @@
 //   host_model_tests NAME [DIR]      runs one case; arrays a case saves go to DIR/<name>.bin
 // A case passes by returning; CHECK failures print "FAIL: ..." and exit 1. Misuse cases let the
 // model's ascendc_model::Error escape: main prints "ascendc_model::Error: <message>" and exits 3,
-// and tests/test_host_model.py asserts the message.
+// and tests/npu/test_host_model.py asserts the message.
 #pragma once
 #include <cstdio>
 #include <functional>

@@ -1,7 +1,7 @@
 // The cube path GM -(Nd2Nz)-> L1 -(LoadData)-> L0A/L0B -(Mmad)-> L0C -(Fixpipe)-> GM, run the way a
 // flash-attention kernel uses it: S = A Bt^T (B from an NZ copy of Bt, no transpose, K split over two
 // accumulating Mmads, FP16 out) and O = P V (V's fractals transposed by LoadData, FP32 out). The
-// arrays are saved and tests/test_host_model.py compares them with numpy matmuls.
+// arrays are saved and tests/npu/test_host_model.py compares them with numpy matmuls.
 #include "harness.h"
 
 using namespace AscendC;

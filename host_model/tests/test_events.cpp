@@ -1,5 +1,5 @@
 // Intra-core events (event.h): binary flags, the TPipe's pool of IDs and the events TQue takes from it. Each misuse
-// case breaks one rule; tests/test_host_model.py asserts the rule, the event and the source lines its message names.
+// case breaks one rule; tests/npu/test_host_model.py asserts the rule, the event and the source lines its message names.
 #include "harness.h"
 
 using namespace AscendC;

@@ -108,7 +108,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     }
     const PasaTilingData& t = r.data;
     const pasa::PlatformInfo& pl = in.platform;
-    // The allocation's policy (op_kernel/pasa_allocation.h; tests/test_npu_backend.py holds it equal to
+    // The allocation's policy (op_kernel/pasa_allocation.h; tests/npu/test_npu_backend.py holds it equal to
     // python/pasa_npu/precision.py's state type and shift).
     const pasa::AllocationTraits& alloc = pasa::FindAllocation(in.precision);
     const bool fp32 = alloc.stateBytes == 4;                                  // FP32 row state, O and PV
@@ -121,7 +121,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- shapes, key, launch ------------------------------------------------------------------
     CHECK(t.batch == d.B && t.numHeads == d.N && t.numKvHeads == d.NKV && t.groupSize * d.NKV == d.N);
     CHECK(t.seqQ == d.S1 && t.seqKv == d.S2 && t.headDim == d.D);
-    // the allocation's key (tests/test_npu_backend.py checks the keys against python/pasa_npu/precision.py)
+    // the allocation's key (tests/npu/test_npu_backend.py checks the keys against python/pasa_npu/precision.py)
     CHECK(r.tilingKey == pasa::FindAllocation(in.precision).tilingKey);
     CHECK(t.precision == r.tilingKey);
     CHECK(r.blockDim == t.blockDim && r.blockDim >= 1 && r.blockDim <= pl.aicNum);

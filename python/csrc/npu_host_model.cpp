@@ -267,8 +267,20 @@ py::dict CountersDict(const ascendc_model::CoreCounters& k) {
     d["pipe_cycles"] = pipes;
     d["clock_overlap"] = k.clockOverlap;
     d["clock_serial"] = k.clockSerial;
+    d["clock_model"] = k.clockModel;
     d["wait_overlap"] = k.waitOverlap;
     d["wait_serial"] = k.waitSerial;
+    d["wait_model"] = k.waitModel;
+    if (!k.segments.empty()) {
+        py::list segments;
+        for (const auto& seg : k.segments) {
+            py::dict cycles;
+            for (int p = 0; p < ascendc_model::kPipes; ++p)
+                if (seg[p] != 0) cycles[ascendc_model::PipeName(static_cast<ascendc_model::Pipe>(p))] = seg[p];
+            segments.append(cycles);
+        }
+        d["segments"] = segments;
+    }
     return d;
 }
 
@@ -278,9 +290,11 @@ ascendc_model::CostTable CostTableFrom(const py::dict& d) {
         {"cube_cycles_per_fractal", &t.cubeCyclesPerFractal}, {"mmad_head_cycles", &t.mmadHeadCycles},
         {"l0a_bytes_per_cycle", &t.l0aBytesPerCycle},         {"l0b_bytes_per_cycle", &t.l0bBytesPerCycle},
         {"gm_bytes_per_cycle", &t.gmBytesPerCycle},           {"dma_head_cycles", &t.dmaHeadCycles},
+        {"fix_bytes_per_cycle", &t.fixBytesPerCycle},
         {"vec_head_cycles", &t.vecHeadCycles},                {"vec_repeat_scale", &t.vecRepeatScale},                {"ub_copy_bytes_per_cycle", &t.ubCopyBytesPerCycle},
         {"scalar_cycles_per_access", &t.scalarCyclesPerAccess}, {"flag_latency_cycles", &t.flagLatencyCycles},
-        {"barrier_cycles", &t.barrierCycles}};
+        {"barrier_cycles", &t.barrierCycles}, {"dependent_fraction", &t.dependentFraction},
+        {"record_segments", &t.recordSegments}};
     size_t used = 0;
     for (const auto& [name, field] : fields)
         if (d.contains(name)) *field = d[name].cast<double>(), ++used;

@@ -115,7 +115,7 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
     None or FIA's band rule (lo, hi) (key j kept for query i only where lo <= j − i <= hi), which decides
     the KV blocks a query tile visits as in the kernels; ``mask``, None or bool (B, 1, 1, S2), True =
     masked out; ``sink``, None or (N,) learnable sink logits. ``s1``, ``s2``, ``d``: query rows, keys and
-    head dim in place of the case's own (scripts/causal_skip_accuracy.py draws square causal calls).
+    head dim in place of the case's own.
 
     Default shape (1, 2, 128, 128) queries against 1000 keys (7 full blocks of 128 and a tail),
     V ~ N(0, 1) centred so that the error measures the attention weights. Per case (x0, am):

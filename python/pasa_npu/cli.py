@@ -9,10 +9,13 @@ a model is loaded and before an output folder is created.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
+import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +24,12 @@ from .precision import DEFAULT_PRECISION, PRECISIONS
 
 
 def _accuracy(args) -> int:
+    twice = sorted({p for p in args.precisions if args.precisions.count(p) > 1})
+    if twice:
+        raise ValueError(f"--precisions names {', '.join(twice)} more than once: name each allocation once")
+    if args.hard_only and args.hard_seeds == 0:
+        raise ValueError("--hard-seeds 0 with --hard-only leaves nothing to run: give --hard-seeds a positive count "
+                         "or drop --hard-only")
     _check_out(args.out)
     if not args.no_plots:
         _require("matplotlib", "the accuracy study's plot", "--no-plots")
@@ -74,9 +83,15 @@ def _scan(args) -> int:
     # Every check that needs no model comes first: loading one takes seconds to minutes.
     if not Path(args.model_dir).is_dir():
         raise FileNotFoundError(f"model_dir: no such directory: {args.model_dir}")
-    if not (Path(args.model_dir) / "config.json").is_file():
+    config = Path(args.model_dir) / "config.json"
+    if not config.is_file():
         raise FileNotFoundError(f"model_dir: {args.model_dir} holds no config.json: pass a local transformers model "
                                 "folder (its config.json, weights and tokenizer files)")
+    try:
+        json.loads(config.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"model_dir: {config} is not a JSON file ({e}): pass a local transformers model folder") \
+            from None
     if not args.prompt.strip():
         raise ValueError("--prompt must be non-empty text")
     if args.beta is not None and not 0.0 <= args.beta < 1.0:  # also rejects nan
@@ -84,13 +99,18 @@ def _scan(args) -> int:
     _check_out(args.out)
     _require("transformers", "pasa-npu scan", None, "pip install transformers")
     _require("matplotlib", "pasa-npu scan's heat map", None)
+    importlib.import_module("pasa_npu.integrations.transformers")  # refuses transformers versions it does not take
 
     # transformers is needed only here: import it with the scanner, not with the CLI.
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from . import scan
 
+    try:
+        AutoConfig.from_pretrained(args.model_dir)  # the config's own faults, before the tokenizer's
+    except (ValueError, OSError, KeyError) as e:
+        raise ValueError(f"model_dir: transformers cannot read {config}: {e}") from None
     tok = AutoTokenizer.from_pretrained(args.model_dir)
     model = AutoModel.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype)).eval()
     inputs = tok(args.prompt, return_tensors="pt")
@@ -99,7 +119,8 @@ def _scan(args) -> int:
     rows, caps = scan.scan_model(model, dict(inputs), beta=args.beta, block_kv=args.block_kv)
     print(scan.format_table(rows))
     meta = dict(model_dir=str(args.model_dir), prompt=args.prompt, tokens=int(inputs["input_ids"].shape[1]),
-                dtype=args.dtype, block_kv=args.block_kv, beta=args.beta)
+                dtype=args.dtype, block_kv=args.block_kv, beta=args.beta, commit=accuracy.source_commit(),
+                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if args.verify:
         ran = scan.verify(caps, beta=args.beta, block_kv=args.block_kv)
         agree = sum(ran[(r.layer, r.head, p)] == (r.overflow[p] == "nan") for r in rows for p in scan.VERDICT_PRECISIONS)
@@ -116,15 +137,25 @@ def _scan(args) -> int:
 
 
 def _check_out(out: str) -> None:
-    """--out names a folder that exists or can be made, and written in (checked before any work)."""
+    """--out names a folder that exists or can be made, and written in (checked before any work, by making the
+    folders it lacks and a file in it, all removed again: permission bits do not tell, for root or on read-only
+    or virtual file systems)."""
     if not out.strip():
         raise ValueError("--out must name a folder, got an empty string")
-    path = Path(out)
+    path = Path(out).absolute()
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"--out must be a folder (existing or not), got the file {out}")
-    parent = next(p for p in (path, *path.absolute().parents) if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"--out: cannot write in {out}: {parent} is not a folder this user can write in")
+    made = []
+    try:
+        for folder in reversed([p for p in (path, *path.parents) if not p.exists()]):
+            folder.mkdir()
+            made.append(folder)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as e:
+        raise PermissionError(f"--out: cannot write in {out}: {e.strerror or e}") from None
+    finally:
+        for folder in reversed(made):
+            folder.rmdir()
 
 
 def _require(module: str, what: str, skip: str | None, install: str = "pip install 'pasa-npu[study]'") -> None:
@@ -144,6 +175,19 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The longest KV block the accuracy study and the scanner take: PASA's shifting matrix (n x n) stores beta/n*scale
+#: in FP16, which keeps enough bits for every scale down to 2**-8 (head dims up to 65536) only up to n = 1024.
+MAX_BLOCK_KV = 1024
+
+
+def _block_kv(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_BLOCK_KV:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BLOCK_KV} (the shifting matrix's entries beta/n*scale "
+                                         f"leave FP16's range for longer blocks), got {text!r}")
+    return value
+
+
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -154,16 +198,27 @@ def _non_negative(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line, as the commands' own are (not usage, then the error)."""
+
+    def error(self, message: str):
+        self.exit(2, f"pasa-npu: error: {message} (see '{self.prog} --help')\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pasa-npu", description="PASA (online pseudo-average shifting attention): overflow-safe FP16 "
         "attention. Run 'pasa-npu COMMAND --help' for the arguments of a command.")
     parser.add_argument("--version", action="version", version=f"pasa-npu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    acc = sub.add_parser("accuracy", help="the paper's random benchmark on the golden model (Figs 9-10, Table 4)",
-                         description="The paper's random benchmark (Figs 9-10, Table 4) on the golden model: the "
-                         "relative RMSE of each allocation against float64 attention, and how often it overflows.")
+    acc = sub.add_parser("accuracy", help="every allocation on the golden model: the paper's random benchmark "
+                         "(Figs 9-10, Table 4) and the hard sweep",
+                         description="Every allocation on the golden model against float64 attention: the paper's "
+                         "random benchmark (Figs 9-10, Table 4) and the hard sweep of the inputs PASA exists for (Q/K "
+                         "resonance, drifting key levels, attention sinks, score spreads to +-60000, 131072 keys, "
+                         "large scales, D 64-256, GQA, masks, decode). Reports each allocation's relative RMSE, its "
+                         "ratio to fp32's on the same draw, failures (NaN, Inf, zero rows) and lse errors.")
     acc.add_argument("--full", action="store_true", help="the full grid (Table 4 over 10 draws) instead of the quick one")
     acc.add_argument("--out", default="accuracy_out", help="output folder (default: accuracy_out)")
     acc.add_argument("--seed", type=_non_negative, default=0, help="base seed, a non-negative integer (default 0)")
@@ -176,7 +231,7 @@ def main(argv=None) -> int:
     acc.add_argument("--hard-only", action="store_true", help="the hard sweep alone (no paper sweeps, no Table 4)")
     acc.add_argument("--head-dim", type=_positive, default=None,
                      help="the hard cases' head dim D in place of their own (default: each case's own)")
-    acc.add_argument("--block-kv", type=_positive, default=128,
+    acc.add_argument("--block-kv", type=_block_kv, default=128,
                      help="the KV block of every allocation's loop, fp32's included (default 128)")
     acc.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
     acc.add_argument("--no-plots", action="store_true", help="skip the PNG")
@@ -201,7 +256,8 @@ def main(argv=None) -> int:
     sc.add_argument("--out", default="scan_out", help="output folder for scan.json and scan.png (default: scan_out)")
     sc.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                     help="the model's dtype while scanning (default float32)")
-    sc.add_argument("--block-kv", type=_positive, default=128, help="PASA's KV block length n (default 128)")
+    sc.add_argument("--block-kv", type=_block_kv, default=128,
+                    help=f"PASA's KV block length n, 1 to {MAX_BLOCK_KV} (default 128)")
     sc.add_argument("--beta", type=float, default=None, help="PASA's beta (default: the optimum for n and the scale)")
     sc.add_argument("--verify", action="store_true",
                     help="also run each allocation on the captured Q/K/V and check the verdicts against it")

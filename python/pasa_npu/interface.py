@@ -2,11 +2,13 @@
 ``torch_npu.npu_fused_infer_attention_score_v2`` (FIA v2), and their ``.out`` forms.
 
 Every form is one call path: the public function names its options, by name, in one dict of
-:data:`OPTIONS` (FIA v2's names mapped onto FIA's, :data:`V2_NAMES`), which :func:`_fused_attention`
+:data:`OPTIONS` (declared once, with their defaults, checks and docs, in :mod:`pasa_npu.options`; FIA v2's
+names mapped onto FIA's, :data:`V2_NAMES`), which :func:`_fused_attention`
 validates once into a :class:`pasa_npu.problem.Problem`, hands to a backend (:mod:`pasa_npu.backends`),
 guards by the safety net and lays out as FIA returns it (or writes into the caller's buffers). The
 functional and ``.out`` forms are also the PyTorch operators ``torch.ops.pasa_npu.fused_attention`` and
-``torch.ops.pasa_npu.fused_attention_out`` (``torch.library`` custom ops with fake implementations), which
+``torch.ops.pasa_npu.fused_attention_out`` (``torch.library`` custom ops with fake implementations and the
+schemas :func:`pasa_npu.options.op_schema` writes), which
 ``torch.compile`` traces as one opaque node each: a form calls its operator while compiling, and in eager
 mode runs the operator's implementation, :func:`_fused_attention`, directly (the operator dispatch would
 only add latency), with the same options by name.
@@ -14,16 +16,16 @@ only add latency), with the same options by name.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Sequence
 
 import torch
 
 from . import backends
+from .options import (DECLARED, DEFAULTS, LENGTH_TENSORS, OPTIONS, TENSOR_OPTIONS, V1_OPTIONS, V2_NAMES, documented,
+                      op_schema, refuse_not_implemented)
 from .problem import (DEFAULT_PRECISION, FP16_MAX, LAYOUTS, LSE_NO_KEY, LSE_PADDED_ROW, NO_BAND, Problem,
-                      call_signature, checks_values, default_block_kv, from_bnsd, int_list, keeps_lengths_on_device,
-                      make_problem)
+                      call_signature, checks_values, from_bnsd, int_list, keeps_lengths_on_device, make_problem)
 
 __all__ = ["fused_attention", "fused_attention_v2", "fused_attention_out", "fused_attention_v2_out",
            "fused_attention_workspace", "fused_attention_v2_workspace", "OPTIONS", "V2_NAMES", "LAYOUTS", "BACKENDS",
@@ -32,6 +34,7 @@ __all__ = ["fused_attention", "fused_attention_v2", "fused_attention_out", "fuse
 BACKENDS = backends.BACKENDS
 
 
+@documented(*V1_OPTIONS)
 def fused_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -58,6 +61,7 @@ def fused_attention(
     backend: str | None = None,
     check_inputs: bool | None = None,
     safety_net: bool = True,
+    **fia_only,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Overflow-safe attention ``softmax(scale * Q Kᵀ + mask) V`` with FIA's interface.
 
@@ -72,93 +76,11 @@ def fused_attention(
         key: the keys, same dtype and device as ``query``, the same layout with S2 (or T_kv)
             rows and num_key_value_heads heads of the same head dim D.
         value: the values, the same shape as ``key``.
-        atten_mask: None, or a bool / int8 / uint8 tensor (True or 1 = masked out, 0 = kept).
-            sparse_mode 0 and 1: the full mask, shape (S1, S2), (1 or B, S1, S2) or
-            (1 or B, 1 or N, S1, S2); its last two dims may be larger than (S1, S2) (FIA's
-            alignment padding), only the top-left (S1, S2) corner is read. When S1 == 1 it may
-            also be (1 or B, S2). sparse_mode 2, 3, 4: FIA's compressed causal mask, exactly
-            ``torch.triu(torch.ones(2048, 2048), 1)`` of shape (2048, 2048), (1, 2048, 2048) or
-            (1, 1, 2048, 2048); the mode's rule builds the mask (its contents are checked with
-            ``check_inputs``).
-        actual_seq_lengths: None, or the valid query length of each batch (a sequence of ints
-            or a 1-D integer tensor, read on the host: a device tensor costs a synchronisation):
-            one value for all batches, or at least B values (the first B are used), each in
-            [0, S1]. Query rows past a batch's length are padding: their output is 0 and their
-            lse +inf. Ignored when S1 == 1 (as in FIA). With TND it is required and cumulative
-            (entry b = total query rows of batches 0..b, non-decreasing, last <= T); its length
-            is the batch count. TND with a block_table: CUDA tensors for both lengths are not
-            read on the host but by the kernels (no synchronisation; their values are checked
-            only with ``check_inputs``), so that a captured CUDA graph replays whatever lengths
-            they then hold.
-        actual_seq_lengths_kv: None, or the valid key/value length of each batch, with the
-            same rules against S2 (cumulative against T_kv, and required, with TND; with TND and
-            a block_table, each batch's own key length, as in FIA). Keys past a batch's length
-            are not attended to.
-        num_heads: N, the number of query heads (>= 1). Must equal the query's N dim (BSND,
-            BNSD, TND) or divide H (BSH).
-        scale: the factor of Q Kᵀ, a positive number up to 2**64 (typically 1/sqrt(D)).
-        pre_tokens: with next_tokens, the band of sparse_mode 0 (with a mask) and 4: query i
-            attends to key j only if -pre_tokens <= j - i - o <= next_tokens, where o = 0 for
-            mode 0 (origin at the top-left corner) and o = S2 - S1 for mode 4 (origin at the
-            bottom-right corner; S1, S2 the batch's valid lengths). Ignored by modes 1, 2, 3,
-            by mode 0 without a mask, and when S1 == 1. pre_tokens + next_tokens must be >= 0
-            where the band applies (otherwise the band is empty).
-        next_tokens: see pre_tokens.
-        input_layout: "BSH", "BSND", "BNSD", "BNSD_BSND" (BNSD input, BSND output) or "TND".
-        num_key_value_heads: the number of key/value heads (GQA / MQA); 0 means num_heads.
-            num_heads must be a multiple of it. K/V heads are shared, never copied.
-        sparse_mode: 0 no mask, or ``atten_mask`` combined with the pre/next_tokens band;
-            1 ``atten_mask`` alone (required); 2 causal from the top-left corner (j <= i);
-            3 causal from the bottom-right corner (j <= i + S2 - S1); 4 band from the
-            bottom-right corner (see pre_tokens). Modes 2-4 require the compressed mask.
-        inner_precise: FIA's 0..3. bit 0 selects FIA's high-precision (0, 2) or
-            high-performance (1, 3) path; it picks the allocation only when precision is None.
-            bit 1 (FIA's "row invalid" correction) is always on here: a row with every key
-            masked gets output 0 (see docs/fia.md).
-        block_table: None, or FIA's PageAttention block table: an int32 (B, max_blocks) tensor
-            whose row b lists the cache blocks holding batch b's keys and values in order. Then
-            ``key``/``value`` are the caches shared by all batches, (num_blocks, block_size,
-            Nkv·D) or (num_blocks, Nkv, block_size, D), ``actual_seq_lengths_kv`` (required)
-            says how many keys of its pages each batch uses, and the query takes any layout (TND:
-            batch b's query rows are its cumulative range, any number of them, mixing decode,
-            speculative and prefill requests in one call). Block ids are checked with
-            ``check_inputs`` (on CPU tensors an id outside the cache is always a ValueError; on a
-            device without the check it faults there).
-        block_size: FIA's PageAttention page length: 0 without a block_table, else a multiple
-            of 16 from 16 to 512.
-        softmax_lse_flag: whether to return the log-sum-exp of each row's scaled scores.
-        precision: the precision allocation, one of ``pasa_npu.PRECISIONS`` (the table in the
-            README); None follows inner_precise: "fp32" for 0 and 2, "fp16_fp32" for 1 and 3.
-        beta: PASA's shift coefficient in [0, 1); None takes the optimal default for block_kv
-            and scale. Only used by the shifted allocations.
-        block_q: the query tile of the loop (None = 128). Rows are independent, so it changes no
-            result; the Triton and AscendC kernels pick their own.
-        block_kv: the KV block length of the loop. It is part of the blocked allocations' results:
-            PASA's shift matrix is block_kv × block_kv, ``pasa_rs`` centres each block's keys and
-            ``fp32_frame`` decides its frame moves per block. None takes the backend's block
-            (:func:`pasa_npu.problem.default_block_kv`): 128, but 64 for ``fp32_frame`` on the
-            Triton kernel above D = 128 (two pipeline stages of K and V fit the GPU's shared memory
-            only at 64 keys there). The Triton kernel takes 16, 32, 64, 128 or 256 for the blocked
-            allocations, the AscendC kernel 128.
-        backend: "reference" (the golden model's loop in PyTorch ops, every allocation, any
-            device: an emulator, slow), "triton" (the Triton kernel, CUDA tensors), "npu" (the
-            AscendC kernel: NPU tensors once built with scripts/build_and_deploy.sh, or CPU
-            tensors on the host model, an emulator for verification), or None: "npu" for NPU
-            tensors, "triton" for CUDA tensors when it computes the allocation, else "reference".
-        check_inputs: check the inputs' values before computing: refuse NaN/Inf, bfloat16/float32
-            values beyond FP16's range, int8/uint8 masks holding other than 0/1, and a compressed
-            mask that is not FIA's. These checks read device memory (a host-device
-            synchronisation each), so they are off by default; None follows the environment
-            variable PASA_NPU_CHECK_INPUTS (1 = on). Without them a NaN/Inf input, or a value
-            beyond FP16's range (which becomes Inf in FP16), gives NaN in the output rows it
-            reaches, as any attention would.
-        safety_net: recompute on the FP32 path (``fp32``) every valid row whose output came back
-            non-finite, whose lse is NaN, or whose state overflowed (lse +inf): PASA removes the
-            scores' bias but not their amplitude, and FP16 running state can overflow on long
-            contexts. It costs one host-device synchronisation, except for allocations that
-            cannot overflow on finite FP16 inputs at any accepted scale (``Allocation.overflow_free``),
-            where it does nothing. False returns the allocation's own result (for studies of the emulated
-            hardware).
+        {options}
+        **fia_only: FIA's other arguments (``pse_shift``, the quantisation scales and modes such as
+            ``antiquant_scale`` and ``antiquant_mode``, MLA's ``query_rope``/``key_rope``, shared prefixes, left
+            padding: :data:`pasa_npu.options.NOT_IMPLEMENTED`): accepted at their defaults (None or 0), refused
+            otherwise (ValueError naming them). Any other name is a TypeError.
 
     Returns:
         (attention_out, softmax_lse). attention_out: query's dtype; BSH (B, S1, H), BSND and
@@ -175,6 +97,8 @@ def fused_attention(
             requires grad, or a backend that does not compute this call.
         RuntimeError: a backend that cannot run here (the message says what is missing).
     """
+    if fia_only:
+        refuse_not_implemented(fia_only, "fused_attention", "v1")
     return _call(query, key, value, dict(
         atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths, actual_seq_lengths_kv=actual_seq_lengths_kv,
         num_heads=num_heads, scale=scale, pre_tokens=pre_tokens, next_tokens=next_tokens, input_layout=input_layout,
@@ -184,6 +108,7 @@ def fused_attention(
         check_inputs=check_inputs, safety_net=safety_net))
 
 
+@documented("learnable_sink")
 def fused_attention_v2(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -223,11 +148,7 @@ def fused_attention_v2(
     are pasa-npu's own, as documented at :func:`fused_attention`. The call is that function's call.
 
     Arguments:
-        learnable_sink: None, or one sink logit per query head, shape (num_query_heads,), float32,
-            bfloat16 (FIA v2's dtype) or float16, used as float32: a logit s_h in the true scale
-            (the scale of ``softmax_scale``·q·k) that joins the softmax's denominator of every row of
-            head h with no value, out = Σ_j e^{x_j} v_j / (Σ_j e^{x_j} + e^{s_h}); the lse becomes
-            log(Σ_j e^{x_j} + e^{s_h}); a row with no visible key gives out 0 and lse s_h.
+        {options}
         **fia_v2_only: FIA v2's other arguments (MLA's ``query_rope``/``key_rope``, ``pse_shift``, the
             quantisation scales and modes, the dtype overrides): accepted at their defaults (None or
             0), refused otherwise (ValueError naming the argument). Any other name is a TypeError.
@@ -235,7 +156,8 @@ def fused_attention_v2(
     Returns:
         (attention_out, softmax_lse), as :func:`fused_attention` returns them.
     """
-    _refuse_fia_v2_only(fia_v2_only, "fused_attention_v2")
+    if fia_v2_only:
+        refuse_not_implemented(fia_v2_only, "fused_attention_v2", "v2")
     return _call(query, key, value, _v1_names(dict(
         atten_mask=atten_mask, actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
         block_table=block_table, num_query_heads=num_query_heads, num_key_value_heads=num_key_value_heads,
@@ -298,8 +220,9 @@ def fused_attention_v2_workspace(query: torch.Tensor, key: torch.Tensor, value: 
                                  **kwargs) -> torch.Tensor:
     """:func:`fused_attention_workspace` with :func:`fused_attention_v2`'s arguments (FIA v2's
     ``_npu_fused_infer_attention_score_v2_get_max_workspace``)."""
+    options = _options(kwargs, _V2_DEFAULTS, "fused_attention_v2_workspace")  # its errors name the caller's words
     try:
-        return _workspace(query, key, value, _options(kwargs, _V2_DEFAULTS, "fused_attention_v2_workspace"))
+        return _workspace(query, key, value, options)
     except (TypeError, ValueError) as e:
         raise _in_v2_names(e) from None
 
@@ -308,25 +231,7 @@ def fused_attention_v2_workspace(query: torch.Tensor, key: torch.Tensor, value: 
 # the one call path
 # ============================================================================================
 
-#: The options of a call, by name: FIA's keyword arguments, FIA v2's learnable_sink and pasa-npu's own.
-#: Every form names them in one dict; :func:`make_problem` validates them (all but backend and safety_net).
-OPTIONS: tuple[str, ...] = (
-    "atten_mask", "actual_seq_lengths", "actual_seq_lengths_kv", "num_heads", "scale", "pre_tokens", "next_tokens",
-    "input_layout", "num_key_value_heads", "sparse_mode", "inner_precise", "block_table", "block_size",
-    "softmax_lse_flag", "learnable_sink", "precision", "beta", "block_q", "block_kv", "backend", "check_inputs",
-    "safety_net")
-#: FIA v2's names of FIA's arguments.
-V2_NAMES = {"actual_seq_qlen": "actual_seq_lengths", "actual_seq_kvlen": "actual_seq_lengths_kv",
-            "num_query_heads": "num_heads", "softmax_scale": "scale", "return_softmax_lse": "softmax_lse_flag"}
-#: FIA v2's arguments that pasa-npu does not implement, each accepted only at its default (None or 0).
-FIA_V2_ONLY = ("query_rope", "key_rope", "pse_shift", "dequant_scale_query", "dequant_scale_key", "dequant_offset_key",
-               "dequant_scale_value", "dequant_offset_value", "dequant_scale_key_rope", "quant_scale_out",
-               "quant_offset_out", "quant_scale_p", "query_quant_mode", "key_quant_mode", "value_quant_mode", "query_dtype", "key_dtype",
-               "value_dtype", "query_rope_dtype", "key_rope_dtype", "key_shared_prefix_dtype",
-               "value_shared_prefix_dtype", "dequant_scale_query_dtype", "dequant_scale_key_dtype",
-               "dequant_scale_value_dtype", "dequant_scale_key_rope_dtype", "out_dtype")
 _LENGTHS = ("actual_seq_lengths", "actual_seq_lengths_kv")
-_TENSOR_OPTIONS = ("atten_mask", "block_table", "learnable_sink")
 
 
 def _v1_names(options: dict) -> dict:
@@ -335,24 +240,14 @@ def _v1_names(options: dict) -> dict:
     return {name: renamed[name] for name in OPTIONS}
 
 
-def _refuse_fia_v2_only(given: dict, form: str) -> None:
-    for name, x in given.items():
-        if name not in FIA_V2_ONLY:
-            raise TypeError(f"{form}() got an unexpected keyword argument {name!r}")
-        if x is not None and not (type(x) is int and x == 0):
-            raise ValueError(f"{form} does not implement FIA v2's {name} (MLA rope inputs, pse_shift, quantisation and "
-                             f"dtype overrides are not supported); pass None (or 0) or leave it out, got "
-                             f"{'a tensor' if isinstance(x, torch.Tensor) else repr(x)}")
-
-
 def _options(kwargs: dict, defaults: dict, form: str) -> dict:
     """A keyword form's options: its defaults updated by ``kwargs`` (FIA v2's names mapped to FIA's)."""
     extra = {name: x for name, x in kwargs.items() if name not in defaults}
-    if defaults is _V2_DEFAULTS:
-        _refuse_fia_v2_only(extra, form)
-        return _v1_names({**defaults, **{n: x for n, x in kwargs.items() if n in defaults}})
     if extra:
-        raise TypeError(f"{form}() got an unexpected keyword argument {next(iter(extra))!r}")
+        refuse_not_implemented(extra, form, "v2" if defaults is _V2_DEFAULTS else "v1")
+        kwargs = {name: x for name, x in kwargs.items() if name in defaults}
+    if defaults is _V2_DEFAULTS:
+        return _v1_names({**defaults, **kwargs})
     return {**defaults, **kwargs}
 
 
@@ -376,12 +271,13 @@ def _in_v2_names(error: Exception) -> Exception:
     """``error`` (a TypeError or ValueError of the validation) with FIA's argument names in FIA v2's."""
     inverse = {v1: v2 for v2, v1 in V2_NAMES.items()}
     renamed = type(error)(_V2_WORDS.sub(lambda m: inverse[m.group(1)], str(error)))
+    renamed.__dict__.update(vars(error))  # NotImplementedArgument's names
     return renamed.with_traceback(error.__traceback__)
 
 
 def _fused_attention(query, key, value, options: dict, out=None, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The work of every form: ``options`` by name (:data:`OPTIONS`), ``out`` the ``.out`` form's buffers."""
-    _host_lengths(options)
+    options = _host_lengths(options)
     if out is not None:
         out = _out_pair(out)
         if workspace is not None:
@@ -393,17 +289,13 @@ def _fused_attention(query, key, value, options: dict, out=None, workspace=None)
         signature, plan = None, _UNPLANNABLE
     if plan.__class__ is _CallPlan:
         return plan(query, key, value, options, out, workspace)
-    fia = dict(options)
-    backend, safety_net = fia.pop("backend"), fia.pop("safety_net")
-    problem = make_problem(query, key, value, **fia)
-    if not isinstance(safety_net, bool):
-        raise TypeError(f"safety_net must be a bool, got {type(safety_net).__name__}")
+    problem = make_problem(query, key, value, **options)
+    safety_net = options["safety_net"]
     if problem.device.type == "meta":
         raise ValueError("query, key and value are meta tensors (shapes without data): fused_attention computes on "
                          "CPU, CUDA or NPU tensors; torch.ops.pasa_npu.fused_attention gives its results' shapes on "
                          "meta tensors")
-    runner = backends.select(problem, backend)
-    problem = _backend_block(problem, runner, fia["block_kv"])
+    runner = backends.select(problem, options["backend"])
     if out is not None:
         _check_out(out, *_out_spec(problem))
     if plan is _SEEN_ONCE:  # a repeated call: plan it, once
@@ -429,39 +321,34 @@ def _fused_attention(query, key, value, options: dict, out=None, workspace=None)
     return out
 
 
-def _backend_block(problem: Problem, runner, block_kv: int | None) -> Problem:
-    """``problem`` with the KV block of the backend that computes it where the call names none
-    (:func:`pasa_npu.problem.default_block_kv`): every form, planned or not, takes its block here."""
-    if block_kv is not None:
-        return problem
-    block = default_block_kv(problem.alloc, problem.head_dim, runner.name)
-    return problem if block == problem.block_kv else problem._replace(block_kv=block)
-
-
-def _host_lengths(options: dict) -> None:
-    """Lengths given as tensors read on the host (a list each), but those the kernels read on the device
-    (:func:`pasa_npu.problem.keeps_lengths_on_device`): the host values are then part of the signature."""
+def _host_lengths(options: dict) -> dict:
+    """``options`` with lengths given as tensors read on the host (a list each; the caller's dict is not changed),
+    but those the kernels read on the device (:func:`pasa_npu.problem.keeps_lengths_on_device`): the host values
+    are then part of the signature."""
     q_lens, kv_lens = options["actual_seq_lengths"], options["actual_seq_lengths_kv"]
     # (None first: an isinstance check against torch.Tensor costs µs.)
     if (q_lens is None or not isinstance(q_lens, torch.Tensor)) and \
             (kv_lens is None or not isinstance(kv_lens, torch.Tensor)):
-        return
+        return options
     if keeps_lengths_on_device(q_lens, kv_lens, options["input_layout"], options["block_table"],
                                options["check_inputs"]):
-        return
-    for name in _LENGTHS:
-        if isinstance(options[name], torch.Tensor):
-            options[name] = int_list(name, options[name])
+        return options
+    return {**options, **{name: int_list(name, options[name]) for name in _LENGTHS
+                          if isinstance(options[name], torch.Tensor)}}
+
+
+def check_call(query, key, value, kwargs: dict, form: str = "fused_attention") -> Problem:
+    """The validation of a call of ``form`` (``"fused_attention"`` or ``"fused_attention_v2"``, their ``.out`` and
+    workspace forms alike) with keyword arguments ``kwargs``, without the call: its Problem, or the error the call
+    raises (:class:`pasa_npu.options.NotImplementedArgument` for FIA arguments it does not implement). For
+    callers that route a call by whether pasa-npu takes it (:mod:`pasa_npu.integrations.torch_npu`)."""
+    defaults = _V2_DEFAULTS if form.startswith("fused_attention_v2") else _DEFAULTS
+    return make_problem(query, key, value, **_host_lengths(_options(kwargs, defaults, form)))
 
 
 def _workspace(query, key, value, options: dict) -> torch.Tensor:
-    _host_lengths(options)
-    fia = dict(options)
-    backend = fia.pop("backend")
-    fia.pop("safety_net")
-    problem = make_problem(query, key, value, **fia)
-    runner = backends.select(problem, backend)
-    problem = _backend_block(problem, runner, fia["block_kv"])
+    problem = make_problem(query, key, value, **_host_lengths(options))
+    runner = backends.select(problem, options["backend"])
     nbytes = getattr(runner, "workspace_bytes", lambda _: 0)(problem)
     return torch.empty(nbytes, dtype=torch.uint8, device=problem.device)
 
@@ -470,6 +357,12 @@ def _out_pair(out) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         raise TypeError(f"out must be a pair (attention_out, softmax_lse) of tensors, got {type(out).__name__}"
                         + (f" of {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    if torch.is_grad_enabled():
+        for name, t in zip(("out[0] (attention_out)", "out[1] (softmax_lse)"), out):
+            if t.requires_grad:
+                raise ValueError(f"{name} requires grad: the .out form writes its results into out in place "
+                                 f"(inference only); pass tensors that do not require grad, or call it under "
+                                 f"torch.inference_mode() or torch.no_grad()")
     return tuple(out)
 
 
@@ -639,12 +532,14 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 # ============================================================================================
 
 def _compiled(query, key, value, options: dict, out, workspace):
-    """A form's call while compiling: its operator, options by name (lengths as int lists, tensors positional)."""
+    """A form's call while compiling: its operator, options by name (a length given as a tensor in the operator's
+    tensor argument for it, :data:`pasa_npu.options.LENGTH_TENSORS`, so that tracing reads none of its values),
+    atten_mask, block_table and learnable_sink positional."""
     options = dict(options)
-    for name in _LENGTHS:
+    for name, tensor_name in LENGTH_TENSORS.items():
         if isinstance(options[name], torch.Tensor):
-            options[name] = int_list(name, options[name])
-    tensors = [options.pop(name) for name in _TENSOR_OPTIONS]
+            options[tensor_name], options[name] = options[name], None
+    tensors = [options.pop(name) for name in TENSOR_OPTIONS]
     if out is None:
         return _fused_attention_op(query, key, value, *tensors, **options)
     out = _out_pair(out)
@@ -652,54 +547,57 @@ def _compiled(query, key, value, options: dict, out, workspace):
     return out
 
 
-@torch.library.custom_op("pasa_npu::fused_attention", mutates_args=())
-def _fused_attention_op(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_mask: torch.Tensor | None,
-    block_table: torch.Tensor | None, learnable_sink: torch.Tensor | None, *, actual_seq_lengths: list[int] | None,
-    actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float, pre_tokens: int, next_tokens: int,
-    input_layout: str, num_key_value_heads: int, sparse_mode: int, inner_precise: int, block_size: int,
-    softmax_lse_flag: bool, precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None,
-    backend: str | None, check_inputs: bool | None, safety_net: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    given = locals()  # the arguments, by name
-    return _fused_attention(query, key, value, {name: given[name] for name in OPTIONS})
+@torch.library.custom_op("pasa_npu::fused_attention", mutates_args=(), schema=op_schema(out=False))
+def _fused_attention_op(query, key, value, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor=None,
+                        actual_seq_lengths_kv_tensor=None, **options):
+    # The schema (pasa_npu.options.op_schema) names every option; the tensors come positionally.
+    return _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink,
+                                                         actual_seq_lengths_tensor, actual_seq_lengths_kv_tensor))
 
 
 @_fused_attention_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, *, backend, safety_net, check_inputs, **fia):
-    # The same validation as the real call (shapes, dtypes and scalars only), then empty results.
-    problem = make_problem(query, key, value, atten_mask=atten_mask, block_table=block_table,
-                           learnable_sink=learnable_sink, check_inputs=False, **fia)
+def _(query, key, value, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor=None,
+      actual_seq_lengths_kv_tensor=None, **options):
+    # The same validation as the real call (shapes, dtypes and scalars only; lengths symbolic while traced:
+    # pasa_npu.problem.int_list), then empty results.
+    options = {**_in_order(options, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor,
+                           actual_seq_lengths_kv_tensor), "check_inputs": False}
+    problem = make_problem(query, key, value, **options)
     out = query.new_empty(problem.out_shape(), dtype=problem.out_dtype)
     return out, query.new_empty(problem.lse_shape(), dtype=torch.float32)
 
 
-@torch.library.custom_op("pasa_npu::fused_attention_out", mutates_args=("attention_out", "softmax_lse", "workspace"))
-def _fused_attention_out_op(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, atten_mask: torch.Tensor | None,
-    block_table: torch.Tensor | None, learnable_sink: torch.Tensor | None, attention_out: torch.Tensor,
-    softmax_lse: torch.Tensor, workspace: torch.Tensor | None, *, actual_seq_lengths: list[int] | None,
-    actual_seq_lengths_kv: list[int] | None, num_heads: int, scale: float, pre_tokens: int, next_tokens: int,
-    input_layout: str, num_key_value_heads: int, sparse_mode: int, inner_precise: int, block_size: int,
-    softmax_lse_flag: bool, precision: str | None, beta: float | None, block_q: int | None, block_kv: int | None,
-    backend: str | None, check_inputs: bool | None, safety_net: bool,
-) -> None:
-    given = locals()  # the arguments, by name
-    _fused_attention(query, key, value, {name: given[name] for name in OPTIONS}, (attention_out, softmax_lse),
-                     workspace)
+@torch.library.custom_op("pasa_npu::fused_attention_out", mutates_args=("attention_out", "softmax_lse", "workspace"),
+                         schema=op_schema(out=True))
+def _fused_attention_out_op(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse,
+                            workspace, actual_seq_lengths_tensor=None, actual_seq_lengths_kv_tensor=None,
+                            **options) -> None:
+    _fused_attention(query, key, value, _in_order(options, atten_mask, block_table, learnable_sink,
+                                                  actual_seq_lengths_tensor, actual_seq_lengths_kv_tensor),
+                     (attention_out, softmax_lse), workspace)
 
 
 @_fused_attention_out_op.register_fake
-def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace, *, backend,
-      safety_net, check_inputs, **fia):
-    problem = make_problem(query, key, value, atten_mask=atten_mask, block_table=block_table,
-                           learnable_sink=learnable_sink, check_inputs=False, **fia)
-    _check_out((attention_out, softmax_lse), *_out_spec(problem))
+def _(query, key, value, atten_mask, block_table, learnable_sink, attention_out, softmax_lse, workspace,
+      actual_seq_lengths_tensor=None, actual_seq_lengths_kv_tensor=None, **options):
+    options = {**_in_order(options, atten_mask, block_table, learnable_sink, actual_seq_lengths_tensor,
+                           actual_seq_lengths_kv_tensor), "check_inputs": False}
+    _check_out((attention_out, softmax_lse), *_out_spec(make_problem(query, key, value, **options)))
+
+
+def _in_order(scalars: dict, atten_mask, block_table, learnable_sink, *length_tensors) -> dict:
+    """An operator's arguments as a form's options: by name, in :data:`OPTIONS`' order; a length from its list or
+    its tensor argument (:data:`pasa_npu.options.LENGTH_TENSORS`)."""
+    given = {**scalars, "atten_mask": atten_mask, "block_table": block_table, "learnable_sink": learnable_sink}
+    options = {name: given[name] for name in OPTIONS}
+    for (name, tensor_name), tensor in zip(LENGTH_TENSORS.items(), length_tensors):
+        if tensor is not None:
+            if options[name] is not None:
+                raise ValueError(f"pass {name} as a list ({name}) or as a tensor ({tensor_name}), not both")
+            options[name] = tensor
+    return options
 
 
 #: The keyword forms' defaults: fused_attention's (in OPTIONS' order) and fused_attention_v2's, by name.
-_DEFAULTS = {name: p.default for name, p in inspect.signature(fused_attention).parameters.items()
-             if p.kind is p.KEYWORD_ONLY}
-_DEFAULTS = {name: _DEFAULTS.get(name) for name in OPTIONS}  # learnable_sink: None
-_V2_DEFAULTS = {name: p.default for name, p in inspect.signature(fused_attention_v2).parameters.items()
-                if p.kind is p.KEYWORD_ONLY}
+_DEFAULTS = dict(DEFAULTS)
+_V2_DEFAULTS = {option.v2 or option.name: option.default for option in DECLARED}

@@ -22,7 +22,8 @@ from . import backends
 from .backends import npu as _npu
 from .interface import finish
 from .precision import ALLOCATIONS
-from .problem import check_scale, make_problem
+from .options import check_scale
+from .problem import make_problem
 
 __all__ = ["run", "run_with_status", "count", "tiling", "default_beta", "LAYOUTS", "PRECISIONS"]
 
@@ -113,7 +114,7 @@ def default_beta(block_kv: int, scale: float) -> float:
 
 def _problem(tensors, fia_kwargs):
     """The validated call, which the npu backend must run (on the host model: CPU tensors)."""
-    problem = make_problem(*tensors, **fia_kwargs)
+    problem = make_problem(*tensors, **{**fia_kwargs, "backend": "npu"})
     backends.select(problem, "npu")
     return problem
 

@@ -1,4 +1,4 @@
-"""The precision allocations of FlashAttention and PASA (the README's precision table, the paper's Figs 1-3).
+"""The precision allocations of FlashAttention and PASA (the paper's Figs 1-3 and our own; the README lists them).
 
 An allocation says in which floating-point type each stage of the blockwise loop produces its
 result. Matrix products always take FP16 inputs and accumulate in FP32 (what the Ascend cube and
@@ -22,8 +22,8 @@ class Allocation:
     shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
     overflow_free: finite results for every finite FP16 input at every scale fused_attention accepts
         (FP32 scores and state, or an overflow recompute inside the loop): its safety net has nothing to check.
-    kernel_key: the AscendC kernel's tiling key for this allocation (op_kernel/pasa_tiling_data.h's
-        PASA_TILING_KEY_*), None where the kernel does not implement it.
+    kernel_key: the AscendC kernel's tiling key for this allocation (a row of op_kernel/pasa_allocation.h's
+        PASA_KERNEL_ALLOCATIONS), None where the kernel does not implement it.
     row_shifted: row-shifted PASA (``pasa_rs``, docs/golden.md): K centred exactly per block, a
         per-row shift near the running maximum subtracted in the FP32 accumulator before the FP16
         rounding of S', the local softmax and the merge in ``state`` (P enters P·V in FP16); a block
@@ -75,7 +75,7 @@ ALLOCATIONS: dict[str, Allocation] = {
 
 PRECISIONS: tuple[str, ...] = tuple(ALLOCATIONS)
 #: The allocation used wherever none is named: fused_attention, the integrations, the scanner's
-#: verification (README, "Accuracy", says why).
+#: verification (docs/accuracy_default/README.md says why).
 DEFAULT_PRECISION = "fp32_frame"
 # The blockwise loop relies on it: scores enter the softmax without a second rounding.
 assert all(not (a.score == "float32" and a.state == "float16") for a in ALLOCATIONS.values())

@@ -1,14 +1,15 @@
 """FIA's arguments, validated once, as a frozen problem description every backend consumes.
 
 :func:`make_problem` is the only place that validates the arguments of
-``torch_npu.npu_fused_infer_attention_score`` (FIA) as :func:`pasa_npu.fused_attention` takes them.
+``torch_npu.npu_fused_infer_attention_score`` (FIA) as :func:`pasa_npu.fused_attention` takes them: each
+scalar by the check :mod:`pasa_npu.options` declares for it, then the tensors and what depends on them.
 Its semantics (layouts, GQA, masks and sparse modes, per-batch valid lengths, softmax_lse) are taken
 from FIA's documentation and, where that is silent, from the public CANN operator source;
 ``docs/fia.md`` states what is implemented and every deliberate difference.
 
 A :class:`Problem` holds FP16 views of the inputs in their own layout and in (B, N, S, D), the
 per-batch lengths, the user's mask and the sparse mode's band rule, the precision allocation, β and
-the tile sizes. Backends that run the kernel on dense per-batch jobs (``reference``, ``triton``)
+the tile sizes, the KV block settled for the kernel that computes it (no backend changes it). Backends that run the kernel on dense per-batch jobs (``reference``, ``triton``)
 iterate :meth:`Problem.jobs`; the ``npu`` backend passes the problem to the kernel natively.
 
 Checks that need the tensors' *values* (NaN/Inf, the FP16 range of bfloat16/float32 inputs, the
@@ -27,23 +28,18 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .beta import check_scale as check_shift_scale
-from .precision import DEFAULT_PRECISION, PRECISIONS, Allocation, get_allocation
+from .options import INNER_PRECISE, LAYOUTS, NO_BAND, SPARSE_MODES, check_options
+from .precision import DEFAULT_PRECISION, Allocation, get_allocation
 
 __all__ = ["Problem", "Job", "make_problem", "LAYOUTS", "SPARSE_MODES", "INNER_PRECISE", "FP16_MAX",
            "LSE_NO_KEY", "LSE_PADDED_ROW", "DEFAULT_PRECISION", "DEFAULT_BLOCK", "default_block_kv", "NO_BAND",
            "CHECK_INPUTS_ENV"]
 
-LAYOUTS: tuple[str, ...] = ("BSH", "BSND", "BNSD", "BNSD_BSND", "TND")
-SPARSE_MODES: tuple[int, ...] = (0, 1, 2, 3, 4)
-INNER_PRECISE: tuple[int, ...] = (0, 1, 2, 3)
 #: The query and KV tile length when none is named (the KV block: see :func:`default_block_kv`).
 DEFAULT_BLOCK = 128
-#: FIA's int32 "no limit" for pre_tokens / next_tokens.
-NO_BAND = 2147483647
-#: The largest pre_tokens / next_tokens (FIA's attributes are int64; both signs, so that −pre is one too).
-INT64_MAX = 2**63 - 1
 CHECK_INPUTS_ENV = "PASA_NPU_CHECK_INPUTS"
 
 FP16_MAX = 65504.0
@@ -152,8 +148,8 @@ class Problem(NamedTuple):
         if self.device_lens is None:
             return self
         q_lens = _cumulative_lengths("actual_seq_lengths", self.device_lens[0], self.query.shape[0])
-        q_lens, kv_lens = _tnd_lengths(q_lens, self.device_lens[1], self.key.shape[0], True,
-                                       self.block_table.shape[1] * self.page)
+        kv_lens = _tnd_lengths(len(q_lens), self.device_lens[1], self.key.shape[0], True,
+                               self.block_table.shape[1] * self.page)
         return self._replace(q_lens=q_lens, kv_lens=kv_lens, device_lens=None)
 
     @property
@@ -318,41 +314,78 @@ def band_mask(band: Band, s1: int, s2: int, device) -> torch.Tensor:
 # make_problem
 # ============================================================================================
 
-def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
-                 num_heads=1, scale=1.0, pre_tokens=NO_BAND, next_tokens=NO_BAND, input_layout="BSH",
-                 num_key_value_heads=0, sparse_mode=0, inner_precise=0, softmax_lse_flag=False,
-                 precision=DEFAULT_PRECISION, beta=None, block_q=None, block_kv=None, block_table=None,
-                 block_size=0, learnable_sink=None, check_inputs=None) -> Problem:
-    """Validate :func:`pasa_npu.fused_attention`'s arguments (its docstring states them), and
-    :func:`pasa_npu.fused_attention_v2`'s ``learnable_sink``, and describe the call. Raises
-    TypeError/ValueError naming the argument and what it accepts, before any work is done."""
+def make_problem(query, key, value, **options) -> Problem:
+    """Validate a call of :func:`pasa_npu.fused_attention` (its docstring states the arguments; ``options`` are
+    :data:`pasa_npu.options.OPTIONS` by name, those left out at their defaults) and describe it, the KV block
+    included (:func:`default_block_kv` of the backend ``backend`` names, or for None of the device's kernel).
+    Raises TypeError/ValueError naming the argument and what it accepts, before any work is done."""
+    o = check_options(options)
+    layout, num_heads, atten_mask, block_table = o["input_layout"], o["num_heads"], o["atten_mask"], o["block_table"]
+    _check_inputs(query, key, value, atten_mask)
+    alloc = _resolve_precision(o["precision"], o["inner_precise"])
+    paged = _check_page_attention(block_table, o["block_size"])
+    check_inputs = checks_values(o["check_inputs"])
+    device = query.device
+    sink = None if o["learnable_sink"] is None else _check_sink(o["learnable_sink"], num_heads, device, check_inputs)
+    _refuse_grad(query, key, value, atten_mask, sink)
+    nkv = o["num_key_value_heads"] or num_heads
+    if num_heads % nkv != 0:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_key_value_heads ({nkv})")
+    kv_name = "num_key_value_heads" if o["num_key_value_heads"] else "num_heads (num_key_value_heads=0)"
+    if check_inputs or query.dtype != torch.float16:
+        q16, k16, v16 = (_to_fp16(name, t, check_inputs) for name, t in
+                         (("query", query), ("key", key), ("value", value)))
+    else:  # nothing to check or convert: the common case, without the calls
+        q16, k16, v16 = query, key, value
+    if layout == "TND":
+        _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged)
+        q4 = k4 = v4 = None
+        d = query.shape[2]
+        b, s2, user_mask, q_lens, kv_lens, device_lens = _tnd_parts(o, query, key, value, nkv, d, kv_name, paged,
+                                                                     check_inputs)
+        s1 = 0
+    else:
+        if paged:
+            q4, k4, v4 = _query_bnsd(q16, layout, num_heads), None, None
+            s2 = _check_pages(block_table, o["block_size"], key, value, q4.shape[0], nkv, q4.shape[3], kv_name)
+        else:
+            q4, k4, v4 = _to_bnsd(q16, k16, v16, layout, num_heads, nkv, kv_name)
+            s2 = k4.shape[2]
+        b, _, s1, d = q4.shape
+        user_mask, q_lens, kv_lens = _dense_parts(o, b, s1, s2, paged, check_inputs)
+        device_lens = None
+    if d == 0:
+        raise ValueError("the head dim D of query/key/value must be >= 1, got 0")
+    if paged:
+        block_table = block_table[:b] if block_table.shape[0] != b else block_table
+        if check_inputs:
+            _check_used_pages(block_table, o["block_size"], kv_lens, key.shape[0])
+    block_kv = o["block_kv"] or default_block_kv(alloc, d, _kernel_of(o["backend"], device))
+    if alloc.shifted:  # M = (I − β/n·J)·scale must hold its entries in FP16
+        check_shift_scale(o["scale"], block_kv)
+    return Problem(query=q16, key=k16, value=v16, q=q4, k=k4, v=v4, input_layout=layout, batch=b,
+                   num_heads=num_heads, num_kv_heads=nkv, head_dim=d, s1=s1, s2=s2, scale=o["scale"], alloc=alloc,
+                   beta=o["beta"], block_q=o["block_q"] or DEFAULT_BLOCK, block_kv=block_kv,
+                   sparse_mode=o["sparse_mode"], pre_tokens=o["pre_tokens"], next_tokens=o["next_tokens"],
+                   user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens, softmax_lse_flag=o["softmax_lse_flag"],
+                   out_dtype=query.dtype, device=device, block_table=block_table if paged else None,
+                   page=o["block_size"] if paged else 0, sink=sink, device_lens=device_lens)
+
+
+def _kernel_of(backend: str | None, device: torch.device) -> str:
+    """Whose KV block a call takes when it names none: the backend named, or for None the kernel of the
+    device (Triton on CUDA tensors, also where the reference backend stands in for it, so that a result does
+    not depend on what is installed; the AscendC kernel on NPU tensors; the reference backend elsewhere)."""
+    if backend is not None:
+        return backend
+    return {"cuda": "triton", "npu": "npu", "privateuseone": "npu"}.get(device.type, "reference")
+
+
+def _check_inputs(query, key, value, atten_mask) -> None:
+    """query, key, value and atten_mask: types, dtypes and one device."""
     if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)):
         for name, t in (("query", query), ("key", key), ("value", value)):
             _check_tensor(name, t)
-    if not isinstance(input_layout, str):
-        raise TypeError(f"input_layout must be a str, one of {LAYOUTS}, got {type(input_layout).__name__}")
-    if input_layout not in LAYOUTS:
-        raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
-    num_heads = _int("num_heads", num_heads, lo=1)
-    num_key_value_heads = _int("num_key_value_heads", num_key_value_heads, lo=0)
-    pre_tokens = _int("pre_tokens", pre_tokens, lo=-INT64_MAX, hi=INT64_MAX)
-    next_tokens = _int("next_tokens", next_tokens, lo=-INT64_MAX, hi=INT64_MAX)
-    sparse_mode = _int("sparse_mode", sparse_mode, choices=SPARSE_MODES)
-    inner_precise = _int("inner_precise", inner_precise, choices=INNER_PRECISE)
-    if not isinstance(softmax_lse_flag, bool):
-        raise TypeError(f"softmax_lse_flag must be a bool, got {type(softmax_lse_flag).__name__}")
-    scale = check_scale(scale)
-    alloc = _resolve_precision(precision, inner_precise)
-    beta = check_beta(beta)
-    block_q = _block("block_q", block_q)
-    block_kv = _block("block_kv", block_kv)
-    if alloc.shifted:  # M = (I − β/n·J)·scale must hold its entries in FP16
-        check_shift_scale(scale, block_kv)
-    paged = _check_page_attention(block_table, block_size, input_layout)
-    if check_inputs is not None and not isinstance(check_inputs, bool):
-        raise TypeError(f"check_inputs must be None or a bool, got {type(check_inputs).__name__}")
-    check_inputs = checks_values(check_inputs)
-
     dtype, device = query.dtype, query.device
     if dtype not in _INPUT_DTYPES:
         raise ValueError(f"query must be float16, bfloat16 or float32, got {dtype}")
@@ -369,91 +402,68 @@ def make_problem(query, key, value, *, atten_mask=None, actual_seq_lengths=None,
         if atten_mask.dtype not in _MASK_DTYPES:
             raise ValueError(f"atten_mask must be a bool, int8 or uint8 tensor (True/1 = masked out), "
                              f"got {atten_mask.dtype}")
-    sink = None if learnable_sink is None else _check_sink(learnable_sink, num_heads, device, check_inputs)
-    if (query.requires_grad or key.requires_grad or value.requires_grad
-            or (atten_mask is not None and atten_mask.requires_grad)
-            or (sink is not None and sink.requires_grad)) and torch.is_grad_enabled():
-        name = next(name for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask),
-                                         ("learnable_sink", sink))
-                    if t is not None and t.requires_grad)
+
+
+def _refuse_grad(query, key, value, atten_mask, sink) -> None:
+    named = (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask), ("learnable_sink", sink))
+    if any(t is not None and t.requires_grad for _, t in named) and torch.is_grad_enabled():
+        name = next(name for name, t in named if t is not None and t.requires_grad)
         raise ValueError(f"{name} requires grad: fused_attention is inference-only (it has no backward); "
                          "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
 
-    nkv = num_key_value_heads or num_heads
-    if num_heads % nkv != 0:
-        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_key_value_heads ({nkv})")
-    kv_name = "num_key_value_heads" if num_key_value_heads else "num_heads (num_key_value_heads=0)"
-    if check_inputs or dtype != torch.float16:
-        q16, k16, v16 = (_to_fp16(name, t, check_inputs) for name, t in
-                         (("query", query), ("key", key), ("value", value)))
-    else:  # nothing to check or convert: the common case, without the calls
-        q16, k16, v16 = query, key, value
 
-    if input_layout == "TND":
-        _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged)
-        b = s1 = s2 = 0
-        q4 = k4 = v4 = None
-        d = query.shape[2]
-    elif paged:
-        q4 = _query_bnsd(q16, input_layout, num_heads)
-        b, _, s1, d = q4.shape
-        s2 = _check_pages(block_table, block_size, key, value, b, nkv, d, kv_name, check_inputs)
-        k4 = v4 = None
+def _tnd_parts(o: dict, query, key, value, nkv, d, kv_name, paged, check_inputs):
+    """TND's batch count, key capacity (a table row's keys with a block_table), no user mask, and the lengths:
+    host tuples, or device tensors (:func:`keeps_lengths_on_device`)."""
+    sparse_mode, atten_mask = o["sparse_mode"], o["atten_mask"]
+    q_arg, kv_arg = o["actual_seq_lengths"], o["actual_seq_lengths_kv"]
+    if sparse_mode == 1 or (sparse_mode == 0 and atten_mask is not None):
+        raise ValueError("input_layout='TND' supports sparse_mode 0 without atten_mask and sparse_mode 2, 3, 4 "
+                         f"with the compressed mask; a full atten_mask (sparse_mode={sparse_mode}) is not supported")
+    _check_mask_args(atten_mask, sparse_mode, o["pre_tokens"], o["next_tokens"], decode=False,
+                     check_values=check_inputs)
+    device_lens = q_lens = kv_lens = None
+    if keeps_lengths_on_device(q_arg, kv_arg, "TND", o["block_table"], check_inputs):
+        device_lens = _device_lengths(q_arg, kv_arg, query.device)
+        b = device_lens[0].shape[0]
     else:
-        q4, k4, v4 = _to_bnsd(q16, k16, v16, input_layout, num_heads, nkv, kv_name)
-        b, _, s1, d = q4.shape
-        s2 = k4.shape[2]
-    if d == 0:
-        raise ValueError("the head dim D of query/key/value must be >= 1, got 0")
+        q_lens = _cumulative_lengths("actual_seq_lengths", q_arg, query.shape[0])
+        b = len(q_lens)
+    s2 = 0
+    if paged:
+        s2 = _check_pages(o["block_table"], o["block_size"], key, value, b, nkv, d, kv_name)
+    if device_lens is None:
+        kv_lens = _tnd_lengths(b, kv_arg, key.shape[0], paged, s2)
+    return b, s2, None, q_lens, kv_lens, device_lens
 
-    user_mask = device_lens = None
-    if input_layout == "TND":
-        if sparse_mode == 1 or (sparse_mode == 0 and atten_mask is not None):
-            raise ValueError("input_layout='TND' supports sparse_mode 0 without atten_mask and sparse_mode 2, 3, 4 "
-                             f"with the compressed mask; a full atten_mask (sparse_mode={sparse_mode}) is not supported")
-        _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode=False, check_values=check_inputs)
-        if keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_layout, block_table, check_inputs):
-            device_lens = _device_lengths(actual_seq_lengths, actual_seq_lengths_kv, device)
-            q_lens = kv_lens = None
-            b = device_lens[0].shape[0]
-        else:
-            q_lens = _cumulative_lengths("actual_seq_lengths", actual_seq_lengths, query.shape[0])
-            b = len(q_lens)
-        if paged:
-            s2 = _check_pages(block_table, block_size, key, value, b, nkv, d, kv_name, check_inputs)
-        if device_lens is None:
-            q_lens, kv_lens = _tnd_lengths(q_lens, actual_seq_lengths_kv, key.shape[0], paged, s2)
+
+def _dense_parts(o: dict, b: int, s1: int, s2: int, paged: bool, check_inputs: bool):
+    """The user mask and the per-batch lengths of a call in BSH, BSND, BNSD or BNSD_BSND."""
+    q_arg, kv_arg, atten_mask = o["actual_seq_lengths"], o["actual_seq_lengths_kv"], o["atten_mask"]
+    decode = s1 == 1
+    user_mask = None
+    if _check_mask_args(atten_mask, o["sparse_mode"], o["pre_tokens"], o["next_tokens"], decode, check_inputs):
+        user_mask = _user_mask(atten_mask, b, o["num_heads"], s1, s2, check_inputs)
+    if decode:
+        # FIA's decode branch (Q_S == 1) ignores actual_seq_lengths; its entries are still checked.
+        for i, x in enumerate(int_list("actual_seq_lengths", q_arg) if q_arg is not None else ()):
+            if x < 0:
+                raise ValueError(f"actual_seq_lengths[{i}] = {x} must be non-negative")
+        q_lens = None
     else:
-        decode = s1 == 1
-        if _check_mask_args(atten_mask, sparse_mode, pre_tokens, next_tokens, decode, check_inputs):
-            user_mask = _user_mask(atten_mask, b, num_heads, s1, s2, check_inputs)
-        if decode:
-            # FIA's decode branch (Q_S == 1) ignores actual_seq_lengths; its entries are still checked.
-            for i, x in enumerate(int_list("actual_seq_lengths", actual_seq_lengths)
-                                  if actual_seq_lengths is not None else ()):
-                if x < 0:
-                    raise ValueError(f"actual_seq_lengths[{i}] = {x} must be non-negative")
-            q_lens = None
-        else:
-            q_lens = _per_batch_lengths("actual_seq_lengths", actual_seq_lengths, b, s1)
-        if paged and actual_seq_lengths_kv is None:
-            raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
-                             "of each batch's keys in its pages")
-        kv_dim = (f"the keys a block_table row of {block_table.shape[1]} pages of block_size {block_size} addresses"
-                  if paged else None)
-        kv_lens = _per_batch_lengths("actual_seq_lengths_kv", actual_seq_lengths_kv, b, s2, kv_dim)
-        if q_lens is not None and all(x == s1 for x in q_lens):
-            q_lens = None
-        if not paged and kv_lens is not None and all(x == s2 for x in kv_lens):
-            kv_lens = None
-
-    return Problem(query=q16, key=k16, value=v16, q=q4, k=k4, v=v4, input_layout=input_layout, batch=b,
-                   num_heads=num_heads, num_kv_heads=nkv, head_dim=d, s1=s1, s2=s2, scale=scale, alloc=alloc,
-                   beta=beta, block_q=block_q, block_kv=block_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
-                   next_tokens=next_tokens, user_mask=user_mask, q_lens=q_lens, kv_lens=kv_lens,
-                   softmax_lse_flag=softmax_lse_flag, out_dtype=dtype, device=device,
-                   block_table=block_table if paged else None, page=block_size if paged else 0, sink=sink,
-                   device_lens=device_lens)
+        q_lens = _per_batch_lengths("actual_seq_lengths", q_arg, b, s1)
+    if paged and kv_arg is None:
+        raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length "
+                         "of each batch's keys in its pages")
+    kv_dim = (f"the keys a block_table row of {o['block_table'].shape[1]} pages of block_size {o['block_size']} "
+              "addresses" if paged else None)
+    kv_lens = _per_batch_lengths("actual_seq_lengths_kv", kv_arg, b, s2, kv_dim)
+    # (Only int lengths: comparing a traced call's SymInts would make the compiled call guard on each.)
+    if q_lens is not None and all(type(x) is int and x == s1 for x in q_lens):
+        q_lens = None
+    if not paged and kv_lens is not None and all(type(x) is int and x == s2 for x in kv_lens):
+        kv_lens = None
+    return user_mask, q_lens, kv_lens
 
 
 def checks_values(check_inputs: bool | None) -> bool:
@@ -519,87 +529,29 @@ def _check_tensor(name: str, x) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def _int(name: str, x, *, lo: int | None = None, hi: int | None = None,
-         choices: tuple[int, ...] | None = None) -> int:
-    if type(x) is int and (choices is None or x in choices) and (lo is None or x >= lo) and (hi is None or x <= hi):
-        return x
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    x = int(x)
-    if choices is not None and x not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {x}")
-    if hi is not None and not lo <= x <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {x}")
-    if lo is not None and x < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {x}")
-    return x
-
-
-#: The largest scale accepted: FP16 inputs give |Q·Kᵀ| <= D·65504² < 2^52 for any D up to 2^20, so the
-#: scaled scores, their log-sum-exp and every allocation's FP32 state stay below 2^116, within FP32's range.
-MAX_SCALE = 2.0**64
-
-
-def check_scale(scale) -> float:
-    """``scale`` as a float: a positive real number, at most :data:`MAX_SCALE`."""
-    if type(scale) is not float and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    scale = float(scale)
-    if not 0.0 < scale <= MAX_SCALE:  # also rejects NaN and ±inf
-        raise ValueError(f"scale must be a positive finite number at most 2**64 (beyond, the scaled scores may "
-                         f"overflow FP32), got {scale}")
-    return scale
-
-
-def check_beta(beta) -> float | None:
-    """``beta`` as None or a float in [0, 1)."""
-    if beta is None:
-        return None
-    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
-        raise TypeError(f"beta must be None or a real number in [0, 1), got {type(beta).__name__}")
-    beta = float(beta)
-    if not (0.0 <= beta < 1.0):  # also rejects NaN
-        raise ValueError(f"beta must be None or in [0, 1), got {beta}")
-    return beta
-
-
-def _block(name: str, value) -> int:
-    if value is None:
-        return DEFAULT_BLOCK
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be None or a positive int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be None or a positive int, got {value}")
-    return int(value)
-
-
-def _check_page_attention(block_table, block_size, layout) -> bool:
-    """FIA's PageAttention arguments (the table's contents are checked with the caches); True when paged."""
-    if type(block_size) is not int and (isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral)):
-        raise TypeError(f"block_size must be an int (FIA's PageAttention page length), got {type(block_size).__name__}")
+def _check_page_attention(block_table, block_size) -> bool:
+    """FIA's PageAttention arguments (the table's shape and contents are checked with the caches); True when
+    paged. Without a table FIA ignores block_size, and so does this."""
     if block_table is None:
-        if block_size != 0:
-            raise ValueError(f"block_size is FIA's PageAttention page length and needs a block_table; without one it "
-                             f"must be 0, got {block_size} (the tiles of the attention loop are block_q and block_kv)")
         return False
     _check_tensor("block_table", block_table)
+    if block_table.dtype != torch.int32 or block_table.ndim != 2:
+        raise ValueError(f"block_table must be a 2-D int32 tensor (B, max_blocks), FIA's dtype, got a "
+                         f"{block_table.dtype} tensor of shape {tuple(block_table.shape)}")
     if block_size not in PAGE_SIZES:
         raise ValueError(f"block_size must be a multiple of 16 from 16 to 512 with a block_table (FIA's page lengths "
                          f"for FP16 caches), got {block_size}")
     return True
 
 
-def _check_pages(block_table, page, key, value, b, nkv, d, kv_name, check_values) -> int:
-    """The paged caches and the table; returns the longest key length a table row can address."""
-    if block_table.dtype not in (torch.int32, torch.int64) or block_table.ndim != 2:
-        raise ValueError(f"block_table must be a 2-D int32 tensor (B, max_blocks), got a {block_table.dtype} tensor "
-                         f"of shape {tuple(block_table.shape)}")
+def _check_pages(block_table, page, key, value, b, nkv, d, kv_name) -> int:
+    """The paged caches and the table's shape; returns the longest key length a table row can address."""
     if block_table.device != key.device:
         raise ValueError(f"block_table is on {block_table.device} but key is on {key.device}")
-    if block_table.shape[0] != b:
-        raise ValueError(f"block_table must have one row per batch (B = {b}), got {block_table.shape[0]} rows")
-    if key.shape != value.shape:
-        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    if block_table.shape[0] < b:
+        raise ValueError(f"block_table must have a row for each batch (at least B = {b} rows; the first B are "
+                         f"used), got {block_table.shape[0]} rows")
+    _check_value_shape(key, value)
     want = f"(num_blocks, {page}, {nkv * d}) or (num_blocks, {nkv}, {page}, {d})"
     if key.ndim == 3:
         ok = key.shape[1] == page and key.shape[2] == nkv * d
@@ -610,12 +562,28 @@ def _check_pages(block_table, page, key, value, b, nkv, d, kv_name, check_values
     if not ok:
         raise ValueError(f"key/value caches with block_table (PageAttention) must be {want} for block_size {page}, "
                          f"{kv_name} {nkv} and head dim {d}; got {tuple(key.shape)}")
-    if check_values and block_table.numel():
-        lo, hi = int(block_table.min()), int(block_table.max())
-        if lo < 0 or hi >= key.shape[0]:
-            raise ValueError(f"block_table holds block ids in [{lo}, {hi}]; they must lie in [0, {key.shape[0] - 1}] "
-                             "(the caches' blocks)")
     return block_table.shape[1] * page
+
+
+def _check_used_pages(block_table, page: int, kv_lens, num_blocks: int) -> None:
+    """``check_inputs``: the ids of each batch's used pages (its first ceil(length / page) entries) lie in the
+    caches; ids past them are never read (-1 padding, say), as in FIA."""
+    pages = torch.tensor([-(-c // page) for c in kv_lens], device=block_table.device)
+    used = block_table[torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages[:, None]]
+    if used.numel():
+        lo, hi = int(used.min()), int(used.max())
+        if lo < 0 or hi >= num_blocks:
+            raise ValueError(f"block_table holds block ids in [{lo}, {hi}]; they must lie in [0, {num_blocks - 1}] "
+                             "(the caches' blocks; only the pages actual_seq_lengths_kv uses are read)")
+
+
+def _check_value_shape(key, value) -> None:
+    if key.shape == value.shape:
+        return
+    if key.ndim == value.ndim and key.shape[:-1] == value.shape[:-1]:
+        raise ValueError(f"value's last dim {value.shape[-1]} differs from key's {key.shape[-1]}: MLA's unequal "
+                         "head dims (value head dim != query/key head dim) are not implemented")
+    raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
 
 
 def _query_bnsd(query, layout, num_heads):
@@ -655,13 +623,11 @@ def _check_sink(sink, num_heads: int, device: torch.device, check_values: bool) 
     return sink
 
 
-def _resolve_precision(precision, inner_precise: int) -> Allocation:
+def _resolve_precision(precision: str | None, inner_precise: int) -> Allocation:
     if precision is None:
         # FIA's bit 0: 0 = high precision (FP32 softmax), 1 = high performance.
         return get_allocation("fp32" if inner_precise & 1 == 0 else "fp16_fp32")
-    if not isinstance(precision, str):
-        raise TypeError(f"precision must be None or one of {PRECISIONS}, got {type(precision).__name__}")
-    return get_allocation(precision)  # ValueError naming precision and PRECISIONS
+    return get_allocation(precision)
 
 
 # ============================================================================================
@@ -689,8 +655,7 @@ def _to_bnsd(query, key, value, layout, num_heads, nkv, kv_name):
         if t.ndim != ndim:
             raise ValueError(f"{name} must be {ndim}-D {_SHAPE_TXT[layout]} for input_layout={layout!r}, "
                              f"got shape {tuple(t.shape)}")
-    if key.shape != value.shape:
-        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    _check_value_shape(key, value)
     if layout == "BSH":
         b, s1, h = query.shape
         if h % num_heads != 0:
@@ -741,8 +706,7 @@ def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged):
         if query.shape[1] != num_heads:
             raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {query.shape[1]} (input_layout='TND')")
         return
-    if key.shape != value.shape:
-        raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    _check_value_shape(key, value)
     if query.shape[1] != num_heads:
         raise ValueError(f"num_heads ({num_heads}) must equal query's N dim {query.shape[1]} (input_layout='TND')")
     if key.shape[1] != nkv:
@@ -756,38 +720,60 @@ def _check_tnd_shapes(query, key, value, num_heads, nkv, kv_name, paged):
 # ============================================================================================
 
 def int_list(name: str, x) -> list[int]:
-    """A length argument as a list of ints (a tensor is read on the host)."""
+    """A length argument as a list of ints (a tensor is read on the host). While ``torch.compile`` traces a call,
+    a list may hold SymInts (kept as they are: their checks become the compiled call's guards), and a tensor is
+    fake, holding no values: zeros stand in for them (one per entry, valid wherever a length is), and the call
+    checks the real ones when it runs (see :func:`_traced`)."""
     if isinstance(x, torch.Tensor):
-        if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-            raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
-                            f"{x.dtype} tensor of shape {tuple(x.shape)}")
+        _check_length_tensor(name, x)
+        if _traced(x):
+            return [0] * x.shape[0]
         return [int(v) for v in x.tolist()]
     if isinstance(x, (str, bytes)) or not isinstance(x, Sequence):
         raise TypeError(f"{name} must be None, a sequence of ints or a 1-D integer tensor, got {type(x).__name__}")
     out = []
     for v in x:
+        if type(v) is torch.SymInt:
+            out.append(v)
+            continue
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{name} must hold ints, got an element of type {type(v).__name__}")
         out.append(int(v))
     return out
 
 
+def _check_length_tensor(name: str, x: torch.Tensor) -> None:
+    if x.ndim != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be a sequence of ints or a 1-D integer tensor, got a "
+                        f"{x.dtype} tensor of shape {tuple(x.shape)}")
+
+
 def _per_batch_lengths(name: str, x, b: int, s: int, dim: str | None = None) -> tuple[int, ...] | None:
     """FIA's rule: one value for every batch, or at least B values of which the first B are used, each in
-    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``)."""
+    [0, s]; ``dim`` says what s is (default: query's S1 or key/value's S2, by ``name``). A tensor whose values
+    are unknown, torch.compile tracing the call (:func:`_traced`), has its count checked alone (it and B may be
+    symbolic) and gives None: the traced problem's shapes do not depend on the values, which the call checks."""
     if x is None:
         return None
+    if isinstance(x, torch.Tensor) and _traced(x):
+        _check_length_tensor(name, x)
+        _check_count(name, x.shape[0], b)
+        return None
     vals = int_list(name, x)
+    _check_count(name, len(vals), b)
     if len(vals) == 1:
         vals = vals * b
-    elif len(vals) < b:
-        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {len(vals)}")
     vals = vals[:b]
     for i, v in enumerate(vals):
         if v < 0 or v > s:
             dim = dim or ("query's S1" if name == "actual_seq_lengths" else "key/value's S2")
             raise ValueError(f"{name}[{i}] = {v} must be in [0, {s}] ({dim})")
     return tuple(vals)
+
+
+def _check_count(name: str, count: int, b: int) -> None:
+    if count != 1 and count < b:
+        raise ValueError(f"{name} must have 1 or at least B = {b} entries (FIA uses the first B), got {count}")
 
 
 def _cumulative_lengths(name: str, x, total: int) -> tuple[int, ...]:
@@ -814,47 +800,62 @@ def keeps_lengths_on_device(actual_seq_lengths, actual_seq_lengths_kv, input_lay
     """Whether a call leaves its lengths on the device for the kernels to read: TND with a block table, both
     lengths given as CUDA tensors, and no value checks (which read them). Such a call is sized by its shapes
     (at most T query rows per batch, at most a table row's keys) and can be captured in a CUDA graph that
-    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host."""
-    return (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
-            and isinstance(actual_seq_lengths, torch.Tensor) and actual_seq_lengths.is_cuda
-            and isinstance(actual_seq_lengths_kv, torch.Tensor) and actual_seq_lengths_kv.is_cuda)
+    replays whatever lengths the tensors then hold. Every other call reads tensor lengths on the host. While
+    torch.compile traces a call (:func:`_traced`), its length tensors, on any device, hold no values to read: they
+    are left as they are too, so that B, their entries, stays symbolic."""
+    if not (input_layout == "TND" and block_table is not None and not checks_values(check_inputs)
+            and isinstance(actual_seq_lengths, torch.Tensor) and isinstance(actual_seq_lengths_kv, torch.Tensor)):
+        return False
+    return (actual_seq_lengths.is_cuda and actual_seq_lengths_kv.is_cuda) or \
+        (_traced(actual_seq_lengths) and _traced(actual_seq_lengths_kv))
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no values here: torch.compile's Dynamo is tracing the code, or ``t`` is a fake tensor (an
+    operator's fake implementation, and the compiler's passes, run on those)."""
+    # (A tensor of the plain type holds its values: the type test spares eager calls is_fake's longer checks.)
+    return torch.compiler.is_compiling() or (type(t) is not torch.Tensor and is_fake(t))
 
 
 def _device_lengths(q, kv, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only."""
+    """Lengths left on the device (:func:`keeps_lengths_on_device`): their shapes, dtypes and device only (a
+    traced call's on any device: the call reads host tensors on the host)."""
     for name, t in (("actual_seq_lengths", q), ("actual_seq_lengths_kv", kv)):
         if t.ndim != 1 or t.dtype not in (torch.int32, torch.int64) or t.numel() == 0:
             raise TypeError(f"{name} must be a sequence of ints or a non-empty 1-D int32/int64 tensor, got a "
                             f"{t.dtype} tensor of shape {tuple(t.shape)}")
-        if t.device != device:
+        if t.device != device and not _traced(t):
             raise ValueError(f"{name} is on {t.device} but query is on {device}; pass lengths on query's device "
                              "(read by the kernels) or on the host")
-    if q.shape != kv.shape:
-        raise ValueError(f"actual_seq_lengths ({q.shape[0]} entries) and actual_seq_lengths_kv ({kv.shape[0]} "
-                         "entries) must have one entry per batch each with input_layout='TND'")
-    return q, kv
+    if kv.shape[0] < q.shape[0]:
+        raise ValueError(f"actual_seq_lengths_kv must have at least one entry per batch (B = {q.shape[0]}, the "
+                         f"entries of actual_seq_lengths; the first B are used) with input_layout='TND', got "
+                         f"{kv.shape[0]}")
+    return q, kv[:q.shape[0]]
 
 
-def _tnd_lengths(q_lens, kv, t_kv: int, paged: bool, capacity: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """TND's key lengths, checked against the query's (cumulative, already checked): cumulative against
-    the T_kv rows of key/value, or with a block table each batch's own length (FIA's PageAttention form),
-    at most the ``capacity`` keys a table row addresses."""
+def _tnd_lengths(b: int, kv, t_kv: int, paged: bool, capacity: int) -> tuple[int, ...]:
+    """TND's key lengths for its ``b`` batches: at least b values, of which the first b are used (FIA's rule for
+    the lengths; its TND tiling takes more), cumulative against the T_kv rows of key/value, or with a block
+    table each batch's own length (FIA's PageAttention form), at most the ``capacity`` keys a table row
+    addresses."""
+    if kv is None:
+        what = ("the live length of each batch's keys in its pages (one per batch, not cumulative)" if paged else
+                "cumulative lengths, one per batch")
+        raise ValueError(f"actual_seq_lengths_kv is required with input_layout='TND'{' and block_table' * paged}: "
+                         f"{what}")
+    vals = int_list("actual_seq_lengths_kv", kv)
+    if len(vals) < b:
+        raise ValueError(f"actual_seq_lengths_kv must have at least one entry per batch (B = {b}, the entries of "
+                         f"actual_seq_lengths; the first B are used) with input_layout='TND', got {len(vals)}")
     if not paged:
-        kv_lens = _cumulative_lengths("actual_seq_lengths_kv", kv, t_kv)
-    elif kv is None:
-        raise ValueError("actual_seq_lengths_kv is required with block_table (PageAttention): the live length of "
-                         "each batch's keys in its pages (one per batch, not cumulative)")
-    else:
-        kv_lens = tuple(int_list("actual_seq_lengths_kv", kv))
-        for i, c in enumerate(kv_lens):
-            if c < 0 or c > capacity:
-                raise ValueError(f"actual_seq_lengths_kv[{i}] = {c} must be in [0, {capacity}]: a block_table row "
-                                 f"addresses at most {capacity} keys (with block_table and input_layout='TND' each "
-                                 "entry is its batch's own key length)")
-    if len(q_lens) != len(kv_lens):
-        raise ValueError(f"actual_seq_lengths ({len(q_lens)} entries) and actual_seq_lengths_kv "
-                         f"({len(kv_lens)} entries) must have one entry per batch each with input_layout='TND'")
-    return q_lens, kv_lens
+        return _cumulative_lengths("actual_seq_lengths_kv", vals[:b], t_kv)
+    for i, c in enumerate(vals[:b]):
+        if c < 0 or c > capacity:
+            raise ValueError(f"actual_seq_lengths_kv[{i}] = {c} must be in [0, {capacity}]: a block_table row "
+                             f"addresses at most {capacity} keys (with block_table and input_layout='TND' each "
+                             "entry is its batch's own key length)")
+    return tuple(vals[:b])
 
 
 # ============================================================================================

@@ -10,7 +10,7 @@
 // A type outside a list is refused at compile time (static_assert), as bisheng refuses it through the
 // instructions' overloads; what the headers refuse only when the call runs (a Cast round mode a pair lacks, an
 // int32_t Compare other than EQ) the model refuses when the call runs. bfloat16_t and int4b_t, which the lists
-// also name, are not modelled. tests/test_host_model_a2_types.py checks these tables against the headers.
+// also name, are not modelled. tests/npu/test_host_model_a2_types.py checks these tables against the headers.
 #pragma once
 #include <cstdint>
 #include <initializer_list>

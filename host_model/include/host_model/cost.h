@@ -6,10 +6,11 @@
 // 256-byte repeats of their widest operand, by API and type (V), UB->UB copies (V), scalar tensor
 // accesses (S), cross-core sets and waits, PipeBarriers per pipe (each charged barrierCycles on its pipe).
 //
-// Timing: each core keeps two clocks (cycles). Work between two synchronisation points is a segment;
+// Timing: each core keeps three clocks (cycles). Work between two synchronisation points is a segment;
 // at a CrossCoreSetFlag / CrossCoreWaitFlag / SyncAll the segment's per-pipe cycles are added to the
-// clocks, as the largest pipe (`overlap`: the pipes of one core run concurrently) and as their sum
-// (`serial`: no overlap). A set stamps the flag with the setter's clocks; a wait moves the waiter's clocks
+// clocks, as the largest pipe (`overlap`: the pipes of one core run concurrently), as their sum
+// (`serial`: no overlap) and as the largest pipe plus dependentFraction of the others (`model`: the
+// calibrated clock, between the two; pasa_npu.cost_model fits the fraction). A set stamps the flag with the setter's clocks; a wait moves the waiter's clocks
 // to at least the stamp of the set it consumes (plus a flag latency); a mode-0 barrier or an AIV pair
 // releases at the latest of its setters. So the modelled time of a core follows the AIC <-> AIV handshake,
 // and the kernel's time is the latest clock of any core.
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ascendc_model {
 
@@ -31,7 +33,8 @@ struct CostTable {
     double mmadHeadCycles = 0;        // per Mmad call (the docs' Δt)
     double l0aBytesPerCycle = 0;      // MTE1 L1 -> L0A
     double l0bBytesPerCycle = 0;      // MTE1 L1 -> L0B
-    double gmBytesPerCycle = 0;       // one core's share of GM bandwidth (MTE2, MTE3, FIX)
+    double gmBytesPerCycle = 0;       // one DMA engine's GM rate (MTE2, MTE3; FIX where fixBytesPerCycle is 0)
+    double fixBytesPerCycle = 0;      // Fixpipe L0C -> GM, with its conversion
     double dmaHeadCycles = 0;         // per MTE2 / MTE3 / FIX instruction
     double vecRepeatScale = 0;        // x the documented cycles per repeat (VectorCyclesPerRepeat); 1 = as documented
     double vecHeadCycles = 0;         // per vector instruction
@@ -39,7 +42,12 @@ struct CostTable {
     double scalarCyclesPerAccess = 0; // GetValue / SetValue
     double flagLatencyCycles = 0;     // from a CrossCoreSetFlag to the released wait
     double barrierCycles = 0;         // per PipeBarrier, on its pipe: the pipe drains before it issues again
+    double dependentFraction = 0;     // model clock: the share of a segment's non-widest pipes that does not overlap
+    double recordSegments = 0;        // non-zero: keep every segment's per-pipe cycles (CoreCounters::segments)
 };
+
+// One closed segment of a core: its cycles per pipe (recorded where CostTable::recordSegments is set).
+using SegmentCycles = std::array<double, kPipes>;
 
 struct VectorCount {
     uint64_t calls = 0, repeats = 0;
@@ -58,16 +66,18 @@ struct CoreCounters {
     uint64_t idleVectorBarriers = 0;               // PipeBarrier<PIPE_V> that guarded no dependence (hazard.h)
     std::map<std::string, std::array<uint64_t, 2>> vectorBarrierSites;  // per call site: {used, idle}
     std::array<double, kPipes> pipeCycles{};  // Σ over the run
-    double clockOverlap = 0, clockSerial = 0; // the core's modelled end time
-    double waitOverlap = 0, waitSerial = 0;   // of which spent waiting for other cores
+    double clockOverlap = 0, clockSerial = 0, clockModel = 0;  // the core's modelled end time
+    double waitOverlap = 0, waitSerial = 0, waitModel = 0;     // of which spent waiting for other cores
+    std::vector<SegmentCycles> segments;      // in order, where recorded
 };
 
-// Modelled time of a set, or the release of a barrier: the two clocks.
+// Modelled time of a set, or the release of a barrier: the three clocks.
 struct Stamp {
-    double overlap = 0, serial = 0;
+    double overlap = 0, serial = 0, model = 0;
 };
 inline Stamp Later(Stamp a, Stamp b) {
-    return {a.overlap > b.overlap ? a.overlap : b.overlap, a.serial > b.serial ? a.serial : b.serial};
+    return {a.overlap > b.overlap ? a.overlap : b.overlap, a.serial > b.serial ? a.serial : b.serial,
+            a.model > b.model ? a.model : b.model};
 }
 
 // Called by the APIs on the current core.

@@ -40,6 +40,7 @@ from typing import Protocol
 
 import torch
 
+from ..options import BACKEND_NAMES
 from ..problem import Problem
 
 __all__ = ["Backend", "BACKENDS", "Refused", "get", "select", "run_jobs"]
@@ -61,7 +62,7 @@ class Backend(Protocol):
 
 
 #: Names, in the order the docs list them.
-BACKENDS: tuple[str, ...] = ("reference", "npu", "triton")
+BACKENDS: tuple[str, ...] = BACKEND_NAMES
 #: Which backends :func:`select` tries, in order, for tensors of a device type.
 _ORDER = {"npu": ("npu", "reference"), "privateuseone": ("npu", "reference"), "cuda": ("triton", "reference")}
 _DEFAULT_ORDER = ("reference",)

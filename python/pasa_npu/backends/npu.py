@@ -68,7 +68,7 @@ def kernel_call(problem: Problem) -> KernelCall:
                  sparse_mode=problem.sparse_mode, beta=-1.0 if problem.beta is None else problem.beta,
                  precision=problem.alloc.name, block_size=problem.page)
     mask = None if problem.user_mask is None else problem.user_mask.contiguous()
-    table = None if problem.block_table is None else problem.block_table.to(torch.int32).contiguous()
+    table = None if problem.block_table is None else problem.block_table.contiguous()
     sink = None if problem.sink is None else problem.sink.to(torch.float32).contiguous()
     return KernelCall(problem.query.contiguous(), problem.key.contiguous(), problem.value.contiguous(), mask,
                       problem.q_lens, problem.kv_lens, attrs, table, sink)

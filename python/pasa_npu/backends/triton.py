@@ -221,36 +221,13 @@ class AttentionPlan:
                  varlen_last: int | None = None, varlen_band=None):
         paged = block_table is not None
         varlen = varlen_rows is not None
-        if not is_available(q.device):
-            raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
-                               f"for CPU tensors), got a tensor on {q.device}")
-        alloc = get_allocation(precision)
-        if not computes(alloc):
-            raise ValueError(f"precision {precision!r} is not computed by backend='triton' (it computes "
-                             f"{_computed()}); the other allocations run on backend='reference'")
-        if shift is not None and shift not in SHIFT_MODES:
-            raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if t.dtype != torch.float16 or t.ndim not in ((3, 4) if paged and name != "q" else (4,)) \
-                    or t.device != q.device:
-                raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
-                                 f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
-            if t.stride(-1) != 1:
-                raise ValueError(f"{name} must have a unit stride in its last dim (D) for backend='triton', got "
-                                 f"strides {t.stride()}")
+        alloc = _check_call(q, k, v, precision, shift, scale, block_kv, paged)
         if varlen:  # TND: q is (1, N, T, D); the batches are the table's rows
             b, n, s1, d = block_table.shape[0], q.shape[1], varlen_rows, q.shape[3]
         else:
             b, n, s1, d = q.shape
         if paged:
             _check_paged(q, b, k, v, block_table, page, kv_info, varlen)
-        if (alloc.row_shifted or alloc.framed) and not scale > 0:
-            raise ValueError(f"scale must be positive for precision={precision!r}, got {scale!r}")
-        blocked = _blocked(alloc)
-        if blocked and block_kv not in BLOCK_KV:
-            raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
-                             f"backend='triton', got {block_kv}")
-        if paged:
             # Strides of (block, head, row): the kernel addresses either cache layout through them.
             nkv = k.shape[1] if k.ndim == 4 else k.shape[2] // d
             k_str, v_str = ((t.stride(0), t.stride(1), t.stride(2)) if t.ndim == 4 else (t.stride(0), d, t.stride(1))
@@ -264,68 +241,29 @@ class AttentionPlan:
         self.kv_info = kv_info
         g = n // nkv
         d_pad = max(16, _pow2(d))
-        block_m, block_n, warps, stages, ones = _config(d_pad, blocked, block_kv, g * s1, mask is not None,
+        block_m, block_n, warps, stages, ones = _config(d_pad, _blocked(alloc), block_kv, g * s1, mask is not None,
                                                         alloc.row_shifted, alloc.framed)
+        forced_splits = None
         if config is not None:
             block_m, warps, stages, forced_splits = config
         n_blocks = _cdiv(s2, block_n)
         tiles = _cdiv(g * s1, block_m)
-        # Whole KV blocks read without masks (FlashAttention's scores: fp32, fp32_frame): fewer instructions per
-        # block (13% at D = 64), faster up to D = 128; at D = 256 the unmasked loads made the kernel spill and
-        # run 10% slower, and pasa_rs's key centring fused into the loop asked for more shared memory than the
-        # H100 has (docs/benchmarks/gpu_notes.md, item 19).
-        even_kv = not (paged or alloc.shifted or alloc.row_shifted) and s2 % block_n == 0 and d == d_pad <= 128
         if shift is None:
             shift = "fused" if tiles == 1 else "prepass"
-
         if alloc.shifted:
             inva, shift_a, shift_b = _shift_terms(beta, block_kv, scale, alloc.state == "float16")
         else:
             inva = shift_a = shift_b = 0.0
         prepass = shift == "prepass" and (alloc.shifted or alloc.row_shifted)
-        # Pre-pass results, one FP16 scratch allocation per call: K' (B, Nkv, blocks·BLOCK_N, D); pasa_rs's
-        # u and K̄ per block (B, Nkv, blocks, 2, D) and each tile's FP32 frame terms for every block,
-        # written and read back by its own program (B·Nkv, tiles, 2·blocks, BLOCK_M), each at a 16-byte
-        # aligned offset. The frame table grows as S1·S2: where it would pass _FRAME_LIMIT, the kernel runs
-        # over ranges of ``chunk`` query tiles (a multiple of 16, so that the ranges' first tiles are alike
-        # to Triton's specialisation) one launch after the other, reusing it.
-        kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
-        uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
-        frame_tile = b * nkv * 2 * n_blocks * block_m if uk_shape else 0  # frame terms per query tile
-        chunk = tiles
-        if frame_tile * tiles > _FRAME_LIMIT:
-            chunk = min(tiles, max(16, _FRAME_LIMIT // frame_tile // 16 * 16))
-        uk_off = _align(math.prod(kp_shape)) if prepass else 0
-        fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
-        self._scratch = (fr_off + 2 * frame_tile * chunk if uk_shape else uk_off) if prepass else 0
-        page_arg = page if paged else 1
+        uk_off, fr_off, chunk, self._scratch = _scratch_layout(alloc, prepass, b, nkv, n_blocks, block_n, block_m, d,
+                                                               tiles)
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
             kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
             self._prepass = Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
-                                    BLOCK_N=block_n, PAGED=paged, PAGE=page_arg)
-        # pasa_rs: Q̂ = Q·2^e in the kernel (exact) and ρ = scale/2^e in the softmax; the reshift's thresholds in
-        # units of Q̂·K (blockwise.row_shift_constants). ρ is the softmax's factor on the scores the kernel
-        # holds: the scale itself for fp32.
-        q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
-        # fp32_frame's largest move down, in units of Q·K (FP32, as the golden model takes it).
-        frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
-
+                                    BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
         self._has_mask = mask is not None
-        if self._has_mask:
-            # Broadcast strides (stride 0 on broadcast dims): the kernel reads the mask in place, as uint8.
-            msk = torch.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)), (b, n, s1, s2)).stride()
-        else:
-            msk = (0, 0, 0, 0)
-        lo, hi = (None, None) if band is None else band
-        # j − i lies in [−(S1 − 1), S2 − 1]: clamping keeps the kernel's int32 sums from overflowing.
-        lo = -s1 if lo is None else max(int(lo), -s1)
-        hi = s2 if hi is None else min(int(hi), s2)
-
-        splits = _num_splits(tiles, b * nkv, n_blocks) if config is None or forced_splits is None else forced_splits
-        per_split = _cdiv(n_blocks, splits)
-        self._splits = splits = _cdiv(n_blocks, per_split)
         self._lse = lse
         t = q.shape[2]  # TND: the query's rows
         self._lse_shape = (t, n) if varlen else (b, n, s1)
@@ -336,34 +274,39 @@ class AttentionPlan:
             if math.prod(self._out_alloc) != b * n * s1 * d:
                 raise ValueError(f"out_shape {out_shape} does not hold the output (B, N, S1, D) = {(b, n, s1, d)}")
         self._bnsd_view = out_shape is None and out_bsnd and not varlen
-        lse_off, self._partials, self._arrivals = 0, 0, 0
-        if splits > 1:  # decode's split-KV partials, merged by the last split of each tile to finish
-            rows = b * n * s1
-            # One FP32 scratch allocation: the partial outputs (splits, B, N, S1, D), then their lse.
-            lse_off = _align(splits * rows * d)
-            self._partials = lse_off + splits * rows
-            self._arrivals = tiles * b * nkv
-        # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after the partials.
-        self._info_off = _align(self._partials) if varlen and kv_info is None else None
+        splits, per_split, lse_off, self._partials, self._arrivals = _split_layout(tiles, b, n, nkv, s1, d, n_blocks,
+                                                                                  forced_splits)
+        self._splits = splits
+        # fp32_frame's prefill computes its lse whether or not the call asks for it (then into FP32 scratch after
+        # the partials): without the lse's store, Triton 3.6 compiles the D = 128 loop to one that ran 5% slower
+        # on an H200 (docs/benchmarks/gpu_frame/h200.md).
+        self._store_lse = lse or (alloc.framed and tiles > 1)
+        self._lse_off, self._lse_scratch = _align(self._partials), 0 if lse or not self._store_lse else b * n * s1
+        fp32_end = self._lse_off + self._lse_scratch if self._lse_scratch else self._partials
+        # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after those.
+        self._info_off = _align(fp32_end) if varlen and kv_info is None else None
         self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
-        self.workspace_bytes = 2 * self._scratch + 4 * (self._partials if self._info_off is None
-                                                        else self._info_off + 5 * b)
+        self.workspace_bytes = 2 * self._scratch + 4 * (fp32_end if self._info_off is None else self._info_off + 5 * b)
         self.workspace_bound = _workspace_bound(alloc, b, n, nkv, s1, d, n_blocks, block_n, tiles,
                                                 self._info_off is not None)
+        # Whole KV blocks read without masks (FlashAttention's scores: fp32, fp32_frame): fewer instructions per
+        # block (13% at D = 64), faster up to D = 128; at D = 256 the unmasked loads made the kernel spill and
+        # run 10% slower, and pasa_rs's key centring fused into the loop asked for more shared memory than the
+        # H100 has (docs/benchmarks/gpu_notes.md, item 19).
+        even_kv = not (paged or alloc.shifted or alloc.row_shifted) and s2 % block_n == 0 and d == d_pad <= 128
+        args = _attention_args(q, k_str, v_str, mask, band, table_stride, (b, n, s1, s2), nkv)
+        terms = _softmax_terms(alloc, scale, (inva, shift_a, shift_b), lse_none)
+        layout = "TND" if varlen else "BSND" if out_bsnd else "BNSD"
+        constexprs = dict(
+            D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, FAMILY=_family(alloc),
+            STATE16=alloc.state == "float16", FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask,
+            HAS_BAND=band is not None, EVEN_KV=even_kv, PAGE=page if paged else 0, LAYOUT=layout, HAS_SINK=sink,
+            STORE_LSE=self._store_lse, SPLITS=splits, MERGE_ROWS=min(block_m, _pow2(g * s1)) if splits > 1 else 1)
         # The ranges of query tiles, the last (under a causal band, the longest rows) first.
-        self._attend = [Launch(
-            _k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
-            (table_stride, *q.stride()[:3], *k_str, *v_str, uk_off, fr_off, *msk, lse_off, nkv, s1, s2, g,
-             float(rho), float(inva), float(shift_a), float(shift_b), q_mul, reshift_at, relevance, frame_drop, lo, hi,
-             per_split, tile_lo, float(lse_none)),
-            D=d, D_PAD=d_pad, BLOCK_M=block_m, BLOCK_N=block_n, ONES=ones, SHIFTED=alloc.shifted,
-            ROW_SHIFT=alloc.row_shifted, FRAMED=alloc.framed, STATE16=alloc.state == "float16",
-            FUSED_SHIFT=shift == "fused", HAS_MASK=self._has_mask, HAS_BAND=band is not None, SPLITS=splits,
-            FP16_EXP=not _INTERPRET, PAGED=paged, PAGE=page_arg, STORE_LSE=lse,
-            OUT_BSND=out_bsnd or varlen, HAS_SINK=sink, VARLEN=varlen, EVEN_KV=even_kv,
-            MERGE_ROWS=min(block_m, _pow2(g * s1)) if splits > 1 else 1,
-            num_warps=warps, num_stages=stages)
-            for tile_lo in reversed(range(0, tiles, chunk))]
+        self._attend = [Launch(_k.attention_kernel, (min(chunk, tiles - tile_lo), b * nkv, splits),
+                               (*args, (uk_off, fr_off, lse_off), (tile_lo, per_split), terms), num_warps=warps,
+                               num_stages=stages, **constexprs)
+                        for tile_lo in reversed(range(0, tiles, chunk))]
 
     def __call__(self, q, k, v, mask, block_table, sink=None, lengths=None, out=None, lse=None,
                  workspace=None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -410,15 +353,116 @@ class AttentionPlan:
             lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
         else:
             lse = None
+        lse_store = lse
+        if self._lse_scratch:  # computed, not returned
+            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
+                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
         if self._prepass is not None:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
         for attend in self._attend:
-            attend((q, k, v, scratch, scratch, scratch, mask, out, q if lse is None else lse, parts, arrivals, table,
-                    kv_info, sink), same_dtypes=True)
+            attend((q, k, v, scratch, mask, out, q if lse_store is None else lse_store, parts, arrivals, table, kv_info,
+                    sink),
+                   same_dtypes=True)
         if self._varlen is not None:
             _pad_rows(out, lse, self._varlen[4], lengths)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
+
+
+def _check_call(q, k, v, precision: str, shift: str | None, scale: float, block_kv: int, paged: bool) -> Allocation:
+    """The checks of :class:`AttentionPlan` before any planning (a ValueError naming the argument that is wrong;
+    the paged arguments: :func:`_check_paged`). Returns the allocation."""
+    if not is_available(q.device):
+        raise RuntimeError(f"backend='triton' needs the triton package and CUDA tensors (or TRITON_INTERPRET=1 "
+                           f"for CPU tensors), got a tensor on {q.device}")
+    alloc = get_allocation(precision)
+    if not computes(alloc):
+        raise ValueError(f"precision {precision!r} is not computed by backend='triton' (it computes "
+                         f"{_computed()}); the other allocations run on backend='reference'")
+    if shift is not None and shift not in SHIFT_MODES:
+        raise ValueError(f"shift must be one of {SHIFT_MODES}, got {shift!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype != torch.float16 or t.ndim not in ((3, 4) if paged and name != "q" else (4,)) \
+                or t.device != q.device:
+            raise ValueError(f"{name} must be a 4-D float16 tensor on q's device for backend='triton' (or a 3-D "
+                             f"page cache with block_table), got {t.dtype} of shape {tuple(t.shape)} on {t.device}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a unit stride in its last dim (D) for backend='triton', got "
+                             f"strides {t.stride()}")
+    if (alloc.row_shifted or alloc.framed) and not scale > 0:
+        raise ValueError(f"scale must be positive for precision={precision!r}, got {scale!r}")
+    if _blocked(alloc) and block_kv not in BLOCK_KV:
+        raise ValueError(f"block_kv must be one of {BLOCK_KV} for precision={precision!r} with "
+                         f"backend='triton', got {block_kv}")
+    return alloc
+
+
+def _scratch_layout(alloc: Allocation, prepass: bool, b: int, nkv: int, n_blocks: int, block_n: int, block_m: int,
+                    d: int, tiles: int) -> tuple[int, int, int, int]:
+    """Where the pre-pass results lie in one FP16 scratch allocation per call: K' (B, Nkv, blocks·BLOCK_N, D);
+    pasa_rs's u and K̄ per block (B, Nkv, blocks, 2, D) and each tile's FP32 frame terms for every block,
+    written and read back by its own program (B·Nkv, tiles, 2·blocks, BLOCK_M), each at a 16-byte aligned
+    offset. The frame table grows as S1·S2: where it would pass _FRAME_LIMIT, the kernel runs over ranges of
+    ``chunk`` query tiles (a multiple of 16, so that the ranges' first tiles are alike to Triton's
+    specialisation) one launch after the other, reusing it. Returns (UK's offset, the frame table's, chunk, the
+    scratch's FP16 elements)."""
+    kp_shape = (b, nkv, n_blocks * block_n, d) if prepass else None
+    uk_shape = (b, nkv, n_blocks, 2, d) if prepass and alloc.row_shifted else None
+    frame_tile = b * nkv * 2 * n_blocks * block_m if uk_shape else 0  # frame terms per query tile
+    chunk = tiles
+    if frame_tile * tiles > _FRAME_LIMIT:
+        chunk = min(tiles, max(16, _FRAME_LIMIT // frame_tile // 16 * 16))
+    uk_off = _align(math.prod(kp_shape)) if prepass else 0
+    fr_off = _align(uk_off + math.prod(uk_shape)) if uk_shape else 0
+    return uk_off, fr_off, chunk, (fr_off + 2 * frame_tile * chunk if uk_shape else uk_off) if prepass else 0
+
+
+def _split_layout(tiles: int, b: int, n: int, nkv: int, s1: int, d: int, n_blocks: int,
+                  forced: int | None) -> tuple[int, int, int, int, int]:
+    """Decode's split-KV (``forced`` splits, or :func:`_num_splits`'s), merged by the last split of each tile to
+    finish: one FP32 scratch allocation holds the partial outputs (splits, B, N, S1, D), then their lse. Returns
+    (splits, KV blocks per split, the lse's offset, the partials' FP32 elements, the arrival counters)."""
+    splits = _num_splits(tiles, b * nkv, n_blocks) if forced is None else forced
+    per_split = _cdiv(n_blocks, splits)
+    splits = _cdiv(n_blocks, per_split)
+    if splits == 1:
+        return splits, per_split, 0, 0, 0
+    rows = b * n * s1
+    lse_off = _align(splits * rows * d)
+    return splits, per_split, lse_off, lse_off + splits * rows, tiles * b * nkv
+
+
+def _attention_args(q, k_str, v_str, mask, band, table_stride: int, shape: tuple[int, int, int, int],
+                    nkv: int) -> tuple:
+    """The attention kernel's strides and sizes: Q's, K's and V's (batch or block, head, row) strides, the user
+    mask's broadcast strides (the kernel reads it in place, as uint8; stride 0 on broadcast dims), the block
+    table's batch stride, (Nkv, S1, S2, G) and the band (lo, hi), clamped so that j − i in [−S1, S2] keeps the
+    kernel's int32 sums from overflowing."""
+    b, n, s1, s2 = shape
+    if mask is not None:
+        msk = torch.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)), (b, n, s1, s2)).stride()
+    else:
+        msk = (0, 0, 0, 0)
+    lo, hi = (None, None) if band is None else band
+    lo = -s1 if lo is None else max(int(lo), -s1)
+    hi = s2 if hi is None else min(int(hi), s2)
+    return (tuple(q.stride()[:3]), tuple(k_str), tuple(v_str), tuple(msk), table_stride, (nkv, s1, s2, n // nkv),
+            (lo, hi))
+
+
+def _softmax_terms(alloc: Allocation, scale: float, pasa: tuple[float, float, float], lse_none: float) -> tuple:
+    """The attention kernel's float terms: ρ, the softmax's factor on the scores the kernel holds (the scale
+    itself but for pasa_rs, whose Q̂ = Q·2^e in the kernel, exact, carries 2^e); PASA's (I, a, b); pasa_rs's
+    q_mul = 2^e and reshift thresholds in units of Q̂·K (blockwise.row_shift_constants); fp32_frame's largest
+    move down in units of Q·K (FP32, as the golden model takes it); and the lse of a row with no key."""
+    q_mul, rho, reshift_at, relevance = row_shift_constants(scale) if alloc.row_shifted else (1.0, scale, 0.0, 0.0)
+    frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
+    return (float(rho), *map(float, pasa), q_mul, reshift_at, relevance, frame_drop, float(lse_none))
+
+
+def _family(alloc: Allocation) -> str:
+    """The attention kernel's FAMILY of an allocation."""
+    return "pasa_rs" if alloc.row_shifted else "pasa" if alloc.shifted else "frame" if alloc.framed else "fa"
 
 
 def _align(elements: int) -> int:
@@ -435,7 +479,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     and past _FRAME_LIMIT values a range of query tiles: 16 tiles (of at most 128 rows) or the most that
     fit. The split partials (a call of one query tile, at
     most 128 rows, so S1 <= 128 / G): B·splits < 2·(⌈SMs / Nkv⌉ + B) (splits, a power of two, are below
-    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. And a device-lengths call's kv_info."""
+    twice ⌈SMs / (B·Nkv)⌉) and <= B·n_blocks. fp32_frame's prefill lse (B·N·S1) where a call does not ask
+    for it. And a device-lengths call's kv_info."""
     g = n // nkv
     fp16 = 0
     if tiles > 1 and (alloc.shifted or alloc.row_shifted):
@@ -449,6 +494,8 @@ def _workspace_bound(alloc: Allocation, b: int, n: int, nkv: int, s1: int, d: in
     if split_rows and n_blocks > 1:
         heads = 2 * b if _INTERPRET else 2 * (_cdiv(_multiprocessors(torch.cuda.current_device()), nkv) + b)
         fp32 = _align(min(heads, b * n_blocks) * split_rows * (d + 1)) + 8  # + the lse's alignment
+    if alloc.framed and tiles > 1:  # fp32_frame's prefill lse where the call does not ask for it
+        fp32 += b * n * s1 + 8
     return 2 * _align(fp16) + 4 * (fp32 + (5 * b if device_info else 0))
 
 
@@ -626,7 +673,7 @@ def _plan(problem: Problem, final: bool) -> AttentionPlan | None:
     if problem.q_lens is not None:  # padded rows
         return None
     if problem.paged:
-        if max(problem.kv_lens, default=0) == 0 or problem.block_table.dtype != torch.int32:
+        if max(problem.kv_lens, default=0) == 0:
             return None
         kv = (problem.key, problem.value)
         kv_info, band = _paged_lengths(problem, problem.s1)
@@ -651,7 +698,7 @@ def _varlen_plan(problem: Problem, final: bool, lse_none: float) -> AttentionPla
     """A TND call with a block table as one plan: the kernels read each batch's query rows at its cumulative
     offset and its keys through the table, and write the (T, N, D) output in place (:class:`AttentionPlan`)."""
     q4 = problem.query.transpose(0, 1)[None]  # (1, N, T, D)
-    if problem.block_table.dtype != torch.int32 or any(t.stride(-1) != 1 for t in (q4, problem.key, problem.value)):
+    if any(t.stride(-1) != 1 for t in (q4, problem.key, problem.value)):
         return None
     rule = None
     if problem.band(1, 1) is not None:
@@ -707,10 +754,9 @@ def _run_paged(problem: Problem):
     if problem.query.numel() == 0 or max(problem.kv_lens, default=0) == 0 or max(q_lens, default=0) == 0:
         return problem.padded_results()
     kv_info, band = _paged_lengths(problem, problem.s1)
-    # FIA's tables are int32 (passed as is); an int64 one is narrowed, its ids having been checked.
     out, lse = attention(problem.q, problem.key, problem.value, precision=problem.alloc.name, beta=problem.beta,
                          block_q=problem.block_q, block_kv=problem.block_kv, scale=problem.scale,
-                         mask=problem.user_mask, band=band, block_table=problem.block_table.to(torch.int32),
+                         mask=problem.user_mask, band=band, block_table=problem.block_table,
                          page=problem.page, kv_info=kv_info, sink=problem.sink)
     padded = problem.padded_rows()
     if padded is not None:

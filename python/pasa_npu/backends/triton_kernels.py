@@ -1,19 +1,20 @@
 """Triton kernels of the ``triton`` backend: PASA, row-shifted PASA, FP32-state FlashAttention-2 and framed
-FlashAttention from one loop over KV blocks, each allocation a pair of stages called in it (its scores, its
-frame), with the masks, the V tile and P·V shared.
+FlashAttention from one loop over KV blocks, each allocation family a pair of stages called in it (its scores,
+its frame), with the masks, the V tile and P·V shared; a prologue (the program's batch, rows and KV blocks) before
+the loop and an epilogue (normalisation, stores, the merge of split-KV partials) after it.
 
 One program computes a tile of BLOCK_M query rows of one KV head against a range of KV blocks of
 BLOCK_N keys. The rows of a tile are the flattened (group member, query position) pairs of the KV
 head's G query heads, so GQA reads K/V once per group without copying it, and a decode step
 (S1 = 1) fills the matrix unit's M dimension with the group's heads instead of one row.
 
-Allocations (constexpr flags): SHIFTED (PASA: K' = M·K, S' in FP16, Welford running mean F,
-corrections I·ΔF) and STATE16 (row state m, l, F, O rounded to FP16 after every operation, the
-``pasa`` allocation; otherwise FP32, ``pasa_fp32`` and ``fp32``). State tensors are FP32 tensors
-holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is
-the correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
+Allocation families (the constexpr FAMILY): "fa" (``fp32``), "pasa" (PASA: K' = M·K, S' in FP16, Welford
+running mean F, corrections I·ΔF; with STATE16 the row state m, l, F, O rounded to FP16 after every operation,
+the ``pasa`` allocation, otherwise FP32, ``pasa_fp32``), "pasa_rs" and "frame" (below). State tensors are FP32
+tensors holding FP16 values where STATE16 is set: each vector op computes in FP32 and rounds once, which is the
+correctly rounded FP16 op (the golden model's rule, see :mod:`pasa_npu.blockwise`).
 
-ROW_SHIFT (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
+"pasa_rs" (``pasa_rs``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_rs`): K centred per
 KV block, K' = K − u exact in FP16, by a pre-pass (``centre_keys_kernel``, once per KV head) or fused
 into the loop; Q̂ = Q·2^e exact and ρ = scale/2^e applied in the exp; per row and block the frame
 terms C = Q̂·u and lv = Q̂·K̄ − C in FP32, from 16-column products (with the pre-pass one per 8 blocks,
@@ -60,7 +61,7 @@ And for ``pasa_rs``:
 * ψ (the reshifted ψ where a row reshifts) is subtracted from the FP32 product rather than put in
   the accumulator before it (the golden model's product is exact, then rounded once).
 
-FRAMED (``fp32_frame``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_frame`): FlashAttention-2's
+"frame" (``fp32_frame``, docs/golden.md and :func:`pasa_npu.blockwise._query_block_frame`): FlashAttention-2's
 FP32 scores, then a frame stage instead of the merge: every row keeps a frame G (units of Q·K) set by its first
 block with a key, P = FP16(exp(scale·(S − G))) against it, and l and O are summed from that FP16 P across blocks
 with no running maximum and no rescale; a row's frame moves up when a block's scaled maximum exceeds it by
@@ -86,6 +87,8 @@ decode tile holds its KV head's whole group, ``group_tile``), up to the tile dif
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -97,8 +100,11 @@ FRAME_UP = tl.constexpr(blockwise.FRAME_UP)
 FRAME_DOWN = tl.constexpr(blockwise.FRAME_DOWN)
 FRAME_DOWN_BLOCKS = tl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
 #: Columns of a paged call's per-batch KVInfo row: query length, key length, band lo, band hi, and the
-#: batch's first query row in a TND query (VARLEN).
+#: batch's first query row in a TND query (LAYOUT "TND").
 KV_INFO = tl.constexpr(5)
+#: The FP16 exp is ``ex2.approx.f16x2`` on the GPU; Triton's interpreter runs no inline assembly, and takes an FP32
+#: exp2 rounded to FP16 instead.
+FP16_EXP = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 
 
 @triton.jit
@@ -111,7 +117,7 @@ def _round(x, STATE16: tl.constexpr):
 
 
 @triton.jit
-def _exp(x, scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
+def _exp(x, scale, STATE16: tl.constexpr):
     """exp(x·scale/log2(e)) = 2^(x·scale) rounded to the state type; x holds state-type values. With FP16
     state ``scale`` is log2(e) (the FP16 product x·log2(e) enters ``ex2.approx.f16x2``)."""
     if STATE16:
@@ -280,13 +286,16 @@ def _fp16_max(m32):
 
 
 @triton.jit
-def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk,
-            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, EVEN_KV: tl.constexpr):
+def _masked(s, blk, sel, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr,
+            EVEN_KV: tl.constexpr):
     """Scores of block ``blk`` with masked keys at −∞. Element masks only where a block is not wholly
     kept: the S2 tail, the band's edges, a user mask (read in place, broadcast through its strides).
+    ``sel``: the tile's rows (query position, head, which exist), its first and last query position, the band
+    (lo, hi), the key length S2, and the user mask with its batch's offset and its head, row and key strides.
     EVEN_KV: no block has a tail, so without a band or mask every block is kept whole."""
     if EVEN_KV and not HAS_BAND and not HAS_MASK:
         return s
+    pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m_base, smh, sms, smk = sel
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < S2
     c0 = blk * BLOCK_N
@@ -313,22 +322,25 @@ def _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, m
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
-               BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, EVEN_KV: tl.constexpr):
+def _fa_scores(q, blk, keys, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, PAGED: tl.constexpr,
+               PAGE: tl.constexpr, EVEN_KV: tl.constexpr):
     """FlashAttention-2's scores of block ``blk``: Q·Kᵀ in FP32, unscaled (the softmax's exp applies the
-    scale)."""
+    scale). ``keys``: K, the KV head's offset, the pre-pass's K' and this head's offset in it, the batch, the
+    block table and its batch stride, K's block (or batch) and row strides, and the batch's key length S2."""
+    K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2 = keys
     k = _rows(K, k_head, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, skb, sks, D, D_PAD, PAGED, PAGE,
               EVEN_KV)
     return tl.dot(q, tl.trans(k))
 
 
 @triton.jit
-def _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
-                 D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, STATE16: tl.constexpr,
-                 FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
+def _pasa_scores(q, blk, keys, shift_a, shift_b, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                 STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
     """PASA's scores of block ``blk``: S' = Q·K'ᵀ, FP16 out of the matrix unit, already scaled and shifted
     (K' = M·K from the pre-pass, or computed here when FUSED_SHIFT); and the block's pseudo-average, the
-    row mean of S' over all BLOCK_N columns (tail copies included), taken before any mask."""
+    row mean of S' over all BLOCK_N columns (tail copies included), taken before any mask. ``keys``: as for
+    :func:`_fa_scores`."""
+    K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2 = keys
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D_PAD)
     d_ok = d[None, :] < D
@@ -370,14 +382,15 @@ def _rs_frame_table(fr, q, UK, uk_base, blk_lo, blk_hi, D: tl.constexpr, D_PAD: 
 
 
 @triton.jit
-def _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D: tl.constexpr, D_PAD: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr,
-               PAGE: tl.constexpr):
+def _rs_scores(q, blk, fr, keys, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               FUSED_SHIFT: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr):
     """``pasa_rs``'s scores of block ``blk``: Q̂·K'ᵀ in FP32 (the shift is subtracted by the frame stage)
     with K' = K − u the block's centred keys, and each row's frame terms, FP32: C = Q̂·u, the centring's
     share of the scores, and lv = Q̂·K̄ − C, the block's mean score over its centred keys. From the
     pre-pass (K') and the program's frame table ``fr``; or FUSED_SHIFT, centred here from K, with the frame
-    terms from one product with a 16-row operand (u, K̄, zeros). Returns (Q̂·K'ᵀ, C, lv)."""
+    terms from one product with a 16-row operand (u, K̄, zeros). ``keys``: as for :func:`_fa_scores`. Returns
+    (Q̂·K'ᵀ, C, lv)."""
+    K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2 = keys
     cols = blk * BLOCK_N + tl.arange(0, BLOCK_N)
     d = tl.arange(0, D_PAD)
     d_ok = d[None, :] < D
@@ -475,7 +488,7 @@ def _frame(s, frame, low, known, peak, l, o, row_ok, sm_scale, exp_scale, frame_
 
 
 @triton.jit
-def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr, FP16_EXP: tl.constexpr):
+def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr):
     """Merge a block into the row state: the running max m moved by ``d_prev`` and the block's max
     by ``d_cur`` into one frame; P = 2^(``exp_scale``·(S + d_cur − m_new)) relative to the merged maximum
     (FlashAttention-2's form, one P·V accumulated into O), l and O rescaled by α = exp(m + d_prev − m_new).
@@ -484,11 +497,10 @@ def _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16: tl.constexpr
     seen = m_new != float("-inf")
     m_safe = tl.where(seen, m_new, 0.0)
     # Guarded −∞ start: no key seen yet gives alpha = 0 instead of exp(−∞ + ∞).
-    alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), exp_scale, STATE16,
-                                FP16_EXP), 0.0)
+    alpha = tl.where(seen, _exp(_round(_round(m - m_safe, STATE16) + d_prev, STATE16), exp_scale, STATE16), 0.0)
     # The subtraction before the multiply: the maximum's own score gets exactly 2^0 at any scale (one FMA,
     # S·c − m·c, would round m·c and miss it by up to half its ulp: 2^k at large scales and scores).
-    p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), exp_scale, STATE16, FP16_EXP)
+    p = _exp(_round(s - _round(m_safe - d_cur, STATE16)[:, None], STATE16), exp_scale, STATE16)
     l = _round(_round(alpha * l, STATE16) + _round(tl.sum(p, axis=1), STATE16), STATE16)
     if STATE16:
         pv = tl.dot(p.to(tl.float16), v).to(tl.float16).to(tl.float32)
@@ -510,83 +522,35 @@ def _join_sink(top, l, o, sink, STATE16: tl.constexpr):
     return new_top, l, _round(o * a[:, None], STATE16)
 
 
+# --------------------------------------------------------------------------------------------------
+# The kernel's prologue (a program's batch, rows and KV blocks) and epilogue (the normalisation, the
+# stores, and a split's partials merged by the last split of a tile).
+# --------------------------------------------------------------------------------------------------
+
 @triton.jit
-def attention_kernel(
-    Q, K, V, KP, UK, FR, Mask, Out, Lse, Part, Arrived, Table, KVInfo, Sink, stt,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, uk_off, fr_off, smb, smh, sms, smk, lse_off,
-    NKV, S1, S2, G, sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, frame_drop, band_lo, band_hi,
-    blocks_per_split, tile_lo, lse_none,
-    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONES: tl.constexpr,
-    SHIFTED: tl.constexpr, ROW_SHIFT: tl.constexpr, FRAMED: tl.constexpr, STATE16: tl.constexpr,
-    FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr, SPLITS: tl.constexpr,
-    FP16_EXP: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr, STORE_LSE: tl.constexpr, OUT_BSND: tl.constexpr,
-    HAS_SINK: tl.constexpr, VARLEN: tl.constexpr, EVEN_KV: tl.constexpr, MERGE_ROWS: tl.constexpr,
-):
-    """Grid (query tiles from tile_lo on, B·NKV, splits). Out/Lse: the final FP16 output, contiguous
-    (B, S1, N, D) with OUT_BSND (FIA's BSH and BSND) else (B, N, S1, D), and (B, N, S1) FP32 lse (not
-    written unless STORE_LSE).
-
-    SPLITS > 1 (split-KV, decode): each program writes its split's partial normalised FP32 output
-    (splits, B, N, S1, D) and true-scale lse (splits, B, N, S1) to Part (the lse from element ``lse_off``
-    on) and arrives at its tile's counter in Arrived (int32, one per (query tile, B·NKV), zero before the
-    launch); the last of the tile's splits to arrive merges the partials into Out and Lse
-    (:func:`_merge_splits`), MERGE_ROWS rows at a time (the rows a decode tile holds, rounded up to a
-    power of two), and sets the counter back to zero: the merge needs no launch of its own, the
-    counters no zeroing before the next call. KP: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass, UK
-    its (u, K̄) per block (:func:`_key_tables`), and FR (B·NKV, the launch's query tiles, 2·blocks,
-    BLOCK_M) FP32 the frame terms C, Q̂·K̄ of each row and block (scratch, written and read by the tile's
-    own program; ROW_SHIFT without FUSED_SHIFT), linear in the queries of one launch: a call whose table
-    would be large launches the kernel over a few ranges of query tiles in turn. UK, FR and Lse start at
-    element ``uk_off``, ``fr_off`` and ``lse_off`` of their pointers, FR's reinterpreted as FP32: one
-    call's scratch (K', UK and FR; or the partial outputs and lse) is one allocation.
-
-    ``sm_scale`` is the softmax's factor on the scores the loop holds: the scale for ``fp32`` (whose
-    Q·Kᵀ stays unscaled), ρ = scale/q_mul for ``pasa_rs`` (whose Q̂ = Q·q_mul, a power of two, carries
-    the rest); unused by PASA, whose M carries its scale. ``reshift_at`` and ``relevance`` are pasa_rs's
-    reshift thresholds in units of Q̂·K (:func:`pasa_npu.blockwise.row_shift_constants`), ``frame_drop``
-    fp32_frame's FRAME_DROP_LIMIT in units of Q·K.
-
-    PAGED (PageAttention): K and V are caches of blocks of PAGE rows read through Table (B, max_blocks)
-    int32 (batch stride ``stt``), ``skb``/``svb`` being the caches' block strides and ``skh``/``sks``
-    (``svh``/``svs``) their head and row strides, so that both cache layouts are a choice of strides
-    (the pre-passes read them so too; their KP, UK stay dense, by key position). KVInfo (B, KV_INFO)
-    int32 holds each batch's query length, key length and band (lo, hi), which replace S1, S2, band_lo
-    and band_hi (a bottom-right band moves with the lengths): a batch's rows are the G·S1 rows of its
-    own length, tiled as a dense call on that batch alone would tile them, and tiles past them do
-    nothing. The user mask is indexed by query and key position, as for a dense call. The splits
-    divide each batch's own KV blocks, as they would for a dense call on that batch alone.
-
-    VARLEN (TND, with PAGED): the query is (T, N, D), batch b's rows starting at row KVInfo[b, 4] (its
-    cumulative offset; ``sqb`` unused), and the output (T, N, D) and lse (T, N) are written there (the
-    split partials keep their (B, N, S1) layout, S1 the longest batch's rows).
-
-    HAS_SINK: Sink (N,) holds each query head's learnable sink logit (any float dtype), which joins the
-    softmax's denominator once, in the final normalisation (:func:`_join_sink`); with splits, in the
-    merge of the splits instead. Rows with no key (and no sink) get lse ``lse_none`` (−∞ for a partial).
-
-    EVEN_KV (dense K and V, S2 a multiple of BLOCK_N, D = D_PAD; fp32 and fp32_frame): every KV block is whole,
-    so K and V are read without a mask, and without a band or mask the scores take none."""
-    # Longest rows first: under a causal band the last tiles see the most KV blocks.
-    tile = tl.num_programs(0) - 1 - tl.program_id(0)
-    pid_m = tile_lo + tile
-    b = tl.program_id(1) // NKV
-    hkv = tl.program_id(1) % NKV
-    split = tl.program_id(2)
+def _batch_rows(KVInfo, b, dims, band, per_split, sqb, sqs, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                PAGED: tl.constexpr, LAYOUT: tl.constexpr):
+    """Batch ``b``'s rows and where its results go. Dense: the call's S1, S2 and band for every batch. PAGED:
+    KVInfo (B, KV_INFO) holds each batch's query length, key length and band (lo, hi), which replace them (a
+    bottom-right band moves with the lengths), so that a batch's rows are the G·S1 rows of its own length,
+    tiled as a dense call on that batch alone would tile them, and its splits divide its own KV blocks.
+    LAYOUT "TND" (with PAGED): the query is (T, N, D), batch b's rows starting at row KVInfo[b, 4] (its
+    cumulative offset; ``sqb`` unused), and the output (T, N, D) and lse (T, N) are written there; a split's
+    partials keep their (B, N, S1) rows, S1 the call's (the longest batch's rows). Returns the batch's
+    (rows, S1, S2, band lo, band hi, KV blocks per split), the offsets of its first query, output and lse
+    rows, the output's head and row strides and the lse's, and the partials' rows, first row and head stride."""
+    NKV, S1, S2, G = dims
+    band_lo, band_hi = band
     n_rows = G * S1
-    # The tables' and results' strides, from the call's S1 and S2 (a paged batch replaces them below).
-    n_blocks = tl.cdiv(S2, BLOCK_N)
-    spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
     n_heads = NKV * G
     slb, slh = n_heads * S1, S1
     sob, soh, sos = n_heads * S1 * D, S1 * D, D
-    if OUT_BSND:
+    if LAYOUT != "BNSD":
         sob, soh, sos = S1 * n_heads * D, D, n_heads * D
-    # A split's partials: (B, N, S1) rows, S1 the call's (a paged batch's own query length replaces it below).
     part_rows = (tl.num_programs(1) // NKV) * n_heads * S1
     part_row0 = b * n_heads * S1
     part_sh = S1
-    q_row0 = b * sqb  # offsets of the batch's first query, output and lse rows
+    q_row0 = b * sqb
     o_row0 = b * sob
     l_row0 = b * slb
     slq = 1  # the lse's stride between query positions
@@ -595,29 +559,26 @@ def attention_kernel(
         S2 = tl.load(KVInfo + KV_INFO * b + 1)
         band_lo = tl.load(KVInfo + KV_INFO * b + 2)
         band_hi = tl.load(KVInfo + KV_INFO * b + 3)
-        blocks_per_split = tl.cdiv(tl.cdiv(S2, BLOCK_N), tl.num_programs(2))
+        per_split = tl.cdiv(tl.cdiv(S2, BLOCK_N), tl.num_programs(2))
         n_rows = G * q_len
         S1 = tl.maximum(q_len, 1)  # divides row indices; a batch with no query has no row
-        if VARLEN:
+        if LAYOUT == "TND":
             q_start = tl.load(KVInfo + KV_INFO * b + 4)
             q_row0 = q_start * sqs
-            # (T, N, D) output (OUT_BSND's strides) and (T, N) lse
             o_row0 = q_start * sos
             l_row0 = q_start * n_heads
             slh = 1
             slq = n_heads
+    return (n_rows, S1, S2, band_lo, band_hi, per_split, q_row0, o_row0, soh, sos, l_row0, slh, slq, part_rows,
+            part_row0, part_sh)
 
-    # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < n_rows
-    pos = rows % S1
-    head = hkv * G + rows // S1
-    d = tl.arange(0, D_PAD)
-    d_ok = d[None, :] < D
-    q = tl.load(Q + q_row0 + head[:, None] * sqh + pos[:, None] * sqs + d[None, :],
-                mask=row_ok[:, None] & d_ok, other=0.0)
 
-    # The KV blocks this tile can see. A tile that spans two heads holds every query position.
+@triton.jit
+def _tile_blocks(pid_m, split, n_rows, S1, S2, band_lo, band_hi, per_split, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, HAS_BAND: tl.constexpr, PAGED: tl.constexpr, SPLITS: tl.constexpr):
+    """The KV blocks [lo, hi) the tile of rows ``pid_m`` visits (its split's share of them), and the first and
+    last query position it holds (a tile that spans two heads holds every position). Returns (lo, hi, i_lo,
+    i_hi)."""
     blk_lo = 0
     blk_hi = tl.cdiv(S2, BLOCK_N)
     r0 = pid_m * BLOCK_M
@@ -634,92 +595,52 @@ def attention_kernel(
         # The grid is sized for the longest batch: a tile past this batch's rows visits no block.
         blk_hi = tl.where(r0 < n_rows, blk_hi, blk_lo)
     if SPLITS > 1:
-        blk_lo = blk_lo + split * blocks_per_split
-        blk_hi = tl.minimum(blk_hi, blk_lo + blocks_per_split)
+        blk_lo = blk_lo + split * per_split
+        blk_hi = tl.minimum(blk_hi, blk_lo + per_split)
+    return blk_lo, blk_hi, i_lo, i_hi
 
-    # The row state, and each allocation's own.
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
-    o = tl.zeros([BLOCK_M, D_PAD], tl.float32)
-    k_head = hkv * skh
-    kp_base = b * spb + hkv * sph
-    exp_scale = LOG2E
-    if ROW_SHIFT:
-        # Q̂ = Q·2^e: exact in FP16 (a power of two) but where it becomes subnormal.
-        q = (q.to(tl.float32) * q_mul).to(tl.float16)
-        exp_scale = sm_scale * LOG2E
-        fr = (FR + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
-        fr = fr + tl.program_id(1).to(tl.int64) * (tl.num_programs(0) * 2 * n_blocks * BLOCK_M) \
-            + tile * (2 * n_blocks * BLOCK_M) + tl.arange(0, BLOCK_M)
-        if not FUSED_SHIFT:
-            _rs_frame_table(fr, q, UK, uk_off + b * sub + hkv * suh, blk_lo, blk_hi, D, D_PAD, BLOCK_M)
-        # Block 1, the first block this program visits, a first time with ψ at its mean: how far its
-        # maximum lies above the mean starts the running excess. (A program that visits no block reads a
-        # valid one and uses nothing of it.)
-        first = tl.maximum(tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1), 0)
-        acc, _, lv = _rs_scores(q, first, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
-                                BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
-        e_run = _rs_excess(_masked(acc, first, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb,
-                                   smh, sms, smk, BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV), lv)
-        e_lag = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        c1 = tl.zeros([BLOCK_M], tl.float32)
-        psi1 = c1
-    elif SHIFTED:
-        f = tl.zeros([BLOCK_M], tl.float32)
-    else:
-        exp_scale = sm_scale * LOG2E
-        if FRAMED:
-            frame = tl.zeros([BLOCK_M], tl.float32)
-            low = tl.zeros([BLOCK_M], tl.int32)
-            known = frame != 0.0
-            peak = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            # l on the matrix unit, P·1 beside P·V: Σ P from the same FP16 P as O, with no vector sum, in each
-            # of the product's ONES columns.
-            l_acc = tl.zeros([BLOCK_M, ONES], tl.float32)
-            ones = tl.full([BLOCK_N, ONES], 1.0, tl.float16)
 
-    for blk in range(blk_lo, blk_hi):
-        if ROW_SHIFT:
-            s, c, lv = _rs_scores(q, blk, fr, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_M,
-                                  BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
-        elif SHIFTED:
-            s, mean = _pasa_scores(q, blk, K, k_head, KP, kp_base, b, Table, stt, skb, sks, S2, shift_a, shift_b,
-                                   D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
-        else:
-            s = _fa_scores(q, blk, K, k_head, b, Table, stt, skb, sks, S2, D, D_PAD, BLOCK_N, PAGED, PAGE, EVEN_KV)
-        s = _masked(s, blk, pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * smb, smh, sms, smk,
-                    BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV)
-        if ROW_SHIFT:
-            s, m_blk, d_cur, e_run, e_lag, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag, c1, psi1,
-                                                                reshift_at, relevance)
-            d_prev = 0.0
-        elif SHIFTED:
-            m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
-        elif FRAMED:
-            p, frame, low, known, peak, l_acc, o = _frame(s, frame, low, known, peak, l_acc, o, row_ok, sm_scale,
-                                                          exp_scale, frame_drop)
-        else:
-            m_blk = tl.max(s, axis=1)
-            d_prev = 0.0
-            d_cur = 0.0
-        v = _rows(V, hkv * svh, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, svb, svs, D, D_PAD,
-                  PAGED, PAGE, EVEN_KV)
-        if FRAMED:
-            # l and O from the same FP16 P, summed across blocks in the frames.
-            l_acc = tl.dot(p, ones, l_acc)
-            o = tl.dot(p, v, o)
-        else:
-            m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16, FP16_EXP)
+@triton.jit
+def _rs_start(q, q_mul, tile, blk_lo, blk_hi, keys, sel, Scratch, uk_base, fr_off, n_blocks, D: tl.constexpr,
+              D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FUSED_SHIFT: tl.constexpr,
+              PAGED: tl.constexpr, PAGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_BAND: tl.constexpr,
+              EVEN_KV: tl.constexpr):
+    """``pasa_rs``'s start: Q̂ = Q·q_mul (exact in FP16, a power of two, but where it becomes subnormal); the
+    program's frame table, FP32 (B·NKV, the launch's query tiles, 2·blocks, BLOCK_M) at element ``fr_off`` of
+    the scratch, the frame terms C, Q̂·K̄ of each row and block, written and read by the tile's own program
+    (filled here from the pre-pass's (u, K̄) rows at ``uk_base``, unless FUSED_SHIFT); and block 1, the first
+    block the program visits, a first time with ψ at its mean: how far its maximum lies above the mean starts
+    the running excess. (A program that visits no block reads a valid one and uses nothing of it.) Returns
+    (Q̂, the table's row pointers, the running excess, the lagged one, C_1, ψ_1)."""
+    S2 = keys[9]
+    q = (q.to(tl.float32) * q_mul).to(tl.float16)
+    fr = (Scratch + fr_off).to(tl.pointer_type(tl.float32), bitcast=True)
+    fr = fr + tl.program_id(1).to(tl.int64) * (tl.num_programs(0) * 2 * n_blocks * BLOCK_M) \
+        + tile * (2 * n_blocks * BLOCK_M) + tl.arange(0, BLOCK_M)
+    if not FUSED_SHIFT:
+        _rs_frame_table(fr, q, Scratch, uk_base, blk_lo, blk_hi, D, D_PAD, BLOCK_M)
+    first = tl.maximum(tl.minimum(blk_lo, tl.cdiv(S2, BLOCK_N) - 1), 0)
+    acc, _, lv = _rs_scores(q, first, fr, keys, D, D_PAD, BLOCK_M, BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
+    e_run = _rs_excess(_masked(acc, first, sel, BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV), lv)
+    e_lag = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    c1 = tl.zeros([BLOCK_M], tl.float32)
+    return q, fr, e_run, e_lag, c1, c1
 
-    if FRAMED:
-        l = tl.sum(tl.where(tl.arange(0, ONES)[None, :] == 0, l_acc, 0.0), axis=1)
+
+@triton.jit
+def _finish(m, l, o, f, frame, c1, psi1, sm_scale, inva, Sink, head, row_ok, FAMILY: tl.constexpr,
+            STATE16: tl.constexpr, HAS_SINK: tl.constexpr, SPLITS: tl.constexpr):
+    """The epilogue: the normalised output and the true-scale lse of every row, from the row state in the
+    allocation's frame (``f``: PASA's Welford mean; ``frame``: fp32_frame's G; ``c1``, ``psi1``: pasa_rs's
+    block-1 frame). HAS_SINK (and one split): the rows' sink logits join the denominator once, here, in the
+    true scale (with splits, in the merge of the splits). Returns (output, lse, no key), FP32."""
     if HAS_SINK and SPLITS == 1:
         # The sink joins once, in the true scale: the rows' maximum moved out of the allocation's frame.
-        if ROW_SHIFT:
+        if FAMILY == "pasa_rs":
             top = sm_scale * ((m + c1) + psi1)
-        elif SHIFTED:
+        elif FAMILY == "pasa":
             top = m + inva * f
-        elif FRAMED:
+        elif FAMILY == "frame":
             top = tl.where(l == 0.0, float("-inf"), sm_scale * frame)
         else:
             top = sm_scale * m
@@ -734,46 +655,188 @@ def attention_kernel(
     lse = tl.log(tl.where(empty, 1.0, l))
     if HAS_SINK and SPLITS == 1:
         lse = top + lse
-    elif ROW_SHIFT:
+    elif FAMILY == "pasa_rs":
         # The true-scale log-sum-exp ρ·(m + C_1 + ψ_1) + ln l.
         lse = sm_scale * ((m + c1) + psi1) + lse
-    elif SHIFTED:
+    elif FAMILY == "pasa":
         lse = (m + lse) + inva * f
-    elif FRAMED:
+    elif FAMILY == "frame":
         lse = sm_scale * frame + lse
     else:
         lse = sm_scale * m + lse
+    return out, lse, empty
+
+
+@triton.jit
+def _store_rows(Out, Lse, o_at, l_at, head, pos, row_ok, out, lse, D: tl.constexpr, D_PAD: tl.constexpr,
+                STORE_LSE: tl.constexpr):
+    """The FP16 output and (STORE_LSE) the lse of rows (``head``, ``pos``) where ``row_ok``: the output at
+    ``o_at`` = (first element, head stride, row stride), the lse at ``l_at`` likewise."""
+    d = tl.arange(0, D_PAD)
+    tl.store(Out + o_at[0] + head[:, None] * o_at[1] + pos[:, None] * o_at[2] + d[None, :], out.to(tl.float16),
+             mask=row_ok[:, None] & (d[None, :] < D))
+    if STORE_LSE:
+        tl.store(Lse + l_at[0] + head * l_at[1] + pos * l_at[2], lse, mask=row_ok)
+
+
+@triton.jit
+def _store_split(Part, Arrived, Out, Lse, Sink, part_at, o_at, l_at, out, lse, empty, row_ok, head, pos, hkv, G,
+                 S1, n_rows, pid_m, split, lse_none, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                 SPLITS: tl.constexpr, MERGE_ROWS: tl.constexpr, HAS_SINK: tl.constexpr, STORE_LSE: tl.constexpr):
+    """A split of a split-KV call (decode): its partial normalised FP32 output (splits, B, N, S1, D) and true-scale
+    lse (splits, B, N, S1) into Part (``part_at``: the partials' rows, the batch's first row, the head stride and
+    the lse's first element), then an arrival at the tile's counter in Arrived (int32, one per (query tile,
+    B·NKV), zero before the launch). The last of the tile's splits to arrive merges the partials into Out and Lse
+    (:func:`_merge_splits`), MERGE_ROWS rows at a time (the rows a decode tile holds, rounded up to a power of
+    two), and sets the counter back to zero: the merge needs no launch of its own, the counters no zeroing
+    before the next call."""
+    part_rows, part_row0, part_sh, lse_off = part_at
+    d = tl.arange(0, D_PAD)
+    part = part_row0 + head * part_sh + pos
+    tl.store(Part + (split * part_rows + part)[:, None] * D + d[None, :], out, mask=row_ok[:, None] & (d[None, :] < D))
+    tl.store(Part + lse_off + split * part_rows + part, tl.where(empty, float("-inf"), lse), mask=row_ok)
+    # Every thread's partials are written before the program arrives (the barrier); the arrival releases them
+    # to the program that arrives last, whose acquire orders its reads of them after every split's writes.
+    tl.debug_barrier()
+    arrived = Arrived + pid_m * tl.num_programs(1) + tl.program_id(1)
+    if tl.atomic_add(arrived, 1, sem="acq_rel") == SPLITS - 1:
+        tl.store(arrived, 0)
+        # The tile's rows that exist (a decode tile's G·S1 rows, often a few of its BLOCK_M), MERGE_ROWS at a time.
+        for r0 in range(pid_m * BLOCK_M, tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_rows), MERGE_ROWS):
+            mr = r0 + tl.arange(0, MERGE_ROWS)
+            mr_ok = mr < n_rows
+            m_head = hkv * G + mr // S1
+            m_pos = mr % S1
+            if HAS_SINK:
+                sink = tl.load(Sink + m_head, mask=mr_ok, other=0.0).to(tl.float32)
+            else:
+                sink = 0.0
+            m_out, m_lse = _merge_splits(Part, Part, lse_off, part_row0 + m_head * part_sh + m_pos, mr_ok,
+                                         part_rows, sink, lse_none, SPLITS, D, D_PAD, HAS_SINK)
+            _store_rows(Out, Lse, o_at, l_at, m_head, m_pos, mr_ok, m_out, m_lse, D, D_PAD, STORE_LSE)
+
+
+@triton.jit
+def attention_kernel(
+    Q, K, V, Scratch, Mask, Out, Lse, Part, Arrived, Table, KVInfo, Sink,
+    q_str, k_str, v_str, mask_str, stt, dims, band, scratch_at, tiles, terms,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONES: tl.constexpr,
+    FAMILY: tl.constexpr, STATE16: tl.constexpr, FUSED_SHIFT: tl.constexpr, HAS_MASK: tl.constexpr,
+    HAS_BAND: tl.constexpr, EVEN_KV: tl.constexpr, PAGE: tl.constexpr, LAYOUT: tl.constexpr,
+    HAS_SINK: tl.constexpr, STORE_LSE: tl.constexpr, SPLITS: tl.constexpr, MERGE_ROWS: tl.constexpr,
+):
+    """Grid (query tiles from ``tiles[0]`` on, B·NKV, splits); ``tiles`` = (first query tile, KV blocks per
+    split). Out: the final FP16 output, contiguous (B, N, S1, D) for LAYOUT "BNSD", (B, S1, N, D) for "BSND"
+    (FIA's BSH and BSND), (T, N, D) for "TND" (:func:`_batch_rows`); Lse the FP32 lse (if STORE_LSE). FAMILY:
+    "fa" (``fp32``), "frame" (``fp32_frame``), "pasa" (``pasa``, ``pasa_fp32``; STATE16: ``pasa``'s FP16 row
+    state) or "pasa_rs". ``q_str``, ``k_str``, ``v_str``: the (batch, head, row) strides of Q, K and V;
+    ``mask_str`` the user mask's (B, N, S1, S2) broadcast strides; ``dims`` = (NKV, S1, S2, G); ``band`` = (lo,
+    hi). Scratch: PASA's K' or ``pasa_rs``'s centred K' from a pre-pass (:func:`_key_tables`), its (u, K̄) at
+    element ``scratch_at[0]`` and frame table at ``scratch_at[1]`` (:func:`_rs_start`); Part: split partials,
+    their lse at ``scratch_at[2]`` (:func:`_store_split`). ``terms``: ``sm_scale``, the softmax's factor on the
+    scores the loop holds (the scale for FlashAttention's unscaled Q·Kᵀ, ρ = scale/q_mul for ``pasa_rs``, unused
+    by PASA, whose M carries it); PASA's (I, a, b); ``pasa_rs``'s q_mul and reshift thresholds in units of Q̂·K
+    (:func:`pasa_npu.blockwise.row_shift_constants`); fp32_frame's FRAME_DROP_LIMIT in units of Q·K; the lse
+    of a row with no key. PAGE > 0: K and V are caches of blocks of PAGE rows read through Table (B,
+    max_blocks) int32 (batch stride ``stt``; ``k_str``/``v_str`` the caches' block, head and row strides, so
+    either cache layout is a choice of strides), each batch's lengths from KVInfo; the user mask is indexed by
+    query and key position. HAS_SINK: Sink (N,) the heads' sink logits (:func:`_finish`). EVEN_KV (dense, S2 a
+    multiple of BLOCK_N, D = D_PAD): K and V are read without a mask, and without a band or mask the scores
+    take none."""
+    SHIFTED: tl.constexpr = FAMILY == "pasa"
+    ROW_SHIFT: tl.constexpr = FAMILY == "pasa_rs"
+    FRAMED: tl.constexpr = FAMILY == "frame"
+    PAGED: tl.constexpr = PAGE > 0
+    sqb, sqh, sqs = q_str
+    svb, svh, svs = v_str
+    sm_scale, inva, shift_a, shift_b, q_mul, reshift_at, relevance, frame_drop, lse_none = terms
+    NKV, G = dims[0], dims[3]
+    # Longest rows first: under a causal band the last tiles see the most KV blocks.
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid_m = tiles[0] + tile
+    b = tl.program_id(1) // NKV
+    hkv = tl.program_id(1) % NKV
+    n_rows, S1, S2, band_lo, band_hi, per_split, q_row0, o_row0, soh, sos, l_row0, slh, slq, part_rows, part_row0, \
+        part_sh = _batch_rows(KVInfo, b, dims, band, tiles[1], sqb, sqs, D, BLOCK_N, PAGED, LAYOUT)
+    # Rows of this tile: flattened (group member g, query position i) of KV head hkv.
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    pos = rows % S1
+    head = hkv * G + rows // S1
+    d = tl.arange(0, D_PAD)
+    q = tl.load(Q + q_row0 + head[:, None] * sqh + pos[:, None] * sqs + d[None, :],
+                mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+    blk_lo, blk_hi, i_lo, i_hi = _tile_blocks(pid_m, tl.program_id(2), n_rows, S1, S2, band_lo, band_hi, per_split,
+                                              BLOCK_M, BLOCK_N, HAS_BAND, PAGED, SPLITS)
+    # What the stages read: the keys (:func:`_fa_scores`) and the masks (:func:`_masked`).
+    n_blocks = tl.cdiv(dims[2], BLOCK_N)  # the pre-pass tables' blocks: the call's (the longest batch's)
+    spb, sph, sub, suh = _key_tables(n_blocks, NKV, D, BLOCK_N)
+    keys = (K, hkv * k_str[1], Scratch, b * spb + hkv * sph, b, Table, stt, k_str[0], k_str[2], S2)
+    sel = (pos, head, row_ok, i_lo, i_hi, band_lo, band_hi, S2, Mask, b * mask_str[0], mask_str[1], mask_str[2],
+           mask_str[3])
+
+    # The row state, and each allocation's own (the frames of reference it does not use stay zeros).
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    o = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    zero = tl.zeros([BLOCK_M], tl.float32)
+    f, frame, c1, psi1 = zero, zero, zero, zero
+    exp_scale = sm_scale * LOG2E
+    if ROW_SHIFT:
+        q, fr, e_run, e_lag, c1, psi1 = _rs_start(q, q_mul, tile, blk_lo, blk_hi, keys, sel, Scratch,
+                                                 scratch_at[0] + b * sub + hkv * suh, scratch_at[1], n_blocks, D,
+                                                 D_PAD, BLOCK_M, BLOCK_N, FUSED_SHIFT, PAGED, PAGE, HAS_MASK,
+                                                 HAS_BAND, EVEN_KV)
+    elif SHIFTED:
+        exp_scale = LOG2E
+    elif FRAMED:
+        low = tl.zeros([BLOCK_M], tl.int32)
+        known = frame != 0.0
+        peak = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        # l on the matrix unit: P·1 beside P·V, Σ P from the same FP16 P as O in each of ONES columns.
+        l_acc = tl.zeros([BLOCK_M, ONES], tl.float32)
+        ones = tl.full([BLOCK_N, ONES], 1.0, tl.float16)
+
+    for blk in range(blk_lo, blk_hi):
+        if ROW_SHIFT:
+            s, c, lv = _rs_scores(q, blk, fr, keys, D, D_PAD, BLOCK_M, BLOCK_N, FUSED_SHIFT, PAGED, PAGE)
+        elif SHIFTED:
+            s, mean = _pasa_scores(q, blk, keys, shift_a, shift_b, D, D_PAD, BLOCK_N, STATE16, FUSED_SHIFT, PAGED, PAGE)
+        else:
+            s = _fa_scores(q, blk, keys, D, D_PAD, BLOCK_N, PAGED, PAGE, EVEN_KV)
+        s = _masked(s, blk, sel, BLOCK_N, HAS_MASK, HAS_BAND, EVEN_KV)
+        if ROW_SHIFT:
+            s, m_blk, d_cur, e_run, e_lag, c1, psi1 = _rs_frame(s, c, lv, blk == blk_lo, m, e_run, e_lag, c1, psi1,
+                                                                reshift_at, relevance)
+            d_prev = 0.0
+        elif SHIFTED:
+            m_blk, d_prev, d_cur, f = _pasa_frame(s, mean, f, (blk - blk_lo + 1).to(tl.float32), inva, STATE16)
+        elif FRAMED:
+            p, frame, low, known, peak, l_acc, o = _frame(s, frame, low, known, peak, l_acc, o, row_ok, sm_scale,
+                                                          exp_scale, frame_drop)
+        else:
+            m_blk = tl.max(s, axis=1)
+            d_prev, d_cur = 0.0, 0.0
+        v = _rows(V, hkv * svh, Table, b, stt, blk * BLOCK_N + tl.arange(0, BLOCK_N), S2, svb, svs, D, D_PAD,
+                  PAGED, PAGE, EVEN_KV)
+        if FRAMED:
+            # l and O from the same FP16 P, summed across blocks in the frames.
+            l_acc = tl.dot(p, ones, l_acc)
+            o = tl.dot(p, v, o)
+        else:
+            m, l, o = _merge(m, l, o, s, m_blk, d_prev, d_cur, v, exp_scale, STATE16)
+
+    if FRAMED:
+        l = tl.sum(tl.where(tl.arange(0, ONES)[None, :] == 0, l_acc, 0.0), axis=1)
+    out, lse, empty = _finish(m, l, o, f, frame, c1, psi1, sm_scale, inva, Sink, head, row_ok, FAMILY, STATE16,
+                              HAS_SINK, SPLITS)
+    o_at, l_at = (o_row0, soh, sos), (l_row0, slh, slq)
     if SPLITS > 1:
-        part = part_row0 + head * part_sh + pos
-        tl.store(Part + (split * part_rows + part)[:, None] * D + d[None, :], out, mask=row_ok[:, None] & d_ok)
-        tl.store(Part + lse_off + split * part_rows + part, tl.where(empty, float("-inf"), lse), mask=row_ok)
-        # Every thread's partials are written before the program arrives (the barrier); the arrival releases them
-        # to the program that arrives last, whose acquire orders its reads of them after every split's writes.
-        tl.debug_barrier()
-        arrived = Arrived + pid_m * tl.num_programs(1) + tl.program_id(1)
-        if tl.atomic_add(arrived, 1, sem="acq_rel") == SPLITS - 1:
-            tl.store(arrived, 0)
-            # The tile's rows that exist (a decode tile's G·S1 rows, often a few of its BLOCK_M), MERGE_ROWS at a time.
-            for r0 in range(pid_m * BLOCK_M, tl.minimum(pid_m * BLOCK_M + BLOCK_M, n_rows), MERGE_ROWS):
-                mr = r0 + tl.arange(0, MERGE_ROWS)
-                mr_ok = mr < n_rows
-                m_head = hkv * G + mr // S1
-                m_pos = mr % S1
-                if HAS_SINK:
-                    sink = tl.load(Sink + m_head, mask=mr_ok, other=0.0).to(tl.float32)
-                else:
-                    sink = 0.0
-                m_out, m_lse = _merge_splits(Part, Part, lse_off, part_row0 + m_head * part_sh + m_pos, mr_ok,
-                                             part_rows, sink, lse_none, SPLITS, D, D_PAD, HAS_SINK)
-                tl.store(Out + o_row0 + m_head[:, None] * soh + m_pos[:, None] * sos + d[None, :],
-                         m_out.to(tl.float16), mask=mr_ok[:, None] & d_ok)
-                if STORE_LSE:
-                    tl.store(Lse + l_row0 + m_head * slh + m_pos * slq, m_lse, mask=mr_ok)
+        _store_split(Part, Arrived, Out, Lse, Sink, (part_rows, part_row0, part_sh, scratch_at[2]), o_at, l_at, out,
+                     lse, empty, row_ok, head, pos, hkv, G, S1, n_rows, pid_m, tl.program_id(2), lse_none, D, D_PAD,
+                     BLOCK_M, SPLITS, MERGE_ROWS, HAS_SINK, STORE_LSE)
     else:
-        tl.store(Out + o_row0 + head[:, None] * soh + pos[:, None] * sos + d[None, :], out.to(tl.float16),
-                 mask=row_ok[:, None] & d_ok)
-        if STORE_LSE:
-            tl.store(Lse + l_row0 + head * slh + pos * slq, tl.where(empty, lse_none, lse), mask=row_ok)
+        _store_rows(Out, Lse, o_at, l_at, head, pos, row_ok, out, tl.where(empty, lse_none, lse), D, D_PAD, STORE_LSE)
 
 
 @triton.jit

@@ -113,13 +113,15 @@ class Launch:
         """The compiled kernel and its constexpr values for this specialisation, from the cache; or None
         after launching through Triton (which compiles it), then caching it."""
         kernel, scalars, constexprs = self.kernel, self.scalars, self.constexprs
-        types = tuple(map(type, scalars))  # with the values: 1 and 1.0 are equal keys, an int and a float are not
+        # With the values: 1 and 1.0 are equal keys, an int and a float are not. A tuple of scalars (a kernel's
+        # grouped arguments) counts as its elements, which Triton specialises one by one.
+        types = tuple(map(type, _flat(scalars)))
         common = (id(kernel), device, tuple(constexprs.items()), self.num_warps, self.num_stages, types, dtypes,
                   residues)
         exact = (common, scalars)
         hit = _COMPILED.get(exact)
         if hit is None:
-            specialised = (common, _int_spec(kernel, types, scalars))
+            specialised = (common, _int_spec(kernel, types, _flat(scalars)))
             hit = _COMPILED.get(specialised)
             if hit is None:
                 compiled = _jit_launch(kernel, self.grid, tensors, scalars, self.num_warps, self.num_stages,
@@ -155,6 +157,13 @@ def _remember(key: tuple, entry: tuple) -> None:
     if len(_COMPILED) >= _COMPILED_LIMIT:
         _COMPILED.clear()
     _COMPILED[key] = entry
+
+
+def _flat(scalars: tuple) -> tuple:
+    """``scalars`` with each tuple among them replaced by its elements, recursively."""
+    if not any(type(x) is tuple for x in scalars):
+        return scalars
+    return tuple(y for x in scalars for y in (_flat(x) if type(x) is tuple else (x,)))
 
 
 def _int_spec(kernel, types: tuple, scalars: tuple) -> tuple:

@@ -10,6 +10,7 @@ integration module imports its own library when it is imported.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 import torch
@@ -17,7 +18,23 @@ import torch
 from ..interface import BACKENDS, fused_attention
 from ..precision import DEFAULT_PRECISION, get_allocation
 
-__all__ = ["PasaSettings", "fia_mask", "attend", "check_finite", "compressed_causal_mask", "MASKED_BIAS"]
+__all__ = ["PasaSettings", "fia_mask", "attend", "check_finite", "compressed_causal_mask", "MASKED_BIAS",
+           "TRANSFORMERS_VERSIONS", "check_transformers_version"]
+
+#: The transformers releases :mod:`.transformers` supports, [first, end): those it is tested with (the
+#: ``transformers`` extra of pyproject.toml states the same range). Continuous batching's rules for attention
+#: functions, and where its paged cache is updated, change between releases (docs/integrations/transformers.md).
+TRANSFORMERS_VERSIONS = ((5, 23), (5, 25))
+
+
+def check_transformers_version(version: str) -> None:
+    """Raise ImportError, saying what to install, unless transformers ``version`` is in
+    :data:`TRANSFORMERS_VERSIONS`."""
+    (lo, hi), found = TRANSFORMERS_VERSIONS, re.match(r"(\d+)\.(\d+)", version)
+    if found is None or not lo <= (int(found[1]), int(found[2])) < hi:
+        raise ImportError(f"pasa_npu.integrations.transformers supports transformers >={lo[0]}.{lo[1]},"
+                          f"<{hi[0]}.{hi[1]} (the releases it is tested with), found {version}: "
+                          f"pip install 'pasa-npu[transformers]'")
 
 #: An additive mask entry at or below this value means "masked out". Libraries write −inf,
 #: ``torch.finfo(dtype).min`` (transformers' eager masks) or −10000 (diffusers' UNet masks);

@@ -6,6 +6,9 @@
     register("pasa_fp16", precision="fp16")      # another name, another allocation
     model.set_attn_implementation("pasa_fp16")
 
+It supports transformers 5.23 and 5.24 (:data:`pasa_npu.integrations.TRANSFORMERS_VERSIONS`); importing it with
+any other release raises ImportError saying so.
+
 ``register`` adds the name to transformers' ``AttentionInterface`` (the attention function every
 model's attention layer calls) and to its ``AttentionMaskInterface``: transformers builds each
 model's mask with the function registered under the model's attention implementation, and for a
@@ -33,13 +36,19 @@ transformers' cache, read in place through the block table.
 from __future__ import annotations
 
 import torch
-from transformers import AttentionInterface
-from transformers.generation.continuous_batching.cache import PagedAttentionCache
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+import transformers
 
-from ..precision import DEFAULT_PRECISION
-from ..interface import fused_attention
-from . import PasaSettings, attend, check_finite, compressed_causal_mask, fia_mask
+from . import check_transformers_version
+
+check_transformers_version(transformers.__version__)
+
+from transformers import AttentionInterface  # noqa: E402  (after the version check: older releases lack these)
+from transformers.generation.continuous_batching.cache import PagedAttentionCache  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
+
+from ..precision import DEFAULT_PRECISION  # noqa: E402
+from ..interface import fused_attention  # noqa: E402
+from . import PasaSettings, attend, check_finite, compressed_causal_mask, fia_mask  # noqa: E402
 
 __all__ = ["register", "use_in_continuous_batching", "make_attention_function", "pasa_mask"]
 
