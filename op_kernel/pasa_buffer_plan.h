@@ -14,7 +14,7 @@ namespace pasa_kernel {
 constexpr uint32_t BLOCK_KV = 128;              // keys per KV block (n of M); the tiling fixes it
 constexpr uint32_t ROW_VEC = 128;               // padded length of a per-row vector (rows per AIV <= 128)
 constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and mask tiles at most: more rows per
-                                                // AIV (a query block of 192 or 256) are taken in tiles (AivTileRows)
+                                                // AIV (a query block of 256) are taken in tiles (AivTileRows)
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
@@ -107,30 +107,37 @@ PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, c
 
 // One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,
 // where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them,
-// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it: the largest of blockQ,
-// blockQ / 2, ... (rounded down to a multiple of 16) whose tiles fit, two where they fit, else one. A task's Q
-// (its rows x D FP16) stays in an L0A half for the task where it fits one; else each chunk's rows of Q are loaded
-// from L1 into an L0A half beside the chunk's product, which they must fit (scoreRows x D FP16). Either way S' is one
-// Mmad call over D per chunk of rows and keys. scoreRows 0: nothing fits.
+// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it. A whole tile takes two buffers
+// where they fit, else one: its Fixpipe then drains while the cube sums the block's P V (pasa_framed_cube.h). Row
+// chunks take the largest multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the
+// cube computes the next), else whose one does. A task's Q (its rows x D FP16) stays in an L0A half for the task where
+// it fits one; else each chunk's rows of Q are loaded from L1 into an L0A half beside the chunk's product, which they
+// must fit (scoreRows x D FP16). Either way S' is one Mmad call over D per chunk of rows and keys. scoreRows 0:
+// nothing fits.
 struct AicL0cPlan {
     uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
+    // Takes S' tiles of `rows` rows in `buffers` buffers where they fit beside the accumulator (and a chunk's Q
+    // beside them in an L0A half); whether it did.
+    PASA_HOST_AICORE inline bool Take(uint32_t rows, uint32_t buffers, uint32_t headDim, bool queryInL0a) {
+        constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
+        if (!queryInL0a && rows * headDim * 2 > L0_HALF_BYTES) return false;
+        if (accBytes + buffers * rows * BLOCK_KV * 4 > L0C_BYTES) return false;
+        scoreRows = rows;
+        scoreBuffers = buffers;
+        scoreBufferBytes = rows * BLOCK_KV * 4;
+        return true;
+    }
 };
 PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
-    constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
     if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, 2, L0C_HALF_BYTES};
     AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0};
     const bool queryInL0a = blockQ * headDim * 2 <= L0_HALF_BYTES;
-    for (uint32_t rows = blockQ; rows >= FRACTAL && p.scoreRows == 0; rows = rows / 2 / FRACTAL * FRACTAL) {
-        if (!queryInL0a && rows * headDim * 2 > L0_HALF_BYTES) continue;
-        for (uint32_t buffers = 2; buffers >= 1 && p.scoreRows == 0; --buffers) {
-            if (p.accBytes + buffers * rows * BLOCK_KV * 4 <= L0C_BYTES) {
-                p.scoreRows = rows;
-                p.scoreBuffers = buffers;
-                p.scoreBufferBytes = rows * BLOCK_KV * 4;
-            }
-        }
-    }
+    const uint32_t whole = (blockQ + FRACTAL - 1) / FRACTAL * FRACTAL;
+    if (p.Take(whole, 2, headDim, queryInL0a) || p.Take(whole, 1, headDim, queryInL0a)) return p;
+    for (uint32_t buffers = 2; buffers >= 1; --buffers)
+        for (uint32_t rows = whole - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
+            if (p.Take(rows, buffers, headDim, queryInL0a)) return p;
     return p;
 }
 

@@ -1,8 +1,8 @@
 // fp32_frame on the AIC (FramedFamily in pasa_allocation.h; python/pasa_npu/blockwise.py _query_block_frame), per
 // task, with the stacked handshake of pasa_cube_stage.h:
 //   * S_j = Q K_j^T, K straight from GM (a tail padded with copies of its last key, whose columns the AIVs mask),
-//     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows where the
-//     accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
+//     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows (ping-pong
+//     buffers) where the accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
 //     one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more rows than an L0A
 //     half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
@@ -16,6 +16,10 @@
 //     before its first P V, from the strip its AIVs wrote (FLAG_M_READY);
 //   * after the task's last block the accumulator goes to the final segment slot. PV_READY says that the stack's
 //     segments, and after the last stack the final one, are in GM.
+// The two interleave: once stack i - preLaunch's P is in, S of stack i and the sums of stack i - preLaunch go block
+// by block, so that the Fixpipe drains a block's S (the AIC's largest transfer) while the cube sums the other
+// block, and S_READY and PV_READY follow together; the slots' reuse is as safe as in pasa_cube_stage.h, each S now
+// written after a later P wait.
 // The verdict words come in a ring of 2 preLaunch + 2 stacks counted over the launch (pasa_softmax_framed.h says
 // why that many): this AIC counts the stacks it sums, as the AIVs count the stacks they send.
 #ifndef PASA_FRAMED_CUBE_H
@@ -98,14 +102,31 @@ public:
             q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
             q = cube_->L0A().DeQue<half>();
         }
+        // Stack i's S and stack i - preLaunch's sums in one pass, block by block, after the P wait: the Fixpipe drains
+        // a block's S while the cube sums a block. Not in the task's first such pass: there the AIVs, which have
+        // only preLaunch stacks of S so far, would wait for stack i's S behind the P wait, so S goes first.
         const uint32_t stacks = StacksOf(*t_, k), stack0 = stacksSummed_;
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
-            if (i < stacks) {
-                const KvStack st = StackOf(*t_, k, i);
-                for (uint32_t j = st.first; j < st.end; ++j) Score(k, q1, q, mp, j);
+            const bool scores = i < stacks, sums = i >= t_->preLaunch;
+            const KvStack ss = scores ? StackOf(*t_, k, i) : KvStack{0, 0};
+            const KvStack ps = sums ? StackOf(*t_, k, i - t_->preLaunch) : KvStack{0, 0};
+            const uint32_t nSums = ps.end - ps.first;
+            uint32_t nScores = ss.end - ss.first;
+            if (scores && (!sums || i == t_->preLaunch)) {
+                for (uint32_t j = ss.first; j < ss.end; ++j) Score(k, q1, q, mp, j);
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+                nScores = 0;
             }
-            if (i >= t_->preLaunch) Sums(k, mp, i - t_->preLaunch, stack0);
+            const uint32_t closes = sums ? BeginSums(stack0 + i - t_->preLaunch) : 0;
+            for (uint32_t b = 0; b < (nScores > nSums ? nScores : nSums); ++b) {
+                if (b < nScores) Score(k, q1, q, mp, ss.first + b);
+                if (b < nSums) Sum(k, mp, ps.first + b, (closes >> b) & 1u);
+            }
+            if (nScores > 0) CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
+            if (sums) {
+                if (ps.end == k.nBlocks) CloseSegment(slots_.finalSegment, mp);
+                CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_PV_READY);
+            }
         }
         stacksSummed_ = stack0 + stacks;
         if (queryInL0a_) cube_->L0A().FreeTensor(q);
@@ -167,57 +188,56 @@ private:
         cube_->kL1_.FreeTensor(kt);
     }
 
-    // Stack i of the task (the launch's stack stack0 + i) once the AIVs sent its P: closes, then P_j [V_j | 1].
-    __aicore__ inline void Sums(const Task& k, uint32_t mp, uint32_t i, uint32_t stack0) {
-        const KvStack st = StackOf(*t_, k, i);
+    // The launch's stack `stack` once the AIVs sent its P: the column of ones before the launch's first sum, and the
+    // stack's close verdicts (bit b: block b of the stack closes a segment).
+    __aicore__ inline uint32_t BeginSums(uint32_t stack) {
         CrossCoreWaitFlag(FLAG_P_READY);
         if (!onesLoaded_) LoadOnes();
-        const uint32_t closes = Verdicts(stack0 + i);
-        for (uint32_t j = st.first; j < st.end; ++j) {
-            const bool close = (closes >> (j - st.first)) & 1u;
-            if (j == 0) {
-                segmentSums_ = cube_->sums_.AllocTensor<float>();
-            } else if (close) {
-                CloseSegment(slots_.Segment(j), mp);
-                segmentSums_ = cube_->sums_.AllocTensor<float>();
-            }
-            const uint32_t jb = k.kvBlock0 + j;
-            const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
-            LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, probs_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
-            // padded V rows repeat the last key's value, the ones strip holds 1 there too; their P columns are 0
-            LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
-            const bool init = j == 0 || close;
-            // V in one chunk and the ones strip stay in the L0B halves for every row half. Per half, the ones' call
-            // first, then V's: the calls write other columns, and the last one orders them before the next block's
-            LocalTensor<half> b2, ones2;
-            for (uint32_t h0 = 0; h0 < mp; h0 += PV_ROWS) {
-                const uint32_t m = MinU(PV_ROWS, mp - h0);
-                const bool last = h0 + PV_ROWS >= mp;
-                LocalTensor<half> a2 = cube_->LoadA(p, mp, h0, m, 0, BLOCK_KV);
-                a2 = cube_->L0A().DeQue<half>();
-                const LocalTensor<float> acc = segmentSums_[h0 * cols_];  // the half's NZ tile of m rows
-                if (h0 == 0 || !oneChunk_) {
-                    ones2 = cube_->LoadB(ones1_, BLayout::ROWS, BLOCK_KV, Policy::VALUE_EXTRA_COLS, 0, 0, BLOCK_KV);
-                    ones2 = cube_->L0B().DeQue<half>();
-                }
-                cube_->Multiply(acc[t_->headDim * m], a2, ones2, m, Policy::VALUE_EXTRA_COLS, BLOCK_KV, init, false);
-                if (!oneChunk_ || last) cube_->L0B().FreeTensor(ones2);
-                for (uint32_t n0 = 0; n0 < t_->headDim; n0 += pvChunk_) {
-                    const uint32_t n = MinU(pvChunk_, t_->headDim - n0);
-                    if (h0 == 0 || !oneChunk_) {
-                        b2 = cube_->LoadB(v, BLayout::ROWS, BLOCK_KV, n, n0, 0, BLOCK_KV);
-                        b2 = cube_->L0B().DeQue<half>();
-                    }
-                    cube_->Multiply(acc[n0 * m], a2, b2, m, n, BLOCK_KV, init, n0 + n >= t_->headDim);
-                    if (!oneChunk_ || last) cube_->L0B().FreeTensor(b2);
-                }
-                cube_->L0A().FreeTensor(a2);
-            }
-            cube_->pL1_.FreeTensor(p);
-            cube_->vL1_.FreeTensor(v);
+        return Verdicts(stack);
+    }
+
+    // Block j's [O | l] += P_j [V_j | 1], after the open segment's [O | l] went out at a close.
+    __aicore__ inline void Sum(const Task& k, uint32_t mp, uint32_t j, bool close) {
+        if (j == 0) {
+            segmentSums_ = cube_->sums_.AllocTensor<float>();
+        } else if (close) {
+            CloseSegment(slots_.Segment(j), mp);
+            segmentSums_ = cube_->sums_.AllocTensor<float>();
         }
-        if (st.end == k.nBlocks) CloseSegment(slots_.finalSegment, mp);
-        CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_PV_READY);
+        const uint32_t jb = k.kvBlock0 + j;
+        const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
+        LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, probs_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
+        // padded V rows repeat the last key's value, the ones strip holds 1 there too; their P columns are 0
+        LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
+        const bool init = j == 0 || close;
+        // V in one chunk and the ones strip stay in the L0B halves for every row half. Per half, the ones' call
+        // first, then V's: the calls write other columns, and the last one orders them before the next block's
+        LocalTensor<half> b2, ones2;
+        for (uint32_t h0 = 0; h0 < mp; h0 += PV_ROWS) {
+            const uint32_t m = MinU(PV_ROWS, mp - h0);
+            const bool last = h0 + PV_ROWS >= mp;
+            LocalTensor<half> a2 = cube_->LoadA(p, mp, h0, m, 0, BLOCK_KV);
+            a2 = cube_->L0A().DeQue<half>();
+            const LocalTensor<float> acc = segmentSums_[h0 * cols_];  // the half's NZ tile of m rows
+            if (h0 == 0 || !oneChunk_) {
+                ones2 = cube_->LoadB(ones1_, BLayout::ROWS, BLOCK_KV, Policy::VALUE_EXTRA_COLS, 0, 0, BLOCK_KV);
+                ones2 = cube_->L0B().DeQue<half>();
+            }
+            cube_->Multiply(acc[t_->headDim * m], a2, ones2, m, Policy::VALUE_EXTRA_COLS, BLOCK_KV, init, false);
+            if (!oneChunk_ || last) cube_->L0B().FreeTensor(ones2);
+            for (uint32_t n0 = 0; n0 < t_->headDim; n0 += pvChunk_) {
+                const uint32_t n = MinU(pvChunk_, t_->headDim - n0);
+                if (h0 == 0 || !oneChunk_) {
+                    b2 = cube_->LoadB(v, BLayout::ROWS, BLOCK_KV, n, n0, 0, BLOCK_KV);
+                    b2 = cube_->L0B().DeQue<half>();
+                }
+                cube_->Multiply(acc[n0 * m], a2, b2, m, n, BLOCK_KV, init, n0 + n >= t_->headDim);
+                if (!oneChunk_ || last) cube_->L0B().FreeTensor(b2);
+            }
+            cube_->L0A().FreeTensor(a2);
+        }
+        cube_->pL1_.FreeTensor(p);
+        cube_->vL1_.FreeTensor(v);
     }
 
     // The accumulator's mp rows of [O | l] to GM (rows of D + 16 FP32, of which O and l are written: the other

@@ -130,25 +130,34 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // ---- blocks -------------------------------------------------------------------------------
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
-    // fp32_frame takes the most query rows of 256, 192, 128, 64, ... whose accumulator [O | l] (FP32, D + 16
-    // columns) fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk):
-    // on the A2's memories 256 up to D = 96, 192 at D = 112 to 144; more than 128 only where that makes fewer query
-    // blocks than 128 would. The others take at most 128.
-    CHECK(t.blockQ <= 128 || (framed && (t.blockQ == 256 || t.blockQ == 192)));
+    // fp32_frame takes the most query rows of 256, 128, 96, 64, ... whose accumulator [O | l] (FP32, D + 16 columns)
+    // fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk); more than 64
+    // only where L0C also holds two S chunks of 32 rows or the whole S tile (with its rows of Q in an L0A half)
+    // beside it, and more than 128 only where that makes fewer query blocks than 128 would: on the A2's memories 256
+    // up to D = 80, 128 from D = 96 to 160, 96 from 176 to 240 (where the AIVs' UB takes fewer than 64 rows each),
+    // 64 at 256. The others take at most 128, and never 96.
+    CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256));
+    CHECK(t.blockQ != 96 || framed);
     if (framed) {
         const uint64_t headRows = (uint64_t)d.S1 * (d.S1 == 1 && d.N > d.NKV ? d.N / d.NKV : 1);
         uint32_t rows = 0;
-        for (uint32_t bq : {256u, 192u, 128u, 64u, 32u, 16u})
-            if (rows == 0 && (uint64_t)bq * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= pl.l0cSize &&
+        for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
+            const uint64_t acc = (uint64_t)bq * (d.D + 16) * 4, tile = (uint64_t)bq * t.blockKv * 4;
+            const bool largeChunks = acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize ||
+                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024);
+            if (rows == 0 && acc + 16ull * t.blockKv * 4 <= pl.l0cSize && (bq <= 64 || largeChunks) &&
                 (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
                 rows = bq;
+        }
         CHECK(t.blockQ <= rows);
-        // beyond D = 144 the AIVs' UB (their rows of O in FP32) takes fewer rows than L0C would
-        if (pl.ubSize >= 192 * 1024 && pl.l1Size >= 512 * 1024 && d.D <= 144) {
-            CHECK(t.blockQ == rows);
-            if (d.D <= 96 && headRows > 128) CHECK(t.blockQ == 256);
-            if (d.D >= 112 && headRows > 256) CHECK(t.blockQ == 192);
-            if (headRows <= 128) CHECK(t.blockQ == 128);
+        // beyond D = 160 the AIVs' UB (their rows of O in FP32) takes fewer rows than L0C would
+        if (pl.ubSize >= 192 * 1024 && pl.l1Size >= 512 * 1024) {
+            if (d.D <= 144) CHECK(t.blockQ == rows);
+            if (d.D <= 80 && headRows > 128) CHECK(t.blockQ == 256);
+            if (d.D >= 96 && d.D <= 144 && headRows > 64) CHECK(t.blockQ == 128);
+            if (d.D <= 144 && headRows <= 128) CHECK(t.blockQ == 128);
+            if (d.D >= 176 && d.D <= 240 && headRows > 64) CHECK(t.blockQ == 96);
+            if (d.D == 256) CHECK(t.blockQ == 64);
         }
     }
     // decode with GQA: a task's rows are its KV head's group of query heads
@@ -373,7 +382,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
 
 // D x S1 x S2 x GQA ratio x allocation, prefill and decode, lengths up to 128k.
 void SectionGrid() {
-    const int64_t Ds[] = {64, 80, 96, 128, 256};
+    const int64_t Ds[] = {64, 80, 96, 128, 192, 256};
     const int64_t S1s[] = {1, 17, 128, 129, 1000, 8192, 131072};
     const int64_t S2s[] = {1, 127, 128, 129, 4096, 131072};
     const int64_t ratios[] = {1, 2, 4, 8, 16};

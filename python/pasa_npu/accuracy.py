@@ -148,92 +148,156 @@ def draw_hard(case: Case, rng: np.random.Generator, *, s1: int | None = None, s2
       last key (FIA's sparse_mode 3); band: the same with a window of 256 keys (sparse_mode 4);
       decode: one query row, 8 heads.
     """
-    rows, keys, dim = s1, s2, d
-    b, n, s1, s2, d, nkv = 1, 2, 128, 1000, 128, None
-    dist, x0, am = case.dist, case.x0, case.am
-    band = mask = sink = None
-    if dist.startswith("d") and dist[1:].isdigit():
-        d = int(dist[1:])
-    elif dist == "gqa":
-        n, nkv = 8, 2
-    elif dist == "decode":
-        n, s1 = 8, 1
-    elif dist in ("causal", "band"):
-        s1 = 256
-    elif dist in ("long", "long_fall"):
-        n, s1, s2 = 1, 4, LONG_KEYS
-    elif dist == "long_spread":
-        s1, s2 = 8, SPREAD_KEYS
-    elif dist == "padding":
-        b = 2
-    elif dist in ("scale", "scale_ties"):
-        q, k, v = draw_large_scale("ties" if dist == "scale_ties" else "normal", rng, **{
-            name: val for name, val in (("s1", rows), ("s2", keys), ("d", dim)) if val})
-        return (*(x.astype(np.float32) for x in (q, k, v)), _call(x0))
-    s1, s2, d = rows or s1, keys or s2, dim or d
-    nkv = nkv or n
-    qs, ks = (b, n, s1, d), (b, nkv, s2, d)
-    v = rng.normal(0.0, 1.0, ks)
-    if dist == "resonance":
-        c = np.cos(2 * np.pi * 3 * np.arange(d) / d)
-        ck = np.cos(2 * np.pi * 3 * np.arange(d) / d + np.deg2rad(x0))
-        q = rng.uniform(am - 2, am + 2, qs[:-1] + (1,)) * c + rng.normal(0, 1, qs)
-        k = 40 + rng.uniform(am - 2, am + 2, ks[:-1] + (1,)) * ck + rng.normal(0, 1, ks)
-    elif dist == "drift":
-        q = rng.normal(x0, am, qs)
-        k = rng.normal(0, am, ks) + x0 * np.linspace(0.5, 1.5, s2)[:, None]
-    elif dist == "steps":
-        q = rng.normal(x0, am, qs)
-        level = rng.uniform(0, x0, -(-s2 // 128)).repeat(128)[:s2]
-        k = rng.normal(0, am, ks) + level[:, None]
-    elif dist == "sink":
-        q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
-        k[..., 0, :] += 0.4
-    elif dist == "shift_overflow":
-        # q ≈ 2 in every dimension, so a key of level L in every dimension scores ≈ 2·L·d·scale.
-        q = 2 + rng.normal(0, 0.01, qs)
-        unit = 2 * d / np.sqrt(d)
-        k = rng.normal(0, 1, ks) + x0 / unit
-        k[..., ::128, :] += (am - x0) / unit
-    elif dist == "spike":
-        q = 2 + rng.normal(0, 0.01, qs)
-        unit = 2 * d / np.sqrt(d)
-        k = rng.normal(0, 1, ks) / 16
-        k[..., :128, :] += x0 / unit
-        k[..., 5, :] += (am - x0) / unit
-        k[..., 128:, :] += (am + 1000) / unit
-    elif dist in ("spread", "long_spread"):
-        q = rng.choice([-1.0, 1.0], qs)
-        k = rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5
-    elif dist == "long":
-        q, k = rng.normal(0, 0.05, qs), rng.normal(0, 0.05, ks)
-        v = rng.normal(3.0, 1.0, ks)
-    elif dist == "long_fall":
-        # Q is a unit vector along dimension 0, so a key's scaled score is its dimension 0 over √d.
-        q, k = np.zeros(qs), rng.normal(0, 0.01, ks)
-        q[..., 0] = 1.0
-        k[..., 0] = (np.linspace(0, -x0, s2) + rng.normal(0, am, ks[:-1])) * np.sqrt(d)
-    elif dist == "learnable_sink":
-        q, k = rng.normal(0, am, qs), rng.normal(0, am, ks)
-        sink = x0 + rng.uniform(-2, 2, n)
-    elif dist in ("tail", "gqa", "causal", "band", "decode", "padding") or dist[1:].isdigit():
-        q, k = rng.normal(x0, am, qs), rng.normal(x0, am, ks)
-    else:
+    dist = case.dist
+    if dist not in HARD_DISTRIBUTIONS:
         raise ValueError(f"hard case must be one of {HARD_DISTRIBUTIONS}, got {dist!r}")
-    if dist == "causal":
-        band = (None, s2 - s1)
-    elif dist == "band":
-        band = (s2 - s1 - 255, s2 - s1)
-    elif dist == "padding":
-        mask = np.zeros((b, 1, 1, s2), bool)
-        mask[0, ..., round(0.613 * s2):] = True
-        mask[1, ..., : round(0.387 * s2)] = True
-    return (*(x.astype(np.float32) for x in (q, k, v)), _call(1.0 / np.sqrt(d), band, mask, sink))
+    if dist in _LARGE_SCALE_CASES:  # its own shape and V, and the case's x0 as the scale
+        q, k, v = draw_large_scale(_LARGE_SCALE_CASES[dist], rng, **{
+            name: val for name, val in (("s1", s1), ("s2", s2), ("d", d)) if val})
+        return (*(x.astype(np.float32) for x in (q, k, v)), _call(case.x0))
+    shape = {"b": 1, "n": 2, "s1": 128, "s2": 1000, "d": 128, "nkv": None, **_HARD_SHAPES.get(dist, {})}
+    s1, s2, d = s1 or shape["s1"], s2 or shape["s2"], d or shape["d"]
+    b, n = shape["b"], shape["n"]
+    qs, ks = (b, n, s1, d), (b, shape["nkv"] or n, s2, d)
+    # V ~ N(0, 1) is every case's first draw, its own draws follow (a case with its own V draws it after
+    # Q and K): the order fixes the arrays of a seed.
+    v = rng.normal(0.0, 1.0, ks)
+    drawn = {"v": v, "band": None, "mask": None, "sink": None, **_HARD_DRAWS[dist](rng, case.x0, case.am, qs, ks)}
+    q, k, v = (drawn[name].astype(np.float32) for name in ("q", "k", "v"))
+    return q, k, v, _call(1.0 / np.sqrt(d), drawn["band"], drawn["mask"], drawn["sink"])
 
 
 def _call(scale: float, band=None, mask=None, sink=None) -> dict:
     """The keywords of a golden call of :func:`draw_hard`."""
     return {"scale": scale, "band": band, "mask": mask, "sink": sink}
+
+
+# The draws of the hard cases (:data:`_HARD_DRAWS`), one function per family of inputs:
+# ``(rng, x0, am, qs, ks)`` -> the arrays the case draws after V ~ N(0, 1) ("q" and "k", and "v" where it
+# replaces V) and its "band", "mask" or "sink" where it has one; qs and ks are the (B, N, S, D) shapes of
+# Q and of K and V.
+
+
+def _draw_normal(rng, x0, am, qs, ks):
+    """Q, K ~ N(x0, am): the cases about shapes, masks and bands, where the values are not the point."""
+    return {"q": rng.normal(x0, am, qs), "k": rng.normal(x0, am, ks)}
+
+
+def _draw_resonance(rng, x0, am, qs, ks):
+    d = qs[-1]
+    c = np.cos(2 * np.pi * 3 * np.arange(d) / d)
+    ck = np.cos(2 * np.pi * 3 * np.arange(d) / d + np.deg2rad(x0))
+    # Q and K share a cosine of 3 periods along D: Q·K ≈ a·a'·cos(x0°)·D/2, while K's level 40 meets
+    # Q's cosine, which sums to 0 over D.
+    q = rng.uniform(am - 2, am + 2, qs[:-1] + (1,)) * c + rng.normal(0, 1, qs)
+    k = 40 + rng.uniform(am - 2, am + 2, ks[:-1] + (1,)) * ck + rng.normal(0, 1, ks)
+    return {"q": q, "k": k}
+
+
+def _draw_levels(level):
+    """The draw of keys whose mean moves along the sequence: Q ~ N(x0, am) and K ~ N(0, am) plus
+    ``level(rng, x0, s2)``, one level per key (drawn between Q and K)."""
+    def draw(rng, x0, am, qs, ks):
+        q = rng.normal(x0, am, qs)
+        shift = level(rng, x0, ks[-2])
+        return {"q": q, "k": rng.normal(0, am, ks) + shift[:, None]}
+    return draw
+
+
+def _draw_sink(rng, x0, am, qs, ks):
+    drawn = _draw_normal(rng, x0, am, qs, ks)
+    drawn["k"][..., 0, :] += 0.4
+    return drawn
+
+
+def _unit_queries(rng, qs):
+    """Q ≈ 2 in every dimension, and ``unit``: the scaled score of a key of level 1 in every dimension
+    (2·D·scale), so that a key of level L/unit scores ≈ L."""
+    d = qs[-1]
+    return 2 + rng.normal(0, 0.01, qs), 2 * d / np.sqrt(d)
+
+
+def _draw_shift_overflow(rng, x0, am, qs, ks):
+    q, unit = _unit_queries(rng, qs)
+    k = rng.normal(0, 1, ks) + x0 / unit
+    k[..., ::128, :] += (am - x0) / unit  # the first key of every block
+    return {"q": q, "k": k}
+
+
+def _draw_spike(rng, x0, am, qs, ks):
+    q, unit = _unit_queries(rng, qs)
+    k = rng.normal(0, 1, ks) / 16
+    k[..., :128, :] += x0 / unit
+    k[..., 5, :] += (am - x0) / unit  # block 1's maximum
+    k[..., 128:, :] += (am + 1000) / unit
+    return {"q": q, "k": k}
+
+
+def _draw_spread(rng, x0, am, qs, ks):
+    # U(−1, 1)·√3 has variance 1: each key entry, and each scaled score (D terms ±K over √D), has the
+    # standard deviation am/4.5.
+    return {"q": rng.choice([-1.0, 1.0], qs), "k": rng.uniform(-1, 1, ks) * np.sqrt(3) * am / 4.5}
+
+
+def _draw_long(rng, x0, am, qs, ks):
+    drawn = _draw_normal(rng, 0, 0.05, qs, ks)
+    # A biased V, so that the output's sums grow with the keys as the weights' do (a centred V's cancel).
+    return {**drawn, "v": rng.normal(3.0, 1.0, ks)}
+
+
+def _draw_long_fall(rng, x0, am, qs, ks):
+    # Q is a unit vector along dimension 0, so a key's scaled score is its dimension 0 over √d.
+    d, s2 = qs[-1], ks[-2]
+    q, k = np.zeros(qs), rng.normal(0, 0.01, ks)
+    q[..., 0] = 1.0
+    k[..., 0] = (np.linspace(0, -x0, s2) + rng.normal(0, am, ks[:-1])) * np.sqrt(d)
+    return {"q": q, "k": k}
+
+
+def _draw_learnable_sink(rng, x0, am, qs, ks):
+    drawn = _draw_normal(rng, 0, am, qs, ks)
+    return {**drawn, "sink": x0 + rng.uniform(-2, 2, qs[1])}
+
+
+def _draw_causal(rng, x0, am, qs, ks):
+    # The band aligned to the last key: the last query row sees every key.
+    return {**_draw_normal(rng, x0, am, qs, ks), "band": (None, ks[-2] - qs[-2])}
+
+
+def _draw_band(rng, x0, am, qs, ks):
+    s1, s2 = qs[-2], ks[-2]
+    return {**_draw_normal(rng, x0, am, qs, ks), "band": (s2 - s1 - 255, s2 - s1)}
+
+
+def _draw_padding(rng, x0, am, qs, ks):
+    b, s2 = qs[0], ks[-2]
+    mask = np.zeros((b, 1, 1, s2), bool)
+    mask[0, ..., round(0.613 * s2):] = True
+    mask[1, ..., : round(0.387 * s2)] = True
+    return {**_draw_normal(rng, x0, am, qs, ks), "mask": mask}
+
+
+_HARD_DRAWS = {
+    "resonance": _draw_resonance,
+    "drift": _draw_levels(lambda rng, x0, s2: x0 * np.linspace(0.5, 1.5, s2)),
+    # One level per KV block of 128 keys.
+    "steps": _draw_levels(lambda rng, x0, s2: rng.uniform(0, x0, -(-s2 // 128)).repeat(128)[:s2]),
+    "sink": _draw_sink, "shift_overflow": _draw_shift_overflow, "spike": _draw_spike,
+    "spread": _draw_spread, "long_spread": _draw_spread, "long": _draw_long, "long_fall": _draw_long_fall,
+    "learnable_sink": _draw_learnable_sink, "causal": _draw_causal, "band": _draw_band,
+    "padding": _draw_padding,
+    **dict.fromkeys(("tail", "d64", "d80", "d96", "d256", "gqa", "decode"), _draw_normal),
+}
+#: The hard cases' departures from the default shape (B, N, S1, S2, D) = (1, 2, 128, 1000, 128) with as
+#: many KV heads (nkv) as query heads.
+_HARD_SHAPES = {
+    "d64": {"d": 64}, "d80": {"d": 80}, "d96": {"d": 96}, "d256": {"d": 256},
+    "gqa": {"n": 8, "nkv": 2}, "decode": {"n": 8, "s1": 1}, "causal": {"s1": 256}, "band": {"s1": 256},
+    "long": {"n": 1, "s1": 4, "s2": LONG_KEYS}, "long_fall": {"n": 1, "s1": 4, "s2": LONG_KEYS},
+    "long_spread": {"s1": 8, "s2": SPREAD_KEYS}, "padding": {"b": 2},
+}
+#: The cases of :func:`draw_large_scale`, by its kind.
+_LARGE_SCALE_CASES = {"scale": "normal", "scale_ties": "ties"}
 
 
 #: The inputs of :func:`draw_large_scale`.

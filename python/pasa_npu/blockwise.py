@@ -329,51 +329,116 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
     (:func:`row_shift_constants`). Block j's scores are split as Q̂·K_j = C_j + ψ_j + S'_j with C_j the
     centring's share, ψ_j a per-row shift and S'_j what the matrix unit rounds to FP16. The row
     state m (FP32) lives in block 1's frame C_1 + ψ_1; block j enters it through
-    δ_j = (C_j − C_1) + (ψ_j − ψ_1).
+    δ_j = (C_j − C_1) + (ψ_j − ψ_1). The stages of a block are :class:`_RowShiftTile`'s (the row shift,
+    the scores with their FP32 safety net, the reshift) and :func:`_rs_update` (the state update).
     """
     if not scale > 0:
         raise ValueError(f"scale must be positive for pasa_rs, got {scale!r}")
-    kc, u, kbar = keys
-    nblocks = u.shape[-2]
+    tile = _RowShiftTile(ops, q, keys, scale, block_kv, s2, mask)
+    shape = (*tile.lv.shape[:-1], 1)
+    m = ops.full(shape, NEG_INF, "float32", like=q)
+    l = ops.full(shape, 0.0, "float32", like=q)
+    o = ops.full((*shape[:-1], v.shape[-1]), 0.0, "float32", like=q)
+    e_run, excesses = tile.first_excess, []
+    for j in range(1, tile.nblocks + 1):
+        # ψ_j = lv_j + the largest excess of blocks ≤ j − 2 (and of block 1's first pass): a lag of
+        # two blocks, so that the matrix unit can run block j's product while the vector unit
+        # finishes block j − 1.
+        if j >= 3:
+            e_run = ops.maximum(e_run, excesses[j - 3])
+        psi, s, m_blk, redo, far = tile.scores(j, tile.shift_at(j, e_run), m)
+        _count(stats, recomputed=redo, reshifted=far)
+        excesses.append(tile.excess(m_blk, psi, j))
+        c0, c1 = tile.columns(j)
+        m, l, o = _rs_update(ops, tile.rho, (m, l, o), s, m_blk, tile.in_frame(m_blk, psi, j), v[..., c0:c1, :])
 
-    def r(x):  # one vector op's rounding to FP32 (the row state and merge)
-        return ops.cast(x, "float32")
+    top = tile.true_scale(m)
+    if sink is not None:
+        top, l, o = _join_sink(ops, top, l, o, sink, "float32", "float32")
+    empty = l == 0
+    out = ops.cast(ops.where(empty, 0.0, o / ops.where(empty, 1.0, l)), "float16")
+    # lse = ρ·(m + C_1 + ψ_1) + ln l: the true-scale log-sum-exp, FP32.
+    lse = ops.where(empty, NEG_INF, ops.cast(top + ops.log64(l), "float32"))
+    return out, lse[..., 0]
 
-    def h(x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
-        return ops.cast(x, "float16")
 
-    q_mul, rho, reshift_at, relevance = row_shift_constants(scale)
-    rho = ops.scalar(rho, like=q)  # FP32
-    # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal (|Q̂| < 2⁻¹⁴),
-    # where it rounds to a multiple of 2⁻²⁴.
-    qh = h(q * q_mul)
-    # One GEMM with FP32 out for all blocks: C_j = Q̂·u_j, and lv_j = Q̂·K̄_j − C_j, block j's mean
-    # score over its centred keys.
-    c = ops.matmul(qh, ops.mT(u))
-    lv = r(ops.matmul(qh, ops.mT(kbar)) - c)
-    lim = 65504.0
+class _RowShiftTile:
+    """``pasa_rs``'s scores for one tile of query rows: the tile's Q̂, the centring's shares C_j and the
+    block means lv_j, block 1's frame ψ_1, and per block j the row shift ψ_j, the scores S'_j with their
+    FP32 safety net, and the reshift. ``keys``: (kc, u, kbar) of the visited blocks (:func:`_centre_keys`).
+    """
 
-    def shift(x):
-        # ψ = 64·FP16(x/64): an FP16 value times 64, so that it fits a matrix operand (the extra
-        # column below) over 64× FP16's range; x/64 saturates at ±65504 instead of becoming Inf.
+    #: The largest FP16 number: x/64 saturates at ±LIM in the shift instead of becoming Inf.
+    LIM = 65504.0
+
+    def __init__(self, ops, q, keys, scale, block_kv, s2, mask):
+        self.ops, self.block_kv, self.s2, self.mask = ops, block_kv, s2, mask
+        self.kc, u, kbar = keys
+        self.nblocks = u.shape[-2]
+        q_mul, rho, self.reshift_at, self.relevance = row_shift_constants(scale)
+        self.rho = ops.scalar(rho, like=q)  # FP32
+        # Q̂ = Q·2^e is exact in FP16 (a power of two) except where it becomes subnormal (|Q̂| < 2⁻¹⁴),
+        # where it rounds to a multiple of 2⁻²⁴.
+        self.qh = self.h(q * q_mul)
+        # One GEMM with FP32 out for all blocks: C_j = Q̂·u_j, and lv_j = Q̂·K̄_j − C_j, block j's mean
+        # score over its centred keys.
+        self.c = ops.matmul(self.qh, ops.mT(u))
+        self.lv = self.r(ops.matmul(self.qh, ops.mT(kbar)) - self.c)
+        # Block 1 is computed twice: first with ψ at its mean, to learn how far its maximum lies above
+        # the mean (its excess), then in the loop with its own ψ_1 = lv_1 + that excess: block 1's frame.
+        psi0 = self.shift(self.lv[..., 0:1])
+        _, m_pre, _ = self.product(1, psi0)
+        self.first_excess = self.excess(m_pre, psi0, 1)
+        self.psi_1 = self.shift_at(1, self.first_excess)
+
+    def r(self, x):  # one vector op's rounding to FP32 (the row state and merge)
+        return self.ops.cast(x, "float32")
+
+    def h(self, x):  # rounding to FP16: a matrix operand, S' out of the matrix unit, the output
+        return self.ops.cast(x, "float16")
+
+    def columns(self, j):
+        """Block j's keys [c0, c1) among the tile's visited ones."""
+        return (j - 1) * self.block_kv, min(j * self.block_kv, self.s2)
+
+    def shift(self, x):
+        """ψ = 64·FP16(x/64): an FP16 value times 64, so that it fits a matrix operand (the extra column
+        of :meth:`product`) over 64× FP16's range."""
         x = x * (1.0 / 64)
-        x = ops.where(x > lim, lim, ops.where(x < -lim, -lim, x))
-        return h(x) * 64.0
+        x = self.ops.where(x > self.LIM, self.LIM, self.ops.where(x < -self.LIM, -self.LIM, x))
+        return self.h(x) * 64.0
 
-    def block(j, psi):
+    def shift_at(self, j, e_run):
+        """ψ_j for the running excess E (FP32, −∞ for a row with no unmasked key yet: it uses lv_j)."""
+        return self.shift(self.r(self.lv[..., j - 1:j] + self.ops.neginf_to_zero(e_run)))
+
+    def excess(self, m_blk, psi, j):
+        """Block j's row max above its mean, FP32 (−∞ if all masked)."""
+        return self.r(self.r(m_blk + psi) - self.lv[..., j - 1:j])
+
+    def in_frame(self, m_blk, psi, j):
+        """Block j's row max moved into block 1's frame by δ_j, FP32."""
+        return self.r(m_blk + self.r(self.r(self.c[..., j - 1:j] - self.c[..., 0:1]) + self.r(psi - self.psi_1)))
+
+    def true_scale(self, m):
+        """The row maximum m (block 1's frame) in the true scale, ρ·(m + C_1 + ψ_1), FP32."""
+        return self.r(self.rho * self.r(self.r(m + self.c[..., 0:1]) + self.psi_1))
+
+    def product(self, j, psi):
         """Block j's scores for the shift ψ, masked: FP16 S' for most rows, FP32 for the rows
         recomputed; returns them, their row max and which rows were recomputed."""
-        c0, c1 = (j - 1) * block_kv, min(j * block_kv, s2)
-        kj = kc[..., c0:c1, :]
+        ops = self.ops
+        c0, c1 = self.columns(j)
+        kj = self.kc[..., c0:c1, :]
         # Q̂·K'ᵀ − ψ on the matrix unit: Q̂ carries an extra column −ψ/64 and K' an extra column
         # of 64, so ψ is subtracted in the FP32 accumulator, before the one rounding to FP16.
-        qa = ops.cat([qh, psi * (-1.0 / 64)], -1)
+        qa = ops.cat([self.qh, psi * (-1.0 / 64)], -1)
         ka = ops.cat([kj, ops.full((*kj.shape[:-1], 1), 64.0, "float16", like=kj)], -1)
         s32 = ops.matmul(qa, ops.mT(ka))
-        s16 = h(s32)
-        if mask is not None:
-            s32 = ops.where(mask[..., c0:c1], NEG_INF, s32)
-            s16 = ops.where(mask[..., c0:c1], NEG_INF, s16)
+        s16 = self.h(s32)
+        if self.mask is not None:
+            s32 = ops.where(self.mask[..., c0:c1], NEG_INF, s32)
+            s16 = ops.where(self.mask[..., c0:c1], NEG_INF, s16)
         m16 = ops.rowmax(s16)
         # The safety net: a row whose S' left FP16's range in this block (its max is +Inf, or
         # every unmasked score fell below −65504 and the max is lost) takes this block's S − ψ
@@ -381,36 +446,13 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
         # every row keeps its own choice, so no row depends on which rows share its tile.
         redo = (m16 == float("inf")) | (ops.isneginf(m16) & ~ops.isneginf(ops.rowmax(s32)))
         s = ops.where(redo, s32, s16)
-        return s, ops.rowmax(s), redo, c0, c1
+        return s, ops.rowmax(s), redo
 
-    def excess(m_blk, psi, j):  # block j's row max above its mean, FP32 (−∞ if all masked)
-        return r(r(m_blk + psi) - lv[..., j - 1:j])
-
-    # Block 1 is computed twice: first with ψ at its mean, to learn how far its maximum lies above
-    # the mean (its excess), then in the loop with its own ψ_1 = lv_1 + that excess.
-    psi0 = shift(lv[..., 0:1])
-    _, m_pre, _, _, _ = block(1, psi0)
-    e_run = excess(m_pre, psi0, 1)
-    excesses = []
-
-    shape = (*lv.shape[:-1], 1)
-    m = ops.full(shape, NEG_INF, "float32", like=q)
-    l = ops.full(shape, 0.0, "float32", like=q)
-    o = ops.full((*shape[:-1], v.shape[-1]), 0.0, "float32", like=q)
-
-    def gexp(x, m_new):  # FP32 exp, 0 where the running maximum is still −∞ (see _guarded_exp)
-        return ops.where(ops.isneginf(m_new), 0.0, ops.exp64(ops.where(ops.isneginf(m_new), 0.0, x)))
-
-    for j in range(1, nblocks + 1):
-        # ψ_j = lv_j + the largest excess of blocks ≤ j − 2 (and of block 1's first pass): a lag of
-        # two blocks, so that the matrix unit can run block j's product while the vector unit
-        # finishes block j − 1. A row with no unmasked key yet uses ψ_j = lv_j.
-        if j >= 3:
-            e_run = ops.maximum(e_run, excesses[j - 3])
-        psi = shift(r(lv[..., j - 1:j] + ops.neginf_to_zero(e_run)))
-        s, m_blk, redo, c0, c1 = block(j, psi)
-        if j == 1:
-            c_1, psi_1 = c[..., 0:1], psi
+    def scores(self, j, psi, m):
+        """Block j's scores (:meth:`product`) for the shift ψ, reshifted where they need it, against
+        the running maximum m: returns (ψ, the scores, their row max, the rows recomputed, the rows
+        reshifted)."""
+        s, m_blk, redo = self.product(j, psi)
         # The reshift: the keys that carry the weight sit near the row max, and S' is rounded with
         # an error ≈ ulp16(|S'|). A row whose block max lands further than reshift_at from 0, in
         # a block that can matter (its max at most RESHIFT_RELEVANCE below the running maximum,
@@ -418,40 +460,40 @@ def _query_block_rs(ops, q, keys, v, scale, block_kv, s2, mask, sink, stats):
         # for that block; rows not reshifted get the same S' again) — unless the moved ψ rounds
         # to the same value (the step of ψ, 2⁻¹⁰ of |ψ|'s power of two, exceeds 2·reshift_at beyond
         # |ψ| ≈ 2¹²·reshift_at: 8192 for a scale below 2).
-        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
-        moved = shift(r(psi + m_blk))
-        far = (abs(m_blk) > reshift_at) & (moved != psi) & ~redo & (mb > r(m - relevance))
+        moved = self.shift(self.r(psi + m_blk))
+        far = ((abs(m_blk) > self.reshift_at) & (moved != psi) & ~redo
+               & (self.in_frame(m_blk, psi, j) > self.r(m - self.relevance)))
         if bool(far.any()):
-            psi = ops.where(far, moved, psi)
-            s, m_blk, redo_again, c0, c1 = block(j, psi)
+            psi = self.ops.where(far, moved, psi)
+            s, m_blk, redo_again = self.product(j, psi)
             redo = redo | redo_again
-        _count(stats, recomputed=redo, reshifted=far)
-        excesses.append(excess(m_blk, psi, j))
-        # Local softmax in FP32 from the FP16 (or recomputed FP32) scores: S' − m', times ρ, exp;
-        # l' a pairwise FP32 row sum; P enters P·V in FP16.
-        p = r(ops.exp64(r(rho * r(s - ops.neginf_to_zero(m_blk)))))
-        l_blk = _tree_rowsum(ops, p, "float32")
-        p = h(p)
-        # Merge in FP32, block j's maximum moved into block 1's frame by δ_j.
-        mb = r(m_blk + r(r(c[..., j - 1:j] - c_1) + r(psi - psi_1)))
-        m_new = ops.maximum(m, mb)
-        alpha = gexp(r(rho * r(m - m_new)), m_new)
-        gamma = gexp(r(rho * r(mb - m_new)), m_new)
-        l = r(r(alpha * l) + r(gamma * l_blk))
-        pv = ops.matmul(p, v[..., c0:c1, :])
-        o = r(r(alpha * o) + r(gamma * pv))
-        m = m_new
+        return psi, s, m_blk, redo, far
 
-    # The row maximum in the true scale, ρ·(m + C_1 + ψ_1), FP32.
-    top = r(rho * r(r(m + c_1) + psi_1))
-    if sink is not None:
-        top, l, o = _join_sink(ops, top, l, o, sink, "float32", "float32")
-    empty = l == 0
-    out = h(ops.where(empty, 0.0, o / ops.where(empty, 1.0, l)))
-    # lse = ρ·(m + C_1 + ψ_1) + ln l: the true-scale log-sum-exp, FP32.
-    lse = r(top + ops.log64(l))
-    lse = ops.where(empty, NEG_INF, lse)
-    return out, lse[..., 0]
+
+def _rs_update(ops, rho, state, s, m_blk, mb, vj):
+    """The row state (m, l, O) after one block of ``pasa_rs``: its scores ``s`` with their row max
+    ``m_blk``, that max moved into block 1's frame (``mb``), and its values ``vj``."""
+    m, l, o = state
+
+    def r(x):  # one vector op's rounding to FP32
+        return ops.cast(x, "float32")
+
+    def gexp(x, m_new):  # FP32 exp, 0 where the running maximum is still −∞ (see _guarded_exp)
+        return ops.where(ops.isneginf(m_new), 0.0, ops.exp64(ops.where(ops.isneginf(m_new), 0.0, x)))
+
+    # Local softmax in FP32 from the FP16 (or recomputed FP32) scores: S' − m', times ρ, exp;
+    # l' a pairwise FP32 row sum; P enters P·V in FP16.
+    p = r(ops.exp64(r(rho * r(s - ops.neginf_to_zero(m_blk)))))
+    l_blk = _tree_rowsum(ops, p, "float32")
+    p = ops.cast(p, "float16")
+    # Merge in FP32, block j's maximum in block 1's frame.
+    m_new = ops.maximum(m, mb)
+    alpha = gexp(r(rho * r(m - m_new)), m_new)
+    gamma = gexp(r(rho * r(mb - m_new)), m_new)
+    l = r(r(alpha * l) + r(gamma * l_blk))
+    pv = ops.matmul(p, vj)
+    o = r(r(alpha * o) + r(gamma * pv))
+    return m_new, l, o
 
 
 #: fp32_frame moves a row's frame up to a block's maximum when that maximum lies more than this above

@@ -289,6 +289,29 @@ def test_model_clock_lies_between_overlap_and_serial_and_segments_partition_the_
         {**base, "dependent_fraction": 0.6})[0]["clock_model"]
 
 
+def test_framed_aic_sums_beside_the_scores_in_large_s_chunks():
+    """fp32_frame at D = 128 on 384 query rows x 2048 keys (one head, one AI core, N(0, 1) inputs, whose frames move
+    only at a row's first key). The tiling takes three blocks of 128 rows, not two of 192: [O | l] of 192 rows
+    (192 x 144 FP32) leaves L0C room for S only in chunks of 16 rows. Hand count per task of 16 KV blocks: S in
+    three ping-pong chunks of at most 48 rows (3 Mmads, 3 Fixpipes a block), P [V | 1] as one Mmad for the ones strip
+    and one for V (2 a block), and the final [O | l] out once (one Fixpipe: 128 rows are one half). And S of stack i
+    shares a segment with the sums of stack i - preLaunch: with 4 stacks of 4 blocks and S 2 stacks ahead, the AIC's
+    segments with cube work are per task 2 of S alone, 2 for the first stack with both (S before the P wait), 1 for
+    the other stack with both and 2 of sums alone: 7, where S and the sums in separate segments would make 8."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 384, 128)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 1, 2048, 128)).astype(np.float16) for _ in range(2))
+    kw = dict(num_heads=1, input_layout="BNSD", scale=1 / math.sqrt(128), precision="fp32_frame")
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    assert (tiling["blockQ"], tiling["kvStack"], tiling["preLaunch"]) == (128, 4, 2)
+    _, _, counters = npu_host_model.count(q, k, v, cost={**cost_model._core_costs(cost_model.A2_COSTS),
+                                                         "record_segments": 1}, ai_cores=1, **kw)
+    aic, tasks, blocks = counters[0], 3, 16
+    assert aic["mmad_calls"] == tasks * blocks * (3 + 2)
+    assert aic["fix_calls"] == tasks * (blocks * 3 + 1)
+    assert sum(1 for seg in aic["segments"] if seg.get("M", 0) > 0) == tasks * 7
+
+
 def test_fixpipe_has_its_own_rate():
     counters = _count({"gm_bytes_per_cycle": 64, "fix_bytes_per_cycle": 16})
     aic = counters[0]

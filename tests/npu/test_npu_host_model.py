@@ -331,9 +331,9 @@ CASES = {
                                         precision="fp32_frame", split=True, sigma=3.0),
     "frame_tasks_per_core_3": dict(b=2, n=8, nkv=2, s1=256, s2=256, d=64, layout="BSH", precision="fp32_frame",
                                    sigma=2.0),
-    # query blocks whose Q does not fit an L0A half (reloaded per chunk of S): 256 rows at D = 80, 96, 192 at D = 128
-    # (AIV tiles of 48 rows), each with a tail tile
-    "frame_rows256_d96_gqa_moves": dict(b=1, n=4, nkv=2, s1=300, s2=700, d=96, layout="BNSD",
+    # query blocks whose Q does not fit an L0A half (reloaded per chunk of S): 256 rows at D = 80, 128 at D = 144;
+    # D = 96 takes 128 rows (at 256 its S would leave L0C in 16-row chunks), each with a tail tile
+    "frame_rows128_d96_gqa_moves": dict(b=1, n=4, nkv=2, s1=300, s2=700, d=96, layout="BNSD",
                                         precision="fp32_frame", sigma=3.0),
     "frame_rows256_d80_causal": dict(b=1, n=2, nkv=2, s1=600, s2=600, d=80, layout="BSND", precision="fp32_frame",
                                      sparse_mode=3, sigma=2.0),
@@ -815,17 +815,17 @@ def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
         assert stats["moved_row_blocks"] >= first_keys
 
 
-@pytest.mark.parametrize("d, block_q", [(80, 256), (96, 256), (128, 192)])
+@pytest.mark.parametrize("d, block_q", [(80, 256), (144, 128), (192, 96)])
 def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_q):
     """fp32_frame's query blocks whose Q (block_q x D FP16) does not fit an L0A half: the tiling takes them (K and V
     read once for all their rows: the cube loads Q per chunk of S, pasa_framed_cube.h), and the kernel equals the
     golden model at that block_q bit for bit, with its counts of moved (row, KV block) and closed (tile, KV block)
-    pairs. Per AIV the rows come in two tiles (64 + 64, or 48 + 48 at 192), and the keys' level drifts up along the
-    sequence: the first tile's rows see their scores rise (their frames move up in almost every block, more often
-    than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far below), so a
-    move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S computed
-    from the wrong rows of Q, changes the output or the counts. A tail tile of 136 rows follows (two blocks make
-    fewer than 128-row blocks would, the tiling's condition for taking the larger ones)."""
+    pairs. Per AIV the rows come in two tiles of 64 at 256 rows (one at 128 and 96), and the keys' level drifts up along
+    the sequence: the first half tile's rows see their scores rise (their frames move up in almost every block, more
+    often than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far
+    below), so a move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S
+    computed from the wrong rows of Q, changes the output or the counts. A tail of 136 rows follows (at 256, two
+    blocks make fewer than 128-row blocks would, the tiling's condition for taking the larger ones)."""
     rng = np.random.default_rng(d)
     heads, s1, s2 = 2, block_q + 136, 2048
     rising = (np.arange(s1) % block_q % (block_q // 2) < block_q // 4)[:, None]
