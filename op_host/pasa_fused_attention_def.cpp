@@ -29,6 +29,7 @@
 #include "register/op_def_registry.h"
 #include "tiling/platform/platform_ascendc.h"
 
+#include "pasa_cann_compat.h"
 #include "pasa_tiling.h"
 
 namespace {
@@ -206,9 +207,12 @@ static ge::graphStatus PasaFusedAttentionTiling(gert::TilingContext* ctx) {
     raw->SetDataSize(sizeof(PasaTilingData));
     ctx->SetTilingKey(r.tilingKey);
     // KERNEL_TYPE_MIX_AIC_1_2: one block = 1 AIC + 2 AIV, so the launch dim is the number of AICs used.
-    // CalcTschNumBlocks + SetSimdNumBlocks: the CANN 9.0 names of the deprecated block-dim pair (asc-devkit
-    // docs/zh/api/附录/接口变更说明.md; PlatformAscendC/CalcTschNumBlocks.md).
-    ctx->SetSimdNumBlocks(platform.CalcTschNumBlocks(2 * r.blockDim, in.platform.aicNum, in.platform.aivNum));
+    // (the block-dim API of the CANN version built against: pasa_cann_compat.h)
+    if (pasa_cann::SetNumBlocks(ctx, platform, 2 * r.blockDim, in.platform.aicNum, in.platform.aivNum) !=
+        ge::GRAPH_SUCCESS) {
+        std::fprintf(stderr, "%s: setting the number of blocks (%u) failed\n", kOpName, r.blockDim);
+        return ge::GRAPH_FAILED;
+    }
     // Batch mode: the kernel's all-core barriers (CrossCoreSetFlag mode 0) deadlock if some of its cores wait
     // for others that a concurrent launch holds (CrossCoreSetFlag / SyncAll docs, 约束说明; FIA's tiling sets
     // it "for syncall"). The host model refuses such a barrier when this is not set.

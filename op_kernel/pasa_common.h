@@ -50,6 +50,17 @@ constexpr uint16_t FLAG_KEYS_CENTRED = 8;       // AIV -> AIC (mode 2): the core
 constexpr uint16_t FLAG_QHAT_READY = 9;         // AIV -> AIC (mode 2): Q^ of the task's tile written
 constexpr uint16_t FLAG_CENTRE_PROD_READY = 10; // AIC -> AIV (mode 2): C_j and Q^ K^_j of the task written
 
+// The pipe `evt` names as its destination waits here for its source pipe's work issued so far. The event ID comes
+// from the TPipe's pool (FetchEventID: free now, and needed no longer than the pair), never a literal: a literal ID
+// can be one a TQue holds set between its FreeTensor and the buffer's next AllocTensor, and a second SetFlag of a
+// set event hangs the core (SetFlag/WaitFlag (ISASI) docs, 约束说明).
+template <HardEvent evt>
+__aicore__ inline void SyncPipes() {
+    const event_t id = static_cast<event_t>(GetTPipePtr()->FetchEventID(evt));
+    SetFlag<evt>(id);
+    WaitFlag<evt>(id);
+}
+
 __aicore__ inline uint32_t CeilDivU(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 __aicore__ inline uint32_t Align16(uint32_t a) { return (a + 15) / 16 * 16; }
 __aicore__ inline uint32_t MinU(uint32_t a, uint32_t b) { return a < b ? a : b; }

@@ -5,7 +5,7 @@
 // block-by-block schedule. A Scores component has Init(tiling, cube, query, key, value, blockTable, workspace,
 // core), Run(task, stage), which calls stage.Pv(task, rows, stack) for each stack once its P is in, or, where
 // the sums stay on the cube (fp32_frame: FramedScores, pasa_framed_cube.h), runs its own products, and Finish()
-// after the tasks.
+// after the tasks (ScoresBase, pasa_components.h: a no-op where it has nothing to finish).
 //
 // StackedScores (FlashAttention and PASA, HANDSHAKE STACKED): S'_j = Q K'_j^T (PASA: K' from the pre-pass) or
 // S_j = Q K_j^T (FlashAttention: K straight from GM, unscaled), FP16 through Fixpipe, handed to and from the two
@@ -24,6 +24,7 @@
 #ifndef PASA_CUBE_STAGE_H
 #define PASA_CUBE_STAGE_H
 
+#include "pasa_components.h"
 #include "pasa_cube_ops.h"
 #include "pasa_kv_rows.h"
 
@@ -83,7 +84,7 @@ private:
 
 // S' (S) of FlashAttention and PASA, a stack of blocks per handshake (above).
 template <class Policy>
-class StackedScores {
+class StackedScores : public ScoresBase {
 public:
     __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key, GM_ADDR,
                                 GM_ADDR blockTable, GM_ADDR workspace, uint32_t core) {
@@ -95,8 +96,6 @@ public:
         else kRows_.Init(t, key, blockTable);
         slots_.Init(*t, workspace, core);
     }
-
-    __aicore__ inline void Finish() {}
 
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage& stage) {

@@ -37,8 +37,7 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
         inQue.EnQue(w);
         w = inQue.template DeQue<float>();
         WholeReduceMax<float>(vec, w, splits, 1, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         float mx = vec.GetValue(0);
         const float sinkLogit = t.hasSink ? sinkGm.GetValue(n) : NegInf<float>();
         if (sinkLogit > mx) mx = sinkLogit;
@@ -49,8 +48,7 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
             Adds(w, w, -mx, (int32_t)splits);
             PipeBarrier<PIPE_V>();
             Exp(w, w, (int32_t)splits);
-            SetFlag<HardEvent::V_S>(EVENT_ID0);
-            WaitFlag<HardEvent::V_S>(EVENT_ID0);
+            SyncPipes<HardEvent::V_S>();
             for (uint32_t i = 0; i < splits; ++i) {
                 const float wi = w.GetValue(i);
                 sum += wi;
@@ -70,8 +68,7 @@ __aicore__ inline void CombineSplits(const PasaTilingData& t, GM_ADDR workspace,
                 Adds(vec, vec, -mx, 8);
                 PipeBarrier<PIPE_V>();
                 Exp(vec, vec, 8);
-                SetFlag<HardEvent::V_S>(EVENT_ID0);
-                WaitFlag<HardEvent::V_S>(EVENT_ID0);
+                SyncPipes<HardEvent::V_S>();
                 sum += vec.GetValue(0);
             }
             PipeBarrier<PIPE_V>();

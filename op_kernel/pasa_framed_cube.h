@@ -25,6 +25,7 @@
 #ifndef PASA_FRAMED_CUBE_H
 #define PASA_FRAMED_CUBE_H
 
+#include "pasa_components.h"
 #include "pasa_cube_ops.h"
 #include "pasa_kv_rows.h"
 
@@ -62,7 +63,7 @@ struct FramedSlots {
 };
 
 template <class Policy>
-class FramedScores {
+class FramedScores : public ScoresBase {
 public:
     __aicore__ inline void Init(const PasaTilingData* t, CubeOps* cube, GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                 GM_ADDR blockTable, GM_ADDR workspace, uint32_t core) {

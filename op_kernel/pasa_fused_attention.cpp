@@ -70,22 +70,6 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
     }
 }
 
-// The policy of a tiling key: its row of PASA_KERNEL_ALLOCATIONS.
-template <uint32_t KEY>
-struct PolicyOfKey;
-#define PASA_POLICY_OF_KEY(tilingKey, Policy) \
-    template <>                               \
-    struct PolicyOfKey<tilingKey> {           \
-        using type = Policy;                  \
-    };
-PASA_KERNEL_ALLOCATIONS(PASA_POLICY_OF_KEY)
-#undef PASA_POLICY_OF_KEY
-
-#define PASA_COUNT_ALLOCATION(tilingKey, Policy) +1
-static_assert(0 PASA_KERNEL_ALLOCATIONS(PASA_COUNT_ALLOCATION) == 5,
-              "the entry dispatches every row of PASA_KERNEL_ALLOCATIONS: add the new key's TILING_KEY_IS below");
-#undef PASA_COUNT_ALLOCATION
-
 extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADDR key, GM_ADDR value,
                                                            GM_ADDR attenMask, GM_ADDR actualSeqLengths,
                                                            GM_ADDR actualSeqLengthsKv, GM_ADDR blockTable,
@@ -95,21 +79,13 @@ extern "C" __global__ __aicore__ void pasa_fused_attention(GM_ADDR query, GM_ADD
     REGISTER_TILING_DEFAULT(PasaTilingData);
     GET_TILING_DATA_WITH_STRUCT(PasaTilingData, td, tiling);
     GM_ADDR ws = GetUserWorkspace(workspace);
-    // One binary per tiling key: the op build finds the keys as TILING_KEY_IS's numeric arguments
-#define PASA_RUN_KEY(tilingKey)                                                                                     \
-    RunAttention<PolicyOfKey<tilingKey>::type>(td, query, key, value, attenMask, actualSeqLengths,                  \
-                                               actualSeqLengthsKv, blockTable, learnableSink, attentionOut,        \
-                                               softmaxLse, ws)
-    if (TILING_KEY_IS(0)) {
-        PASA_RUN_KEY(0);
-    } else if (TILING_KEY_IS(1)) {
-        PASA_RUN_KEY(1);
-    } else if (TILING_KEY_IS(2)) {
-        PASA_RUN_KEY(2);
-    } else if (TILING_KEY_IS(3)) {
-        PASA_RUN_KEY(3);
-    } else if (TILING_KEY_IS(4)) {
-        PASA_RUN_KEY(4);
-    }
-#undef PASA_RUN_KEY
+    // One binary per tiling key, one test per row of PASA_KERNEL_ALLOCATIONS: the op build finds the keys in the
+    // preprocessed source, where TILING_KEY_IS(k) reads "g_tilingKey == (k)" with k a literal (asc-devkit
+    // tools/build/asc_op_compile_base/asc_op_compiler/kernel_info_infer.py, find_tilingkey).
+#define PASA_RUN_IF_KEY(tilingKey, Policy)                                                                       \
+    if (TILING_KEY_IS(tilingKey))                                                                                \
+        RunAttention<Policy>(td, query, key, value, attenMask, actualSeqLengths, actualSeqLengthsKv, blockTable, \
+                             learnableSink, attentionOut, softmaxLse, ws);
+    PASA_KERNEL_ALLOCATIONS(PASA_RUN_IF_KEY)
+#undef PASA_RUN_IF_KEY
 }

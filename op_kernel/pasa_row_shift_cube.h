@@ -23,12 +23,13 @@
 #ifndef PASA_ROW_SHIFT_CUBE_H
 #define PASA_ROW_SHIFT_CUBE_H
 
+#include "pasa_components.h"
 #include "pasa_cube_ops.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class RowShiftScores {
+class RowShiftScores : public ScoresBase {
 public:
     // Centre products of at most this many blocks per GEMM: 2 rows each, 128 rows of L0A / L0C.
     static constexpr uint32_t CENTRE_BLOCKS_PER_GEMM = BLOCK_KV / 2;
@@ -43,8 +44,6 @@ public:
         centreGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsCentreOffset));
         kShiftGm_.SetGlobalBuffer((__gm__ half*)(workspace + t->wsKShiftOffset));
     }
-
-    __aicore__ inline void Finish() {}
 
     // The task's conversation (steps 1 to 3), P_j V_j of each block through the stage once the block is closed.
     template <class Stage>
@@ -112,12 +111,10 @@ private:
         const uint32_t jb = k.kvBlock0 + j;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
         // the shift column into Q^'s last strip, after the previous pass's loads from the tile
-        SetFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE1_MTE2>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE1_MTE2>();
         cube_->CopyRows(q[d * mp], rsSlots_.shiftCol[(uint64_t)(j % 2) * t_->blockQ * FRACTAL], k.rowsValid, mp, FRACTAL,
                         FRACTAL);
-        SetFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_MTE1>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_MTE1>();
         // a tail block's padded K' rows repeat its last key; the AIVs mask their S' columns
         LocalTensor<half> kt = cube_->LoadRows(cube_->kL1_, kShiftGm_[KShiftIndex(*t_, k.b, k.kvHead, jb)], keys,
                                                BLOCK_KV, cols, cols);

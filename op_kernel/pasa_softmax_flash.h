@@ -5,12 +5,13 @@
 #ifndef PASA_SOFTMAX_FLASH_H
 #define PASA_SOFTMAX_FLASH_H
 
+#include "pasa_components.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class FlashSoftmax {
+class FlashSoftmax : public SoftmaxBase {
 public:
     using T = ElementAccumulator<Policy>;
     static constexpr bool WEIGHTS_PV = false;
@@ -20,10 +21,6 @@ public:
         v_ = rows;
         scale_ = (T)t->scale;
     }
-
-    __aicore__ inline void Prepare() {}
-    __aicore__ inline void BeginTask(const Task&) {}
-    __aicore__ inline void ResetRows() {}
 
     __aicore__ inline void Block(const Task& k, uint32_t j) {
         AivRows<T>& v = *v_;
@@ -53,17 +50,10 @@ public:
         v.CommitBlock(j);
     }
 
-    __aicore__ inline void EndStack() {}
-
-    // lse = m + ln l: no terms of its own.
-    __aicore__ inline void LoadLseTerms() {}
-    __aicore__ inline void ScaleLseTerms() {}
-    __aicore__ inline void AddLseTerms() {}
+    // lse = m + ln l: no terms of its own (SoftmaxBase's no-ops), and no status words beyond word 0.
 
     // An S past 65504 makes its row's running maximum +inf.
     __aicore__ inline void FiniteRows() { v_->FiniteRunningMax(); }
-
-    __aicore__ inline void WriteStatusWords(LocalTensor<uint32_t>&) {}
 
 private:
     AivRows<T>* v_;

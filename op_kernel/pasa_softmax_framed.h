@@ -33,13 +33,14 @@
 #ifndef PASA_SOFTMAX_FRAMED_H
 #define PASA_SOFTMAX_FRAMED_H
 
+#include "pasa_components.h"
 #include "pasa_framed_cube.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class FramedSoftmax {
+class FramedSoftmax : public SoftmaxBase {
 public:
     // Nothing to check: S is FP32 from FP16 inputs, P <= exp(FRAME_UP), and O, l and G_acc are FP32 sums of them.
     static constexpr bool CHECKS_OVERFLOW = false;
@@ -131,10 +132,7 @@ public:
         }
     }
 
-    // lse = m + ln l with m = scale G_acc: no terms of its own.
-    __aicore__ inline void LoadLseTerms() {}
-    __aicore__ inline void ScaleLseTerms() {}
-    __aicore__ inline void AddLseTerms() {}
+    // lse = m + ln l with m = scale G_acc: no terms of its own (SoftmaxBase's no-ops).
 
     // Word 1: the (valid row, KV block) pairs whose frame moved (the first key of a row counts); word 2, from the
     // first AIV: the (tile, KV block) pairs that closed a segment (the golden model's moved_row_blocks and, for a
@@ -267,8 +265,7 @@ private:
         DataCopy(w, slots_.verdict[VerdictWordIndex(*t_, stack, 0)], VerdictWordIndex(*t_, 0, 1) + 8);
         v_->maskQue.EnQue(w);
         w = v_->maskQue.template DeQue<uint32_t>();
-        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_S>();
         const uint32_t closes = w.GetValue(0) | w.GetValue(VerdictWordIndex(*t_, 0, 1));
         v_->maskQue.FreeTensor(w);
         return closes;
@@ -335,15 +332,13 @@ private:
     __aicore__ inline void FirstMerge(const GlobalTensor<float>& seg, const LocalTensor<float>& segFrame, uint32_t r) {
         AivRows<float>& v = *v_;
         const uint32_t d = v.d, cols = d + Policy::VALUE_EXTRA_COLS, rows = v.rows;
-        SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // O's buffer was zeroed by the vector pipe
-        WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
+        SyncPipes<HardEvent::V_MTE2>();  // O's buffer was zeroed by the vector pipe
         DataCopy(v.oAcc[r * d], seg[(uint64_t)v.r0 * cols],
                  DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
         LocalTensor<float> lcol = LoadLColumn(seg);
         WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
         Muls(accFrame_[r], segFrame, 1.0f, tileLanes_);
-        SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_V>();
         PipeBarrier<PIPE_V>();
         v.maskQue.FreeTensor(lcol);
     }

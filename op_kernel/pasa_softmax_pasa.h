@@ -7,12 +7,13 @@
 #ifndef PASA_SOFTMAX_PASA_H
 #define PASA_SOFTMAX_PASA_H
 
+#include "pasa_components.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class PasaSoftmax {
+class PasaSoftmax : public SoftmaxBase {
 public:
     using T = ElementAccumulator<Policy>;
     static constexpr bool WEIGHTS_PV = true;
@@ -26,8 +27,6 @@ public:
         for (uint32_t i = 0; i < 4; ++i) *vecs[i] = rows->epilogueState[i * ROW_VEC];
     }
 
-    __aicore__ inline void Prepare() {}
-    __aicore__ inline void BeginTask(const Task&) {}
     __aicore__ inline void ResetRows() { Duplicate(f_, (T)0, (int32_t)ROW_VEC); }
 
     __aicore__ inline void Block(const Task& k, uint32_t j) {
@@ -59,8 +58,6 @@ public:
         v.CommitBlock(j);
     }
 
-    __aicore__ inline void EndStack() {}
-
     // lse = m + ln l + I F: fc = F (FP32), then I F, then added.
     __aicore__ inline void LoadLseTerms() {
         if constexpr (sizeof(T) == 2) Cast(v_->fc, f_, RoundMode::CAST_NONE, ROW_VEC);
@@ -81,8 +78,6 @@ public:
         PipeBarrier<PIPE_V>();
         CompareScalar(v_->bits, v_->tmp1, (T)0, CMPMODE::EQ, ROW_VEC);
     }
-
-    __aicore__ inline void WriteStatusWords(LocalTensor<uint32_t>&) {}
 
 private:
     // PASA steps 4-6 of block j (0-based) from its mean S̄'_j (mean_) and row max m' (mBlk): F_j in f_,

@@ -13,12 +13,13 @@
 #ifndef PASA_SOFTMAX_ROW_SHIFTED_H
 #define PASA_SOFTMAX_ROW_SHIFTED_H
 
+#include "pasa_components.h"
 #include "pasa_vector_rows.h"
 
 namespace pasa_kernel {
 
 template <class Policy>
-class RowShiftedSoftmax {
+class RowShiftedSoftmax : public SoftmaxBase {
 public:
     static constexpr bool WEIGHTS_PV = true;
     static constexpr bool CHECKS_OVERFLOW = true;
@@ -37,13 +38,10 @@ public:
         rsSlots_.Init(*t, workspace, core);
     }
 
-    __aicore__ inline void Prepare() {}
-
     // Q^ of the task's tile to the AIC (through O's buffer, which the stage zeroes next).
     __aicore__ inline void BeginTask(const Task& k) {
         if (k.nBlocks > 0) WriteQhat(k);
     }
-    __aicore__ inline void ResetRows() {}
 
     // Block j of the task: its rounds (which close it), then P_j to the AIC once the AIC has closed them:
     // P_j's slot holds both AIVs' rows, and a pass the other AIV still asked for must not find P_j V_j run.
@@ -54,7 +52,6 @@ public:
     }
 
     // lse = rho (m + C_1 + psi_1) + ln l: m is in block 1's frame, in units of Q^ K.
-    __aicore__ inline void LoadLseTerms() {}
     __aicore__ inline void ScaleLseTerms() {
         AivRows<float>& v = *v_;
         const int32_t rv = (int32_t)ROW_VEC;
@@ -64,7 +61,6 @@ public:
         PipeBarrier<PIPE_V>();
         Muls(v.fa, v.fa, t_->rsRho, rv);
     }
-    __aicore__ inline void AddLseTerms() {}
 
     __aicore__ inline void FiniteRows() { v_->FiniteRunningMax(); }
 
@@ -189,8 +185,7 @@ private:
         DataCopy(w, rsSlots_.request[RequestWordIndex(round_ % 2, 0)], RequestWordIndex(0, 1) + 8);
         v.maskQue.EnQue(w);
         w = v.maskQue.template DeQue<uint32_t>();
-        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
+        SyncPipes<HardEvent::MTE2_S>();
         const uint32_t a = w.GetValue(0), b = w.GetValue(RequestWordIndex(0, 1));
         v.maskQue.FreeTensor(w);
         ++round_;
@@ -226,8 +221,7 @@ private:
     // The FP32 pass: the rows in redo_ take their S' from it (the others keep the FP16 pass's), masked.
     __aicore__ inline void MergeRecomputed(const Task& k, uint32_t c0, uint32_t keys) {
         AivRows<float>& v = *v_;
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         for (uint32_t i = 0; i < v.rows; ++i) {
             if (redo_.GetValue(i) == 0.0f) continue;
             LocalTensor<float> row = v.sQue.template AllocTensor<float>();

@@ -311,8 +311,7 @@ public:
             PipeBarrier<PIPE_V>();
         }
         WholeReduceSum<float>(sum, flags, (int32_t)MinU(valid, 64), 1, 1, 1, 8);
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         return (uint32_t)sum.GetValue(0);
     }
 

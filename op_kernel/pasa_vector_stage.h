@@ -5,7 +5,8 @@
 // python/pasa_npu/blockwise.py, with T = the policy's ElementAccumulator (the type of the softmax, of the row
 // state and O, and of P V).
 //
-// What the stage asks of an epilogue (the three share this interface):
+// What the stage asks of an epilogue (they share this interface; SoftmaxBase, pasa_components.h, makes Prepare,
+// BeginTask, ResetRows, EndStack, the three lse terms and WriteStatusWords no-ops where an epilogue leaves them out):
 //   Init(rows, tiling, query, workspace, core)  its row vectors from rows.epilogueState / rows.epilogueFp32
 //   Prepare()           before the tasks (fp32_frame: the column of ones for the AIC's V tiles)
 //   BeginTask(k)        before the row state is reset (pasa_rs: Q^ to the AIC, through O's buffer)
@@ -86,12 +87,10 @@ public:
     __aicore__ inline void WriteStatus(uint32_t aiv) {
         LocalTensor<uint32_t> s = v_.lseQue.template AllocTensor<uint32_t>();
         Duplicate(s, 0u, 8);
-        SetFlag<HardEvent::V_S>(EVENT_ID0);
-        WaitFlag<HardEvent::V_S>(EVENT_ID0);
+        SyncPipes<HardEvent::V_S>();
         s.SetValue(0, overflow_ ? 1u : 0u);
         softmax_.WriteStatusWords(s);
-        SetFlag<HardEvent::S_MTE3>(EVENT_ID0);
-        WaitFlag<HardEvent::S_MTE3>(EVENT_ID0);
+        SyncPipes<HardEvent::S_MTE3>();
         v_.lseQue.EnQue(s);
         s = v_.lseQue.template DeQue<uint32_t>();
         DataCopy(statusGm_[aiv * 8], s, 8);

@@ -9,10 +9,10 @@ set -euo pipefail
 # Exit codes (distinct, so that callers and tests can tell the failures apart).
 readonly E_USAGE=2 E_NO_CANN=10 E_CANN_VERSION=11 E_NO_TORCH_NPU=12 E_NO_NPU=13 E_NO_ASC_CMAKE=14
 readonly E_BUILD=20 E_INSTALL=21 E_EXTENSION=22 E_CHECK=23 E_HEADERS=24
-# The custom-op build flow cann/CMakeLists.txt follows (asc-devkit examples/01_simd_cpp_api/02_features/
-# 99_acl_based/00_acl_compilation/custom_op) needs CANN >= 9.0.0 on Atlas A2 (its README), as do the tiling's
-# CalcTschNumBlocks / SetSimdNumBlocks (renamed after 8.5.0: asc-devkit docs/zh/api/附录/接口变更说明.md).
-readonly MIN_CANN_MAJOR=9 MIN_CANN_MINOR=0
+# The supported CANN versions (docs/npu.md, "Supported CANN versions"): the oldest whose asc-devkit has the
+# custom-op build flow cann/CMakeLists.txt follows (npu_op_package & co., from 8.5) to the newest whose headers
+# the kernel and op_host/ are checked against (scripts/check_ascendc_headers.sh), as major * 100 + minor.
+readonly MIN_CANN=805 MAX_CANN=901
 readonly VENDOR=pasa  # vendor_name in cann/CMakeLists.txt
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +21,11 @@ INSTALL_PATH=""
 PYTHON="${PYTHON:-python3}"
 DRY_RUN=0
 BUILD_ONLY=0
+
+# shellcheck source=ascendc_check/flags.sh
+source "$ROOT/scripts/ascendc_check/flags.sh"  # cann_version_of, cann_version_number
+
+version_text() { echo "$(($1 / 100)).$(($1 % 100))"; }  # 805 -> 8.5
 
 usage() {
     cat <<EOF
@@ -40,9 +45,9 @@ Options:
   --dry-run           check the prerequisites, then print the commands instead of running them
   -h, --help          this help
 
-Prerequisites (exit code when missing): CANN toolkit >= $MIN_CANN_MAJOR.$MIN_CANN_MINOR, found through
-ASCEND_CANN_PACKAGE_PATH or ASCEND_HOME_PATH (source <cann>/set_env.sh) ($E_NO_CANN; an older or
-unreadable version: $E_CANN_VERSION; no asc-config.cmake: $E_NO_ASC_CMAKE), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
+Prerequisites (exit code when missing): CANN toolkit $(version_text $MIN_CANN) to $(version_text $MAX_CANN).x, found
+through ASCEND_CANN_PACKAGE_PATH or ASCEND_HOME_PATH (source <cann>/set_env.sh) ($E_NO_CANN; a version outside that
+range, or an unreadable one: $E_CANN_VERSION; no asc-config.cmake: $E_NO_ASC_CMAKE), torch_npu importable by the Python ($E_NO_TORCH_NPU), an NPU visible to
 npu-smi ($E_NO_NPU, unless --build-only).
 Failures later: op_kernel/ or op_host/ not compiling against the toolkit's headers (scripts/check_ascendc_headers.sh
 --cann, the type-check CI reasons about, here with the toolkit's own tikicpulib headers) $E_HEADERS, build $E_BUILD,
@@ -89,28 +94,26 @@ CANN="${ASCEND_CANN_PACKAGE_PATH:-${ASCEND_HOME_PATH:-}}"
     "(install the CANN toolkit and run: source <cann install dir>/set_env.sh)"
 [[ -d "$CANN" ]] || die $E_NO_CANN "CANN not found: $CANN (from ASCEND_CANN_PACKAGE_PATH/ASCEND_HOME_PATH) is not a directory"
 
-# The toolkit's version info file: <cann>/<arch>-linux/ascend_toolkit_install.info, line version=X.Y[.Z|.RCn]
-INFO="$CANN/$(uname -m)-linux/ascend_toolkit_install.info"
-if [[ ! -f "$INFO" ]]; then
-    INFO=$(ls "$CANN"/*-linux/ascend_toolkit_install.info 2>/dev/null | head -n 1 || true)
-fi
-[[ -n "$INFO" && -f "$INFO" ]] || die $E_CANN_VERSION "cannot read the CANN version: no" \
-    "<arch>-linux/ascend_toolkit_install.info under $CANN (is it a CANN toolkit install?)"
-VERSION=$(sed -n 's/^version=//p' "$INFO" | head -n 1 | tr -d '[:space:]')
-if [[ ! "$VERSION" =~ ^([0-9]+)\.([0-9]+) ]]; then
-    die $E_CANN_VERSION "cannot parse the CANN version '${VERSION}' in $INFO (expected version=X.Y...)"
-fi
-MAJOR=${BASH_REMATCH[1]} MINOR=${BASH_REMATCH[2]}
-if (( MAJOR < MIN_CANN_MAJOR || (MAJOR == MIN_CANN_MAJOR && MINOR < MIN_CANN_MINOR) )); then
-    die $E_CANN_VERSION "unsupported CANN version $VERSION ($INFO): need >= $MIN_CANN_MAJOR.$MIN_CANN_MINOR" \
-        "(the op package is built with the ASC CMake functions npu_op_package & co., see cann/CMakeLists.txt)"
+# The toolkit's version: <cann>/<arch>-linux/ascend_toolkit_install.info, line version=X.Y[.Z|.RCn]
+VERSION=$(cann_version_of "$CANN")
+[[ -n "$VERSION" ]] || die $E_CANN_VERSION "cannot read the CANN version: no" \
+    "<arch>-linux/ascend_toolkit_install.info with a version= line under $CANN (is it a CANN toolkit install?)"
+VERSION_NUMBER=$(cann_version_number "$VERSION")
+[[ -n "$VERSION_NUMBER" ]] || die $E_CANN_VERSION "cannot parse the CANN version '$VERSION' under $CANN" \
+    "(expected version=X.Y...)"
+if (( VERSION_NUMBER < MIN_CANN || VERSION_NUMBER > MAX_CANN )); then
+    die $E_CANN_VERSION "unsupported CANN version $VERSION at $CANN: supported are $(version_text $MIN_CANN) to" \
+        "$(version_text $MAX_CANN).x (docs/npu.md)"
 fi
 say "CANN $VERSION at $CANN"
 
-# find_package(ASC): asc-devkit installs asc-config.cmake into <cann>/<arch>-linux/lib64/cmake.
+# find_package(ASC): asc-devkit installs asc-config.cmake (ASCConfig.cmake in 8.5) into <cann>/<arch>-linux/lib64/cmake.
 ASC_CONFIG=""
 for dir in "$CANN/$(uname -m)-linux/lib64/cmake" "$CANN"/*-linux/lib64/cmake "$CANN/lib64/cmake"; do
-    if [[ -f "$dir/asc-config.cmake" ]]; then ASC_CONFIG="$dir/asc-config.cmake"; break; fi
+    for name in asc-config.cmake ASCConfig.cmake; do
+        if [[ -z "$ASC_CONFIG" && -f "$dir/$name" ]]; then ASC_CONFIG="$dir/$name"; fi
+    done
+    [[ -n "$ASC_CONFIG" ]] && break
 done
 [[ -n "$ASC_CONFIG" ]] || die $E_NO_ASC_CMAKE "no asc-config.cmake under $CANN/<arch>-linux/lib64/cmake: this" \
     "toolkit lacks the ASC CMake package that cann/CMakeLists.txt finds with find_package(ASC) (install the" \
@@ -141,7 +144,7 @@ run $E_HEADERS bash "$ROOT/scripts/check_ascendc_headers.sh" --cann "$CANN" --bu
 
 # ---- build the op package -----------------------------------------------------------------------------------
 run $E_BUILD cmake -S "$ROOT/cann" -B "$BUILD_DIR" -DASCEND_CANN_PACKAGE_PATH="$CANN" \
-    -DASC_DIR="$(dirname "$ASC_CONFIG")" -DCMAKE_BUILD_TYPE=Release
+    -DASC_DIR="$(dirname "$ASC_CONFIG")" -DPASA_CANN_VERSION="$VERSION_NUMBER" -DCMAKE_BUILD_TYPE=Release
 run $E_BUILD cmake --build "$BUILD_DIR" --target binary package --parallel "$(nproc 2>/dev/null || echo 2)"
 
 # ---- install it -----------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Type-check of op_kernel/ and op_host/ against CANN's real headers, with g++ -fsyntax-only in AscendC's
 # CPU-debug mode (the include list and flags of scripts/ascendc_check/flags.sh). The kernel is compiled once
-# per tiling key that its entry dispatches (TILING_KEY_IS) and per core type (AIC, AIV), as the op build
-# compiles it; op_host/*.cpp against the op-registration and tiling headers. What this can and cannot judge:
-# docs/npu.md.
+# per tiling key that its entry dispatches (TILING_KEY_IS, found in the preprocessed entry) and per core type
+# (AIC, AIV), as the op build compiles it; op_host/*.cpp against the op-registration and tiling headers. What this
+# can and cannot judge: docs/npu.md.
 #
 # From source checkouts (what CI-less machines can fetch from GitHub), the headers that CANN does not publish
 # are replaced by the stand-ins in scripts/ascendc_check/ (tikicpulib/, host/); with --cann, an installed
@@ -81,7 +81,7 @@ commit_of() {  # the checked-out commit of a git directory, or "unknown"
 
 mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
-HOST_INCLUDES=()
+HOST_INCLUDES=() HOST_QUOTE_INCLUDES=()
 if [[ -n "$ASC" ]]; then
     [[ -f "$ASC/include/kernel_operator.h" ]] ||
         die $E_HEADERS "$ASC is not an asc-devkit checkout (no include/kernel_operator.h)"
@@ -95,13 +95,22 @@ if [[ -n "$ASC" ]]; then
     CANN_INCLUDES=("$BUILD_DIR/generated")
     echo "check_ascendc_headers: asc-devkit $ASC_ROOT (commit $(commit_of "$ASC_ROOT")), tikicpulib stand-in"
     if [[ -n "$METADEF" ]]; then
-        for f in "$METADEF/inc/external/asc/register/op_def_registry.h" \
-                 "$GE/inc/graph_metadef/external/graph/operator_reg.h"; do
-            [[ -f "$f" ]] || die $E_HEADERS "no $f (is --metadef a metadef checkout, --ge a ge checkout?)"
-        done
+        # register/op_def_registry.h: metadef's inc/external/asc from 9.1, ge's inc/graph_metadef/external up to 9.0
+        [[ -f "$METADEF/inc/external/exe_graph/runtime/tiling_context.h" ]] ||
+            die $E_HEADERS "no $METADEF/inc/external/exe_graph/runtime/tiling_context.h (is --metadef a metadef checkout?)"
+        [[ -f "$GE/inc/graph_metadef/external/graph/operator_reg.h" ]] ||
+            die $E_HEADERS "no $GE/inc/graph_metadef/external/graph/operator_reg.h (is --ge a ge checkout?)"
+        [[ -f "$METADEF/inc/external/asc/register/op_def_registry.h" ||
+           -f "$GE/inc/graph_metadef/external/register/op_def_registry.h" ]] ||
+            die $E_HEADERS "no register/op_def_registry.h in $METADEF/inc/external/asc or $GE/inc/graph_metadef/external"
         METADEF=$(cd "$METADEF" && pwd) GE=$(cd "$GE" && pwd)
         HOST_INCLUDES=("$CHECK_DIR/host" "$METADEF/inc/external/asc" "$METADEF/inc/external" "$METADEF/inc"
                        "$GE/inc/graph_metadef/external" "$ASC_ROOT/include/utils")
+        # The toolkit's include/graph holds ge's and metadef's graph headers side by side; up to 9.0 ge's
+        # graph/inference_context.h includes "tensor.h", which is metadef's graph/tensor.h.
+        if [[ ! -f "$GE/inc/graph_metadef/external/graph/tensor.h" && -f "$METADEF/inc/external/graph/tensor.h" ]]; then
+            HOST_QUOTE_INCLUDES=("$METADEF/inc/external/graph")
+        fi
         echo "check_ascendc_headers: metadef $METADEF (commit $(commit_of "$METADEF")," \
              "ge $GE (commit $(commit_of "$GE"))"
     else
@@ -119,6 +128,16 @@ else
     echo "check_ascendc_headers: CANN toolkit $CANN, its asc headers $ASC_ROOT and tikicpulib"
 fi
 mapfile -t KERNEL_INCLUDES < <(asc_kernel_includes "$ASC_ROOT" "$TIKICPULIB" "${CANN_INCLUDES[@]}")
+# op_host/ chooses between CANN 8.x's and 9.x's tiling API by the version (op_host/pasa_cann_compat.h), which the
+# op package build passes too (cann/CMakeLists.txt).
+if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
+    VERSION_DIR=${CANN:-$ASC_ROOT}
+    CANN_VERSION=$(cann_version_of "$VERSION_DIR")
+    CANN_VERSION_NUMBER=$(cann_version_number "$CANN_VERSION")
+    [[ -n "$CANN_VERSION_NUMBER" ]] || die $E_HEADERS "cannot tell the CANN version of $VERSION_DIR (no" \
+        "<arch>-linux/ascend_toolkit_install.info, version.cmake or version.info with a version X.Y...)"
+    echo "check_ascendc_headers: CANN version $CANN_VERSION (PASA_CANN_VERSION=$CANN_VERSION_NUMBER for op_host/)"
+fi
 
 # ---- the configurations ----------------------------------------------------------------------------------
 # name|log|command...: one line each, fields separated by the unit separator
@@ -137,10 +156,18 @@ for src in "$SRC_ROOT"/op_kernel/*.cpp; do
     [[ -f "$src" ]] && grep -q '__global__' "$src" && ENTRIES+=("$src")
 done
 [[ ${#ENTRIES[@]} -gt 0 ]] || die $E_USAGE "no kernel entry (a .cpp with __global__) in $SRC_ROOT/op_kernel"
+mkdir -p "$BUILD_DIR/logs"
 for src in "${ENTRIES[@]}"; do
     rel=${src#"$SRC_ROOT"/}
-    mapfile -t keys < <(grep -o 'TILING_KEY_IS([^()]*)' "$src" | sed 's/^TILING_KEY_IS(\s*//; s/\s*)$//' |
-                        awk '!seen[$0]++')
+    # The tiling keys it dispatches, found as the op build finds them (asc-devkit tools/build/asc_op_compile_base/
+    # asc_op_compiler/kernel_info_infer.py, find_tilingkey): in the preprocessed source, where TILING_KEY_IS(k)
+    # reads "g_tilingKey == (k)", k a literal (however macros generated the tests).
+    pre="$BUILD_DIR/logs/${rel//[^A-Za-z0-9_.-]/_}.i"
+    "$CXX" -E -P "${ASC_KERNEL_FLAGS[@]}" "${ASC_AIV_FLAGS[@]}" -include "$CHECK_DIR/get_tiling_data.h" \
+        "${KERNEL_INCLUDES[@]}" "-I$SRC_ROOT/op_kernel" "$src" -o "$pre" >"$pre.log" 2>&1 ||
+        die $E_FAILED "$rel does not preprocess against the headers (log: $pre.log)"
+    mapfile -t keys < <(tr -s '[:space:]' ' ' <"$pre" | grep -oE 'g_tilingKey == \( ?-?[0-9]+' |
+                        sed 's/.*( *//' | awk '!seen[$0]++')
     [[ ${#keys[@]} -gt 0 ]] || keys=(0)
     cores=(AIC AIV)
     case "$(grep -o 'KERNEL_TASK_TYPE_DEFAULT([A-Z0-9_]*)' "$src" | head -n 1)" in
@@ -157,8 +184,9 @@ for src in "${ENTRIES[@]}"; do
     done
 done
 if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
-    host_flags=()
+    host_flags=("-DPASA_CANN_VERSION=$CANN_VERSION_NUMBER")
     for dir in "${HOST_INCLUDES[@]}"; do host_flags+=("-isystem$dir"); done
+    for dir in "${HOST_QUOTE_INCLUDES[@]}"; do host_flags+=("-iquote$dir"); done
     for src in "$SRC_ROOT"/op_host/*.cpp; do
         [[ -f "$src" ]] || continue
         add_config "${src#"$SRC_ROOT"/}" "$CXX" -fsyntax-only "${ASC_HOST_FLAGS[@]}" "${host_flags[@]}" \
@@ -167,7 +195,6 @@ if [[ ${#HOST_INCLUDES[@]} -gt 0 ]]; then
 fi
 
 # ---- compile them, JOBS at a time ------------------------------------------------------------------------
-mkdir -p "$BUILD_DIR/logs"
 run_config() {  # run_config LINE: compile one configuration, its output into its log
     local IFS=$SEP
     read -r -a fields <<<"$1"

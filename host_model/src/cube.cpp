@@ -6,6 +6,20 @@
 
 namespace ascendc_model {
 
+void CheckCubeAligned(const std::string& api, const char* role, Memory memory, uint32_t byteAddr, uint32_t align,
+                      const char* rule) {
+    if (byteAddr % align != 0)
+        Fail(api, std::string(role) + " address " + std::to_string(byteAddr) + " B in " + MemoryName(memory) +
+                      " is not " + std::to_string(align) + "-byte aligned (" + rule + ")");
+}
+
+void CheckCubeRange(const std::string& api, const char* name, uint64_t value, uint64_t lo, uint64_t hi,
+                    const char* rule) {
+    if (value < lo || value > hi)
+        Fail(api, std::string(name) + " " + std::to_string(value) + " outside [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "] (" + rule + ")");
+}
+
 void LoadFractals(const std::string& api, uint8_t* dst, const uint8_t* src, const AscendC::LoadData2DParams& p) {
     if (p.addrMode != 0) Fail(api, "addrMode 1 (decrementing) is only for GM->L1 and is not modelled");
     for (uint32_t r = 0; r < p.repeatTimes; ++r) {

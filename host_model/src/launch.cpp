@@ -68,6 +68,7 @@ void LaunchState::RunCore(CoreContext& core, const std::function<void()>& body) 
     std::exception_ptr error;
     try {
         body();
+        FinishEvents();
         FinishHazards();
         CloseSegment();  // the work after the last synchronisation point
     } catch (const Aborted&) {
@@ -92,6 +93,7 @@ void LaunchState::Run(const std::function<void()>& aicBody, const std::function<
     }
     for (std::thread& t : threads) t.join();
     if (firstError_) std::rethrow_exception(firstError_);
+    CheckFlagsConsumed();
     if (const char* log = std::getenv("ASCENDC_MODEL_BARRIER_LOG")) {
         std::ofstream out(log, std::ios::app);
         for (const auto& core : cores_)
@@ -101,6 +103,29 @@ void LaunchState::Run(const std::function<void()>& aicBody, const std::function<
         cfg_.counters->clear();
         for (const auto& core : cores_) cfg_.counters->push_back(core->counters);
     }
+}
+
+void LaunchState::CheckFlagsConsumed() const {
+    // CrossCoreSetFlag is used with CrossCoreWaitFlag (CrossCoreSetFlag docs, 功能说明): a count no wait consumed, or
+    // an AIV's half of a pair its partner never completed, is a protocol error of the kernel.
+    const auto fail = [](const std::string& what) { throw Error("launch end: cross-core flag left set: " + what); };
+    for (size_t c = 0; c < cores_.size(); ++c)
+        for (int f = 0; f < kCrossCoreFlags; ++f)
+            if (flags_[c][f] > 0)
+                fail("flag " + std::to_string(f) + " of " + cores_[c]->Name() + " holds " + std::to_string(flags_[c][f]) +
+                     " set(s) no CrossCoreWaitFlag consumed");
+    for (uint32_t blk = 0; blk < cfg_.blockDim; ++blk)
+        for (int sub = 0; sub < 2; ++sub)
+            for (int f = 0; f < kCrossCoreFlags; ++f)
+                for (const auto* pend : {&mode1Pending_, &mode2Pending_})
+                    if ((*pend)[blk][sub][f] > 0)
+                        fail("flag " + std::to_string(f) + " (mode " + (pend == &mode1Pending_ ? "1" : "2") + ") set by " +
+                             cores_[cfg_.blockDim + 2 * blk + sub]->Name() + " without the matching set of the other AIV");
+    for (int type = 0; type < 2; ++type)
+        for (int f = 0; f < kCrossCoreFlags; ++f)
+            if (mode0Arrivals_[type][f] > 0)
+                fail("flag " + std::to_string(f) + " (mode 0) set by " + std::to_string(mode0Arrivals_[type][f]) +
+                     (type == 0 ? " AIC(s)" : " AIV(s)") + ", not by all");
 }
 
 void LaunchState::BlockUntil(std::unique_lock<std::mutex>& lock, CoreContext& self, const std::string& api,
@@ -267,21 +292,5 @@ void LaunchMix(const LaunchConfig& cfg, const std::function<void()>& aicBody, co
 void CrossCoreSet(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreSet(CurrentCore(), mode, flagId); }
 void CrossCoreWait(uint8_t mode, uint16_t flagId) { CurrentLaunch().CrossCoreWait(CurrentCore(), mode, flagId); }
 void SyncAllCores(bool aivOnly) { CurrentLaunch().SyncAll(CurrentCore(), aivOnly); }
-
-void SetEventFlag(AscendC::HardEvent evt, int32_t id) {
-    if (id < 0 || id >= kEventIds)
-        Fail(std::string("SetFlag<HardEvent::") + AscendC::HardEventName(evt) + ">", "event id " + std::to_string(id) + " outside 0..7");
-    ++CurrentCore().eventCount[static_cast<int>(evt)][id];
-    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarSet(evt == AscendC::HardEvent::V_S, id);
-}
-
-void WaitEventFlag(AscendC::HardEvent evt, int32_t id) {
-    const std::string api = std::string("WaitFlag<HardEvent::") + AscendC::HardEventName(evt) + ">(" + std::to_string(id) + ")";
-    if (id < 0 || id >= kEventIds) Fail(api, "event id outside 0..7");
-    int& count = CurrentCore().eventCount[static_cast<int>(evt)][id];
-    if (count == 0) Fail(api, "no SetFlag of this event id before it; the hardware would wait forever");
-    --count;
-    if (evt == AscendC::HardEvent::V_S || evt == AscendC::HardEvent::S_V) VectorScalarWait(evt == AscendC::HardEvent::V_S, id);
-}
 
 }  // namespace ascendc_model

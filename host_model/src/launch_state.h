@@ -53,6 +53,7 @@ private:
     void CheckFlagId(const char* api, uint16_t flagId) const;
     void CheckBatchMode(const std::string& api) const;
     void RunCore(CoreContext& core, const std::function<void()>& body);
+    void CheckFlagsConsumed() const;  // after every core finished: no count or pending half left
 
     LaunchConfig cfg_;
     std::vector<std::unique_ptr<CoreContext>> cores_;  // AIC b at b; AIV (b, s) at blockDim + 2b + s

@@ -105,3 +105,15 @@ static void CopyIn(uint32_t count, uint32_t offset) {
 
 HM_CASE(misuse_datacopy_length_not_32b) { CopyIn(10, 0); }
 HM_CASE(misuse_datacopy_local_misaligned) { CopyIn(16, 8); }
+
+HM_CASE(misuse_datacopy_block_count_zero) {
+    hm_test::OnAiv([] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> buf;
+        pipe.InitBuffer(buf, 256);
+        std::vector<half> g(128);
+        GlobalTensor<half> gm;
+        gm.SetGlobalBuffer(g.data(), g.size());
+        DataCopy(buf.Get<half>(), gm, DataCopyParams(0, 1, 0, 0));
+    });
+}

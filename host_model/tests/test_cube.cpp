@@ -122,3 +122,79 @@ HM_CASE(cube_gemv_m1) {
         HM_CHECK(c[j] == static_cast<float>(want), "GEMV column " + std::to_string(j));
     }
 }
+
+// The documented ranges and alignments of the cube path (cube.h), one case each.
+namespace {
+struct CubeBuffers {
+    TPipe pipe;
+    TBuf<TPosition::A1> l1;
+    TBuf<TPosition::A2> l0a;
+    TBuf<TPosition::B2> l0b;
+    TBuf<TPosition::CO1> l0c;
+    std::vector<float> out = std::vector<float>(16 * 32, -1.0f);
+    GlobalTensor<float> gm;  // out
+    CubeBuffers() {
+        pipe.InitBuffer(l1, 4096);
+        pipe.InitBuffer(l0a, 4096);
+        pipe.InitBuffer(l0b, 4096);
+        pipe.InitBuffer(l0c, 4096);
+        gm.SetGlobalBuffer(out.data(), out.size());
+    }
+};
+}  // namespace
+
+HM_CASE(misuse_load2d_repeat_zero) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        LoadData(b.l0a.Get<half>(), b.l1.Get<half>(), LoadData2DParams(0, 0, 1, 0, 0, false, 0));
+    });
+}
+
+HM_CASE(misuse_load2d_l0_misaligned) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        LoadData(b.l0a.Get<half>()[128], b.l1.Get<half>(), LoadData2DParams(0, 1, 1, 0, 0, false, 0));  // 256 B
+    });
+}
+
+HM_CASE(misuse_mmad_k_beyond_4095) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        Mmad(b.l0c.Get<float>(), b.l0a.Get<half>(), b.l0b.Get<half>(), MmadParams(16, 16, 4096, 0, false, true));
+    });
+}
+
+HM_CASE(misuse_mmad_dst_not_256_elements) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        Mmad(b.l0c.Get<float>()[16], b.l0a.Get<half>(), b.l0b.Get<half>(), MmadParams(1, 16, 16, 0, false, true));
+    });
+}
+
+HM_CASE(misuse_fixpipe_nsize_zero) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, b.l0c.Get<float>(), FixpipeParamsV220(0, 16, 16, 16, false));
+    });
+}
+
+HM_CASE(misuse_fixpipe_src_misaligned) {
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, b.l0c.Get<float>()[8], FixpipeParamsV220(16, 1, 16, 16, false));
+    });
+}
+
+HM_CASE(cube_fixpipe_nz2nd_width_not_multiple_of_16) {
+    // NZ2ND takes any nSize in [1, 4095] (the multiple-of-16 rule is NZ out's): 17 columns, as [O | l] of D = 16.
+    hm_test::OnAic([] {
+        CubeBuffers b;
+        LocalTensor<float> c = b.l0c.Get<float>();
+        for (uint32_t i = 0; i < 512; ++i) c.SetValue(i, static_cast<float>(i));
+        Fixpipe<float, float, CFG_ROW_MAJOR>(b.gm, c, FixpipeParamsV220(17, 16, 16, 32, false));
+        // C(i, j) at ((j / 16) * M1 + i / 16) * 256 + (i % 16) * 16 + j % 16, M1 = 1
+        const std::vector<float>& out = b.out;
+        HM_CHECK(out[3 * 32 + 5] == 3 * 16 + 5 && out[3 * 32 + 16] == 256 + 3 * 16 && out[3 * 32 + 17] == -1.0f,
+                 "17 columns per row, the 17th from the second fractal column");
+    });
+}

@@ -84,14 +84,6 @@ HM_CASE(sync_intra_core_events) {
     });
 }
 
-HM_CASE(misuse_waitflag_without_setflag) {
-    hm_test::OnAiv([] {
-        SetFlag<HardEvent::MTE2_V>(0);
-        WaitFlag<HardEvent::MTE2_V>(0);
-        WaitFlag<HardEvent::MTE2_V>(0);
-    });
-}
-
 HM_CASE(misuse_crosscore_wait_never_set) {
     // The AIVs wait for flag 3 that the AIC never sets (it waits for flag 4 from them instead).
     LaunchMix({1, 0, 30.0}, [] {
@@ -304,4 +296,15 @@ HM_CASE(sync_queues_order_buffer_reuse) {
         in.FreeTensor(a2);
     });
     HM_CHECK(gm[0] == 2.0f, "the copy out");
+}
+
+HM_CASE(misuse_crosscore_flag_left_set) {
+    // The AIC sets flag 3 for its AIVs twice; they wait once.
+    LaunchMix({1, 0, 5.0}, [] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<2, PIPE_FIX>(3);
+            CrossCoreSetFlag<2, PIPE_FIX>(3);
+        }
+        if ASCEND_IS_AIV CrossCoreWaitFlag(3);
+    });
 }

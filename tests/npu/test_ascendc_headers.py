@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -32,6 +33,12 @@ def run(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Com
 
 # ---- the script's logic, with a fake compiler --------------------------------------------------------------
 FAKE_CXX = r"""#!/usr/bin/env bash
+if [[ " $* " == *" -E "* ]]; then  # preprocessing: the keys' expanded TILING_KEY_IS tests into the -o file
+    out=""; prev=""
+    for a in "$@"; do [[ "$prev" == "-o" ]] && out=$a; prev=$a; done
+    for k in $FAKE_KEYS; do echo "if ((g_tilingKey == ($k))) run();"; done > "$out"
+    exit 0
+fi
 echo "$*" >> "$FAKE_LOG"
 src="${@: -1}"
 if [[ -n "${FAKE_FAIL:-}" && "$*" == *"$FAKE_FAIL"* ]]; then
@@ -48,12 +55,14 @@ def fake(tmp_path):
     asc = tmp_path / "asc"
     (asc / "include").mkdir(parents=True)
     (asc / "include" / "kernel_operator.h").write_text("")
+    (asc / "version.cmake").write_text('set_package(asc-devkit VERSION "9.0.0")\n')
     gen = asc / "impl" / "adv_api" / "cmake" / "scripts" / "gen_kernel_tiling_data_def.py"
     gen.parent.mkdir(parents=True)
     gen.write_text("import pathlib, sys\np = pathlib.Path(sys.argv[2])\np.parent.mkdir(parents=True, exist_ok=True)\n"
                    "p.write_text('')\n")
     metadef, ge = tmp_path / "metadef", tmp_path / "ge"
     for f in (metadef / "inc/external/asc/register/op_def_registry.h",
+              metadef / "inc/external/exe_graph/runtime/tiling_context.h",
               ge / "inc/graph_metadef/external/graph/operator_reg.h"):
         f.parent.mkdir(parents=True)
         f.write_text("")
@@ -61,13 +70,16 @@ def fake(tmp_path):
     cxx.write_text(FAKE_CXX)
     cxx.chmod(0o755)
     log = tmp_path / "log.txt"
-    env = {"CXX": str(cxx), "FAKE_LOG": str(log), "FAKE_ERRORS": str(tmp_path / "errors.txt")}
+    env = {"CXX": str(cxx), "FAKE_LOG": str(log), "FAKE_ERRORS": str(tmp_path / "errors.txt"),
+           "FAKE_KEYS": " ".join(kernel_keys())}
     return {"asc": asc, "metadef": metadef, "ge": ge, "env": env, "log": log, "tmp": tmp_path}
 
 
 def kernel_keys() -> list[str]:
-    text = (ROOT / "op_kernel" / "pasa_fused_attention.cpp").read_text()
-    return list(dict.fromkeys(re.findall(r"TILING_KEY_IS\((\w+)\)", text)))
+    """The tiling keys of PASA_KERNEL_ALLOCATIONS, whose rows the entry's TILING_KEY_IS tests are generated from."""
+    text = (ROOT / "op_kernel" / "pasa_allocation.h").read_text()
+    rows = text.split("#define PASA_KERNEL_ALLOCATIONS(X)", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"X\((\d+), \w+\)", rows)
 
 
 def test_every_tiling_key_for_both_cores_and_every_host_source(fake):
@@ -76,7 +88,7 @@ def test_every_tiling_key_for_both_cores_and_every_host_source(fake):
     assert res.returncode == 0, res.stdout + res.stderr
     lines = fake["log"].read_text().splitlines()
     keys = kernel_keys()
-    # the entry dispatches every allocation the kernel implements (precision.py's kernel keys), by its number
+    # the kernel's rows are the allocations precision.py gives a kernel key, by number
     assert sorted(keys) == sorted(str(a.kernel_key) for a in ALLOCATIONS.values() if a.kernel_key is not None)
     kernel = [line for line in lines if line.endswith("op_kernel/pasa_fused_attention.cpp")]
     seen = {(re.search(r"-DTILING_KEY_VAR=(\w+)", line).group(1), "__DAV_C220_CUBE__" in line,
@@ -89,7 +101,30 @@ def test_every_tiling_key_for_both_cores_and_every_host_source(fake):
             assert flag in line.split(), (flag, line)
     host = sorted(line.split()[-1] for line in lines if "/op_host/" in line.split()[-1])
     assert host == sorted(str(p) for p in (ROOT / "op_host").glob("*.cpp"))
+    # op_host/pasa_cann_compat.h chooses the tiling API by the version of the checkout: 9.0 -> 900
+    assert all("-DPASA_CANN_VERSION=900" in line.split() for line in lines if "/op_host/" in line.split()[-1])
     assert f"all {len(kernel) + len(host)} configurations compile" in res.stdout
+
+
+@pytest.mark.parametrize("version_file, text, number", [
+    ("version.info", "Version=8.5.0-beta.1\nversion_dir=cann\n", 805),  # asc-devkit v8.5.0
+    ("version.cmake", 'set_cann_package(asc-devkit VERSION "9.1.0")\n', 901),  # from 9.1
+])
+def test_op_host_gets_the_version_of_the_checkout(fake, version_file, text, number):
+    (fake["asc"] / "version.cmake").unlink()
+    (fake["asc"] / version_file).write_text(text)
+    res = run("--metadef", str(fake["metadef"]), "--ge", str(fake["ge"]), "--build-dir", str(fake["tmp"] / "b"),
+              str(fake["asc"]), env=fake["env"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    host = [line.split() for line in fake["log"].read_text().splitlines() if "/op_host/" in line.split()[-1]]
+    assert host and all(f"-DPASA_CANN_VERSION={number}" in flags for flags in host)
+
+
+def test_a_checkout_without_a_version_is_refused_for_op_host(fake):
+    (fake["asc"] / "version.cmake").unlink()
+    res = run("--metadef", str(fake["metadef"]), "--ge", str(fake["ge"]), "--build-dir", str(fake["tmp"] / "b"),
+              str(fake["asc"]), env=fake["env"])
+    assert res.returncode == E_HEADERS and "cannot tell the CANN version" in res.stderr
 
 
 def test_without_metadef_and_ge_op_host_is_not_checked_and_it_says_so(fake):
@@ -138,6 +173,8 @@ def test_installed_toolkit_uses_its_own_tikicpulib_and_include(fake):
     (cann / "asc" / "include" / "kernel_operator.h").write_text("")
     (cann / "tools" / "tikicpulib" / "lib" / "include").mkdir(parents=True)
     (cann / "include").mkdir()
+    (cann / f"{platform.machine()}-linux").mkdir()
+    (cann / f"{platform.machine()}-linux" / "ascend_toolkit_install.info").write_text("version=9.0.RC1\n")
     res = run("--cann", str(cann), "--build-dir", str(fake["tmp"] / "b"), env=fake["env"])
     assert res.returncode == 0, res.stderr
     lines = fake["log"].read_text().splitlines()

@@ -164,12 +164,13 @@ def test_cann_without_version_info(tmp_path):
     assert res.returncode == 11 and "cannot read the CANN version" in res.stderr
 
 
-@pytest.mark.parametrize("version", ["8.0.RC3", "8.2.RC1", "8.3.RC1", "8.5.0", "8.5.RC1", "7.0.0"])
+@pytest.mark.parametrize("version", ["8.0.RC3", "8.2.RC1", "8.3.RC1", "7.0.0", "9.2.0", "9.2.RC1", "10.1.RC2"])
 def test_unsupported_cann_version(tmp_path, version):
     w = World(tmp_path, version=version)
     res = w.run()
     assert res.returncode == 11
-    assert f"unsupported CANN version {version}" in res.stderr and ">= 9.0" in res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr  # one line
+    assert f"unsupported CANN version {version}" in res.stderr and "supported are 8.5 to 9.1.x" in res.stderr
     assert w.ran() == []
 
 
@@ -178,11 +179,23 @@ def test_unparsable_cann_version(tmp_path):
     assert res.returncode == 11 and "cannot parse the CANN version 'latest'" in res.stderr
 
 
-@pytest.mark.parametrize("version", ["9.0.0", "9.0.RC1", "9.1.0", "10.1.RC2"])
-def test_supported_cann_versions(tmp_path, version):
+@pytest.mark.parametrize("version, number", [("8.5.0", 805), ("8.5.RC1", 805), ("9.0.0", 900), ("9.0.RC1", 900),
+                                             ("9.1.0", 901)])
+def test_supported_cann_versions(tmp_path, version, number):
     res = World(tmp_path, version=version).run("--dry-run")
     assert res.returncode == 0, res.stderr
     assert f"CANN {version} at" in res.stdout
+    assert f"-DPASA_CANN_VERSION={number} " in res.stdout  # op_host/pasa_cann_compat.h chooses the tiling API
+
+
+def test_cann_85_names_its_asc_config_ascconfig(tmp_path):
+    w = World(tmp_path, version="8.5.0", asc_cmake=False)
+    cmake_dir = w.cann / f"{platform.machine()}-linux" / "lib64" / "cmake"
+    cmake_dir.mkdir(parents=True)
+    (cmake_dir / "ASCConfig.cmake").write_text("# fake\n")
+    res = w.run("--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert f"-DASC_DIR={cmake_dir}" in res.stdout
 
 
 def test_cann_without_the_asc_cmake_package(tmp_path):

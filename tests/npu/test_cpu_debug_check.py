@@ -3,6 +3,7 @@ messages, nothing built. The paths with a toolkit need one and are not run here.
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,9 @@ def _fake_toolkit(tmp_path: Path, cmake_rc: int, python_rc: int, cxx_rc: int = 0
     for d in ("tools/tikicpulib/lib/include", "asc/include", "include"):
         (cann / d).mkdir(parents=True)
     (cann / "asc" / "include" / "kernel_operator.h").write_text("")
+    info = cann / f"{platform.machine()}-linux" / "ascend_toolkit_install.info"  # the version op_host/ is checked at
+    info.parent.mkdir()
+    info.write_text("version=9.0.0\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "log.txt"

@@ -8,6 +8,7 @@ Builds host_model_tests once, in the CMake tree all C++ tests share (tests/cmake
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,8 +50,39 @@ MISUSE = {
     "misuse_datacopy_length_not_32b": f"{AIV0}: DataCopy(GM->local): length 20 B is not a multiple of 32 bytes",
     "misuse_datacopy_local_misaligned": f"{AIV0}: DataCopy(GM->local): local address 16 B is not 32-byte aligned",
     "misuse_vector_operand_misaligned": f"{AIV0}: Add: src0 address 6 B is not 32-byte aligned",
-    "misuse_waitflag_without_setflag": f"{AIV0}: WaitFlag<HardEvent::MTE2_V>(0): no SetFlag of this event id "
-    "before it",
+    "misuse_event_set_twice": f"{AIV0}: SetFlag<HardEvent::MTE2_V>(0): event set twice: SetFlag at "
+    "test_events.cpp:{second set} sets it while the set by SetFlag at test_events.cpp:{first set} is not yet waited",
+    "misuse_event_id_collides_with_a_queue": f"{AIV0}: SetFlag<HardEvent::V_MTE2>(0): event set twice: SetFlag at "
+    "test_events.cpp:{colliding set} sets it while the set by TQue<VECIN, 1>::FreeTensor at "
+    "test_events.cpp:{queue's set} is not yet waited",
+    "misuse_event_id_collides_with_the_matmul_macro": "AIC 0: SetFlag<HardEvent::M_MTE1>(1): event set twice: SetFlag "
+    "at test_events.cpp:{hard-coded ID 1} sets it while the set by TPipe (M_MTE1 IDs 0-2 of the matmul macro",
+    "misuse_event_wait_without_set": f"{AIV0}: WaitFlag<HardEvent::S_MTE3>(2): wait without a set: WaitFlag at "
+    "test_events.cpp:{missing set} waits for an event no SetFlag has set since WaitFlag at "
+    "test_events.cpp:{first wait} waited it; the pipe would wait forever (deadlock)",
+    "misuse_event_wait_steals_a_queue_event": f"{AIV0}: WaitFlag<HardEvent::MTE3_V>(0): wait without a set: "
+    "TQue<VECOUT, 1>::AllocTensor at test_events.cpp:{starved alloc} waits for an event no SetFlag has set since "
+    "WaitFlag at test_events.cpp:{stealing wait} waited it",
+    "misuse_event_left_set": f"{AIV0}: kernel end: event left set: SetFlag<HardEvent::V_S>(3) by SetFlag at "
+    "test_events.cpp:{never waited} has no WaitFlag before the core's program ends",
+    "misuse_tensor_left_in_a_queue": f"{AIV0}: kernel end: event left set: SetFlag<HardEvent::MTE2_V>(0) by "
+    "TQue<VECIN, 1>::EnQue at test_events.cpp:{never dequeued} has no WaitFlag",
+    "misuse_event_pool_exhausted": f"{AIV0}: TPipe::AllocEventID<HardEvent::V_S>: event pool exhausted at "
+    "test_events.cpp:{ninth alloc}: all 8 IDs are allocated (0: TPipe::AllocEventID at test_events.cpp:{ninth alloc}",
+    "misuse_release_of_an_id_not_allocated": f"{AIV0}: TPipe::ReleaseEventID<HardEvent::S_V>(0): ReleaseEventID of an "
+    "ID not allocated, at test_events.cpp:{fetched, not allocated}: the ID must come from AllocEventID",
+    "misuse_crosscore_flag_left_set": f"launch end: cross-core flag left set: flag 3 of {AIV0} holds 1 set(s) no "
+    "CrossCoreWaitFlag consumed",
+    "misuse_datacopy_block_count_zero": f"{AIV0}: DataCopy(GM->local): blockCount 0 outside [1, 4095] (DataCopy docs)",
+    "misuse_load2d_repeat_zero": "AIC 0: LoadData: repeatTimes 0 outside [1, 255] (Load2D docs)",
+    "misuse_load2d_l0_misaligned": "AIC 0: LoadData: dst address 256 B in L0A is not 512-byte aligned",
+    "misuse_mmad_k_beyond_4095": "AIC 0: Mmad: k 4096 outside [0, 4095] (Mmad docs)",
+    "misuse_mmad_dst_not_256_elements": "AIC 0: Mmad: dst address 64 B in L0C is not 1024-byte aligned (Mmad docs: "
+    "256 elements)",
+    "misuse_fixpipe_nsize_zero": "AIC 0: Fixpipe: nSize 0 outside [1, 4095] (Fixpipe docs, NZ2ND)",
+    "misuse_fixpipe_src_misaligned": "AIC 0: Fixpipe: src address 32 B in L0C is not 64-byte aligned (Fixpipe docs)",
+    "misuse_alloc_without_release": f"{AIV0}: kernel end: TPipe::Destroy: AllocEventID without ReleaseEventID: "
+    "HardEvent::MTE2_S ID 0 (TPipe::AllocEventID at test_events.cpp:{never released})",
     "misuse_crosscore_wait_never_set": "(checked below: the reporting core varies)",
     "misuse_crosscore_wait_timeout": f"{AIV0}: CrossCoreWaitFlag: CrossCoreWaitFlag(flag 7, mode 2) timed out",
     "misuse_crosscore_counter_overflow": f"AIC 0: CrossCoreSetFlag: flag 2 of {AIV0} set more than 15 times "
@@ -77,6 +109,20 @@ MISUSE = {
     "other modes take half or float",
 }
 
+
+
+def event_case_lines(message: str) -> str:
+    """The message with each {comment} replaced by the line of test_events.cpp that carries that // comment."""
+    lines = (ROOT / "host_model" / "tests" / "test_events.cpp").read_text().splitlines()
+
+    def line_of(comment: str) -> str:
+        found = [i + 1 for i, text in enumerate(lines) if text.rstrip().endswith(f"// {comment}")]
+        assert len(found) == 1, comment
+        return str(found[0])
+
+    return re.sub(r"\{([^{}]+)\}", lambda m: line_of(m.group(1)), message)
+
+
 # The rest of a message whose start names a source line: the range, the other instruction, the missing sync.
 DETAILS = {
     "misuse_vector_read_after_write": ["reads UB [1024, 1536), which Add (test_sync.cpp:",
@@ -100,7 +146,8 @@ SEMANTICS = [
     "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_brcb_duplicate_compare_select",
     "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
     "sync_intra_core_events", "sync_scalar_reads_need_dcci", "cube_gemv_m1", "sync_vector_barriers_counted",
-    "sync_queues_order_buffer_reuse",
+    "sync_queues_order_buffer_reuse", "events_queue_ids_come_from_the_pool",
+    "cube_fixpipe_nz2nd_width_not_multiple_of_16",
 ]
 NUMERIC = ["cube_pipeline", "cube_pipeline_wrong_stride", "vec_cast_rounding", "vec_exp_ln_values",
            "vec_reduce_sum_fold"]
@@ -129,7 +176,7 @@ def test_misuse_fails_loudly(binary, case):
     prefix = "ascendc_model::Error: "
     assert line.startswith(prefix), line
     message = line[len(prefix):]
-    expected = MISUSE[case]
+    expected = event_case_lines(MISUSE[case])
     if case == "misuse_crosscore_wait_never_set":  # reported by whichever core blocks last
         assert "can never be satisfied: every core has finished or is blocked" in message, message
         assert "AIC 0 in CrossCoreWaitFlag(flag 4, mode 0)" in message, message

@@ -1,7 +1,9 @@
 // Data movement between GM and the on-chip memories: DataCopy (contiguous, strided in 32-byte blocks,
 // and GM->L1 with the ND->NZ fractal conversion) and DataCopyPad (byte-granular bursts, padded to
 // 32 bytes in UB). Checks: UB/L1 addresses 32-byte aligned, DataCopy lengths whole 32-byte blocks,
-// every element inside its LocalTensor / inside SetGlobalBuffer's size.
+// every element inside its LocalTensor / inside SetGlobalBuffer's size; the burst parameters' documented ranges
+// (基础数据搬运.md, DataCopyPad(ISASI).md: blockCount in [1, 4095]; blockLen in [1, 65535] 32-byte blocks, DataCopyPad's
+// in [1, 2097151] bytes).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -83,6 +85,8 @@ namespace ascendc_model {
 void CheckLocalAligned(const std::string& api, const char* role, uint32_t byteAddr);
 void CheckBlockMultiple(const std::string& api, uint64_t bytes);
 void CheckElementMultiple(const std::string& api, uint64_t bytes, uint32_t elemBytes);
+// blockCount in [1, 4095] and blockLen in [1, maxBlockLen] (`unit`: "32-byte blocks" or "bytes").
+void CheckBursts(const std::string& api, uint32_t blockCount, uint32_t blockLen, uint32_t maxBlockLen, const char* unit);
 
 // The pipe of a copy follows its direction: GM -> local MTE2, local -> GM MTE3, UB -> UB the vector unit.
 template <typename Dst, typename Src>
@@ -123,6 +127,7 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
     const std::string api = "DataCopy(GM->local)";
     ascendc_model::CheckUbOrL1(api, dst);
+    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
     ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
                                 (p.blockLen + p.dstStride) * 32ull);
 }
@@ -132,6 +137,7 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataC
     const std::string api = "DataCopy(local->GM)";
     if (src.GetMemory() != ascendc_model::Memory::UB) ascendc_model::Fail(api, "source must be in UB");
     ascendc_model::CheckLocalAligned(api, "source", src.ByteBegin());
+    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
     ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
                                 (p.blockLen + p.dstStride) * 32ull);
 }
@@ -143,6 +149,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCo
         ascendc_model::Fail(api, "local copies are modelled between UB buffers only");
     ascendc_model::CheckLocalAligned(api, "source", src.ByteBegin());
     ascendc_model::CheckLocalAligned(api, "destination", dst.ByteBegin());
+    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
     ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
                                 (p.blockLen + p.dstStride) * 32ull);
 }
@@ -207,6 +214,7 @@ template <typename T>
 void PadCopyIn(const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src, uint32_t count, uint32_t bytes,
                uint64_t srcGapBytes, uint64_t dstGapBlocks, bool isPad, uint32_t left, uint32_t right, T padValue) {
     const std::string api = "DataCopyPad(GM->UB)";
+    CheckBursts(api, count, bytes, 2097151, "bytes");
     if (dst.GetMemory() != Memory::UB) Fail(api, "destination must be in UB");
     CheckLocalAligned(api, "destination", dst.ByteBegin());
     CheckElementMultiple(api, bytes, sizeof(T));
@@ -238,6 +246,7 @@ template <typename T>
 void PadCopyOut(const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src, uint32_t count, uint32_t bytes,
                 uint64_t srcGapBlocks, uint64_t dstGapBytes) {
     const std::string api = "DataCopyPad(UB->GM)";
+    CheckBursts(api, count, bytes, 2097151, "bytes");
     if (src.GetMemory() != Memory::UB) Fail(api, "source must be in UB");
     CheckLocalAligned(api, "source", src.ByteBegin());
     CheckElementMultiple(api, bytes, sizeof(T));

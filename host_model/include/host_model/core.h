@@ -11,6 +11,10 @@
 #include "host_model/cost.h"
 #include "host_model/hazard.h"
 
+namespace AscendC {
+class TPipe;
+}
+
 namespace ascendc_model {
 
 enum class CoreType { AIC, AIV };
@@ -34,9 +38,18 @@ constexpr uint32_t kBlockBytes = 32;  // the DMA / vector data block ("DataBlock
 const char* MemoryName(Memory m);
 uint32_t MemoryCapacity(Memory m);  // what TPipe::InitBuffer may allocate
 
-// Intra-core event flags: SetFlag/WaitFlag<HardEvent> ids 0..7.
+// Intra-core event flags: SetFlag/WaitFlag<HardEvent> ids 0..7 (QUE_MAX_EVENT = 8 on dav-c220, asc-devkit
+// impl/basic_api/kernel_macros.h).
 constexpr int kEventIds = 8;
 constexpr int kHardEventKinds = 64;
+
+// One (HardEvent, ID) flag of a core. It is one bit (SetFlag/WaitFlag docs: SetFlag sets the flag to 1; WaitFlag
+// blocks while it is 0, then clears it), so who set it and where is kept for the messages of event.h's rules.
+struct EventFlag {
+    bool set = false;
+    std::string by;  // the API that set it (SetFlag, TQue<VECIN, 1>::FreeTensor, TPipe, ...), or last waited it
+    Site site;       // ... and where the kernel called it
+};
 
 class TPipeState;
 
@@ -56,8 +69,10 @@ struct CoreContext {
     // Physical memories, filled with 0xFF bytes (NaN for half and float) so a read of never-written
     // data shows up as NaN instead of a plausible zero.
     std::array<std::vector<uint8_t>, 5> memory;
-    std::array<std::array<int, kEventIds>, kHardEventKinds> eventCount{};
+    std::array<std::array<EventFlag, kEventIds>, kHardEventKinds> events{};
+    std::string eventError;      // a rule broken where the model cannot throw (TPipe's destructor), reported at the end
     TPipeState* pipe = nullptr;  // the live TPipe of this core (at most one)
+    AscendC::TPipe* tpipe = nullptr;  // ... as GetTPipePtr() returns it
     // The scalar unit's data cache (cache.h): 64-byte GM lines as this core's scalar reads last fetched
     // them, kept until DataCacheCleanAndInvalid drops them.
     std::map<uintptr_t, CachedLine> dataCache;

@@ -7,6 +7,11 @@
 //   L0B, "nZ": B(k, j) at ((k/16)*N1 + j/16)*256 + (j%16)*16 + k%16,  N1 = ceil(n/16)
 //   L0C, "NZ": C(i, j) at ((j/16)*M1 + i/16)*256 + (i%16)*16 + j%16,  M1 = ceil(m/16), FP32
 // Mmad with m == 1 reads L0A as ND (GEMV mode, as the Mmad docs state for M = 1).
+//
+// Checks, as asc-devkit's docs state them (docs/api/context/): operand start addresses (通用说明和约束.md, 通用地址
+// 对齐约束: L1 32 B, L0A/L0B 512 B, L0C 64 B; Mmad.md: dst 256 elements); Load2D.md: repeatTimes in [1, 255];
+// Mmad.md: m, n, k in [0, 4095] (0: not executed); Fixpipe.md, with NZ2ND (CFG_ROW_MAJOR): nSize in [1, 4095],
+// mSize in [1, 8192], dstStride non-zero (and, for the ND rows not to overlap, at least nSize).
 #pragma once
 #include <cstdint>
 
@@ -93,6 +98,12 @@ struct FixpipeParamsV220 {
 namespace ascendc_model {
 
 constexpr uint32_t kFractalBytes = 512;
+// Fails unless `byteAddr` (of `role`, in `memory`) is a multiple of `align` bytes; `rule` names the documented rule.
+void CheckCubeAligned(const std::string& api, const char* role, Memory memory, uint32_t byteAddr, uint32_t align,
+                      const char* rule);
+// Fails unless lo <= value <= hi (the documented range of parameter `name`).
+void CheckCubeRange(const std::string& api, const char* name, uint64_t value, uint64_t lo, uint64_t hi,
+                    const char* rule);
 void LoadFractals(const std::string& api, uint8_t* dst, const uint8_t* src, const AscendC::LoadData2DParams& p);
 void MmadHalf(const std::string& api, float* c, const half* a, const half* b, const AscendC::MmadParams& p);
 void FixpipeNz2Nd(const std::string& api, uint8_t* dst, uint32_t dstElemBytes, const float* src,
@@ -113,7 +124,9 @@ void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadDa
     if (dst.GetMemory() != Memory::L0A && dst.GetMemory() != Memory::L0B)
         ascendc_model::Fail(api, "destination must be in L0A (A2) or L0B (B2)");
     if (p.ifTranspose && sizeof(T) != 2) ascendc_model::Fail(api, "ifTranspose supports 16-bit types only");
-    if (p.repeatTimes == 0) return;
+    ascendc_model::CheckCubeRange(api, "repeatTimes", p.repeatTimes, 1, 255, "Load2D docs");
+    ascendc_model::CheckCubeAligned(api, "src", Memory::L1, src.ByteBegin(), 32, "通用地址对齐约束");
+    ascendc_model::CheckCubeAligned(api, "dst", dst.GetMemory(), dst.ByteBegin(), 512, "通用地址对齐约束");
     const uint32_t perFractal = ascendc_model::kFractalBytes / sizeof(T);
     const uint32_t srcFractals = p.startIndex + (p.repeatTimes - 1u) * p.srcStride + 1u;
     const uint32_t dstFractals = (p.repeatTimes - 1u) * (p.dstGap + 1u) + 1u;
@@ -131,7 +144,13 @@ void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const LocalTensor
     using ascendc_model::Memory;
     if (dst.GetMemory() != Memory::L0C || fm.GetMemory() != Memory::L0A || filter.GetMemory() != Memory::L0B)
         ascendc_model::Fail(api, "operands must be dst in L0C (CO1), fm in L0A (A2), filter in L0B (B2)");
-    if (p.m == 0 || p.n == 0 || p.k == 0) return;
+    ascendc_model::CheckCubeRange(api, "m", p.m, 0, 4095, "Mmad docs");
+    ascendc_model::CheckCubeRange(api, "n", p.n, 0, 4095, "Mmad docs");
+    ascendc_model::CheckCubeRange(api, "k", p.k, 0, 4095, "Mmad docs");
+    ascendc_model::CheckCubeAligned(api, "dst", Memory::L0C, dst.ByteBegin(), 256 * sizeof(T), "Mmad docs: 256 elements");
+    ascendc_model::CheckCubeAligned(api, "fm", Memory::L0A, fm.ByteBegin(), 512, "Mmad docs");
+    ascendc_model::CheckCubeAligned(api, "filter", Memory::L0B, filter.ByteBegin(), 512, "Mmad docs");
+    if (p.m == 0 || p.n == 0 || p.k == 0) return;  // "not executed" (Mmad docs)
     const uint64_t k1 = (p.k + 15) / 16, m1 = (p.m + 15) / 16, n1 = (p.n + 15) / 16;
     const half* a = fm.Span(api, 0, p.m == 1 ? p.k : m1 * k1 * 256);
     const half* b = filter.Span(api, 0, k1 * n1 * 256);
@@ -154,7 +173,9 @@ void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const Fixpip
         ascendc_model::Fail(api, "destination type must be half or float");
     if (p.ndNum != 1) ascendc_model::Fail(api, "ndNum != 1 is not modelled");
     if (p.reluEn) ascendc_model::Fail(api, "reluEn is not modelled");
-    if (p.nSize == 0 || p.mSize == 0) return;
+    ascendc_model::CheckCubeRange(api, "nSize", p.nSize, 1, 4095, "Fixpipe docs, NZ2ND");
+    ascendc_model::CheckCubeRange(api, "mSize", p.mSize, 1, 8192, "Fixpipe docs, NZ2ND");
+    ascendc_model::CheckCubeAligned(api, "src", ascendc_model::Memory::L0C, src.ByteBegin(), 64, "Fixpipe docs");
     const float* s = src.Span(api, 0, ascendc_model::FixpipeSourceElements(p));
     T* d = dst.Span(api, 0, ascendc_model::FixpipeDestElements(p));
     ascendc_model::CountCopy(ascendc_model::Pipe::FIX, uint64_t(p.mSize) * p.nSize * sizeof(T));

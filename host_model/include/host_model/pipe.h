@@ -3,6 +3,15 @@
 // for A1/B1, L0A/L0B 64 KB, L0C 128 KB); buffers are 32-byte aligned like the real TPipe; AllocTensor
 // with every buffer in use, EnQue past the queue depth, DeQue on an empty queue, FreeTensor of a
 // tensor the queue does not hold, and any use of a freed or still-enqueued tensor fail.
+//
+// Events (event.h's rules apply to them): TPipe owns the pool of event IDs, and TQue sets and waits the events of
+// asc-devkit's TQueBind (impl/basic_api/kernel_tquebind_impl.h) with IDs from that pool: EnQue takes an ID of the
+// queue's forward event and sets it, DeQue waits it and gives the ID back; FreeTensor takes an ID of the backward
+// event and sets it, and the buffer's next AllocTensor waits it and gives it back. The events of each position on
+// dav-c220 (GetQueEvt in impl/basic_api/kernel_event.h): VECIN MTE2_V / V_MTE2, VECOUT V_MTE3 / MTE3_V, A1 and B1
+// MTE2_MTE1 / MTE1_MTE2, A2 and B2 MTE1_M / M_MTE1, CO1 M_FIX / FIX_M. On the AIC, TPipe's constructor takes and
+// sets M_MTE1 IDs 0, 1 and 2 for the matmul macro, and its destruction waits them (TPipe::Init and TPipe::Destroy in
+// impl/basic_api/kernel_tpipe_impl.h); the destruction also waits the events of freed buffers no AllocTensor waited.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -11,44 +20,76 @@
 #include <string>
 #include <vector>
 
+#include "host_model/event.h"
 #include "host_model/tensor.h"
 
 namespace ascendc_model {
 
-// Memory bookkeeping of one core's TPipe: a bump allocator per memory, released when the pipe dies.
+// An event a freed buffer holds until its next AllocTensor: its HardEvent, its ID, who set it and where.
+struct HeldEvent {
+    AscendC::HardEvent evt = AscendC::HardEvent::MAX;
+    int32_t id = -1;
+    std::string by;
+    Site site;
+};
+
+class QueueState;
+
+// Memory and event bookkeeping of one core's TPipe: a bump allocator per memory and the event pool, released when
+// the pipe dies.
 class TPipeState {
 public:
-    TPipeState();
+    explicit TPipeState(AscendC::TPipe* owner);
     ~TPipeState();
     TPipeState(const TPipeState&) = delete;
     TPipeState& operator=(const TPipeState&) = delete;
     // Reserves `count` buffers of `bytes` (rounded up to 32 B) at `pos`; `what` names the caller.
     std::vector<BufferSlot> Reserve(AscendC::TPosition pos, uint32_t count, uint32_t bytes, const std::string& what);
+    EventPool& Events() { return events_; }
+    void Attach(QueueState* q) { queues_.push_back(q); }
+    // A queue that dies before its pipe leaves the events of its freed buffers to the pipe's destruction.
+    void Detach(QueueState* q, std::vector<HeldEvent> held);
+    // TPipe::Destroy: waits what the real one waits (see above); never throws (eventError takes a broken rule).
     void Release();
 
 private:
     CoreContext* core_;
+    AscendC::TPipe* owner_;
     std::array<uint32_t, 5> used_{};
+    EventPool events_;
+    std::vector<QueueState*> queues_;
+    std::vector<HeldEvent> orphaned_;
 };
 
 // Queue bookkeeping shared by all TQue instantiations.
 class QueueState {
 public:
+    QueueState() = default;
+    QueueState(const QueueState&) = delete;
+    QueueState& operator=(const QueueState&) = delete;
+    ~QueueState();
     void Init(TPipeState& pipe, AscendC::TPosition pos, int32_t depth, uint8_t num, uint32_t len);
-    BufferSlot* Alloc();
-    void EnQue(const BufferSlot* slot, uint64_t generation);
-    BufferSlot* DeQue();
-    void Free(const BufferSlot* slot, uint64_t generation);
+    BufferSlot* Alloc(Site site);
+    void EnQue(const BufferSlot* slot, uint64_t generation, Site site);
+    BufferSlot* DeQue(Site site);
+    void Free(const BufferSlot* slot, uint64_t generation, Site site);
     bool HasTensorInQue() const { return !queued_.empty(); }
     int32_t GetTensorCountInQue() const { return static_cast<int32_t>(queued_.size()); }
     bool VacantInQue() const { return static_cast<int32_t>(queued_.size()) < depth_; }
+    // The pipe's destruction: the freed buffers' events, handed over and forgotten.
+    std::vector<HeldEvent> TakeHeldEvents();
+    void PipeGone() { pipe_ = nullptr; }
 
 private:
     BufferSlot* Own(const BufferSlot* slot, const std::string& api);
+    TPipeState& Pipe(const std::string& api);
     std::string Label() const;
     AscendC::TPosition pos_ = AscendC::TPosition::VECIN;
     int32_t depth_ = 0;
+    AscendC::HardEvent enQueEvt_ = AscendC::HardEvent::MAX, freeEvt_ = AscendC::HardEvent::MAX;
+    TPipeState* pipe_ = nullptr;
     std::vector<BufferSlot> slots_;
+    std::vector<HeldEvent> enQueHeld_, freeHeld_;  // per slot: the event EnQue / FreeTensor set (id -1: none)
     std::deque<BufferSlot*> queued_;
 };
 
@@ -61,23 +102,23 @@ class TQue {
 public:
     static constexpr TPosition position = pos;
     template <typename T>
-    LocalTensor<T> AllocTensor() {
-        ascendc_model::BufferSlot* s = state_.Alloc();
+    LocalTensor<T> AllocTensor(ascendc_model::Site site = ascendc_model::Site::Here()) {
+        ascendc_model::BufferSlot* s = state_.Alloc(site);
         return LocalTensor<T>(s, s->offset, s->offset + s->length);
     }
     template <typename T>
-    bool EnQue(const LocalTensor<T>& tensor) {
-        state_.EnQue(tensor.Slot(), tensor.Generation());
+    bool EnQue(const LocalTensor<T>& tensor, ascendc_model::Site site = ascendc_model::Site::Here()) {
+        state_.EnQue(tensor.Slot(), tensor.Generation(), site);
         return true;
     }
     template <typename T>
-    LocalTensor<T> DeQue() {
-        ascendc_model::BufferSlot* s = state_.DeQue();
+    LocalTensor<T> DeQue(ascendc_model::Site site = ascendc_model::Site::Here()) {
+        ascendc_model::BufferSlot* s = state_.DeQue(site);
         return LocalTensor<T>(s, s->offset, s->offset + s->length);
     }
     template <typename T>
-    void FreeTensor(LocalTensor<T>& tensor) {
-        state_.Free(tensor.Slot(), tensor.Generation());
+    void FreeTensor(LocalTensor<T>& tensor, ascendc_model::Site site = ascendc_model::Site::Here()) {
+        state_.Free(tensor.Slot(), tensor.Generation(), site);
     }
     bool HasTensorInQue() const { return state_.HasTensorInQue(); }
     int32_t GetTensorCountInQue() const { return state_.GetTensorCountInQue(); }
@@ -129,7 +170,7 @@ private:
 
 class TPipe {
 public:
-    TPipe() : state_(new ascendc_model::TPipeState()) {}
+    TPipe() : state_(new ascendc_model::TPipeState(this)) {}
     ~TPipe() { Destroy(); }
     TPipe(const TPipe&) = delete;
     TPipe& operator=(const TPipe&) = delete;
@@ -144,21 +185,26 @@ public:
         buf.Init(State(), len);
         return true;
     }
-    // Gives the pipe's memory back; buffers handed out before must not be used afterwards.
+    // Gives the pipe's memory and events back; buffers handed out before must not be used afterwards.
     void Destroy() { state_.reset(); }
     void Reset() { Destroy(); }
 
-    // Event ids 0..7 per event type for SetFlag/WaitFlag: Alloc marks an id used until Release,
-    // Fetch returns a free id without marking it.
+    // The event pool (event.h): 8 IDs per HardEvent.
     template <HardEvent evt>
-    TEventID AllocEventID() { return FreeEventId(evt, "TPipe::AllocEventID", true); }
-    template <HardEvent evt>
-    void ReleaseEventID(TEventID id) {
-        eventIdsInUse_[static_cast<int>(evt)] &= static_cast<uint8_t>(~(1u << (id & 7)));
+    TEventID AllocEventID(ascendc_model::Site site = ascendc_model::Site::Here()) {
+        return State().Events().Alloc(evt, "TPipe::AllocEventID", site);
     }
     template <HardEvent evt>
-    TEventID FetchEventID() { return FreeEventId(evt, "TPipe::FetchEventID", false); }
-    TEventID FetchEventID(HardEvent evt) { return FreeEventId(evt, "TPipe::FetchEventID", false); }
+    void ReleaseEventID(TEventID id, ascendc_model::Site site = ascendc_model::Site::Here()) {
+        State().Events().Release(evt, id, site);
+    }
+    template <HardEvent evt>
+    TEventID FetchEventID(ascendc_model::Site site = ascendc_model::Site::Here()) {
+        return State().Events().Fetch(evt, site);
+    }
+    TEventID FetchEventID(HardEvent evt, ascendc_model::Site site = ascendc_model::Site::Here()) {
+        return State().Events().Fetch(evt, site);
+    }
 
 private:
     template <class Q>
@@ -168,21 +214,13 @@ private:
         static constexpr int32_t value = d;
     };
     ascendc_model::TPipeState& State() {
-        if (!state_) ascendc_model::Fail("TPipe::InitBuffer", "TPipe used after Destroy()");
+        if (!state_) ascendc_model::Fail("TPipe", "TPipe used after Destroy()");
         return *state_;
     }
-    TEventID FreeEventId(HardEvent evt, const char* api, bool mark) {
-        uint8_t& used = eventIdsInUse_[static_cast<int>(evt)];
-        for (int id = 0; id < ascendc_model::kEventIds; ++id) {
-            if (!(used & (1u << id))) {
-                if (mark) used = static_cast<uint8_t>(used | (1u << id));
-                return static_cast<TEventID>(id);
-            }
-        }
-        ascendc_model::Fail(api, std::string("all 8 event ids of HardEvent::") + HardEventName(evt) + " are allocated");
-    }
     std::unique_ptr<ascendc_model::TPipeState> state_;
-    std::array<uint8_t, static_cast<int>(HardEvent::MAX)> eventIdsInUse_{};
 };
 
 }  // namespace AscendC
+
+// The calling core's TPipe (the one constructed last and not yet destroyed), as the real global accessor.
+AscendC::TPipe* GetTPipePtr();

@@ -1,18 +1,16 @@
 // Synchronisation. Inside a core the model executes every pipe in program order, so SetFlag/WaitFlag
-// have their pairing checked (a WaitFlag with no SetFlag of that event id before it would hang the
-// hardware and is an error), and PipeBarrier<PIPE_V> and the V_S / S_V events order the UB accesses of the
+// have the rules of event.h checked (binary events, a wait without a set, an event left set), and PipeBarrier<PIPE_V> and the V_S / S_V events order the UB accesses of the
 // vector pipe and the scalar unit that hazard.h checks. Across cores the flags are real: CrossCoreSetFlag /
 // CrossCoreWaitFlag block the calling thread with the counting semantics of the docs (see launch.cpp),
 // and SyncAll is a barrier.
 #pragma once
 #include <cstdint>
 
+#include "host_model/event.h"
 #include "host_model/hazard.h"
 #include "host_model/types.h"
 
 namespace ascendc_model {
-void SetEventFlag(AscendC::HardEvent evt, int32_t id);
-void WaitEventFlag(AscendC::HardEvent evt, int32_t id);
 void CrossCoreSet(uint8_t mode, uint16_t flagId);
 void CrossCoreWait(uint8_t mode, uint16_t flagId);
 void SyncAllCores(bool aivOnly);
@@ -21,9 +19,13 @@ void SyncAllCores(bool aivOnly);
 namespace AscendC {
 
 template <HardEvent evt>
-void SetFlag(int32_t eventID) { ascendc_model::SetEventFlag(evt, eventID); }
+void SetFlag(int32_t eventID, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::SetEventFlag(evt, eventID, "SetFlag", site);
+}
 template <HardEvent evt>
-void WaitFlag(int32_t eventID) { ascendc_model::WaitEventFlag(evt, eventID); }
+void WaitFlag(int32_t eventID, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ascendc_model::WaitEventFlag(evt, eventID, "WaitFlag", site);
+}
 template <pipe_t pipe>
 void PipeBarrier(ascendc_model::Site site = ascendc_model::Site::Here()) { ascendc_model::PipeBarrierAt(pipe, site); }
 
