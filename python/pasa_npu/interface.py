@@ -337,13 +337,29 @@ def _host_lengths(options: dict) -> dict:
                           if isinstance(options[name], torch.Tensor)}}
 
 
-def check_call(query, key, value, kwargs: dict, form: str = "fused_attention") -> Problem:
+def check_call(query, key, value, kwargs: dict, form: str = "fused_attention") -> None:
     """The validation of a call of ``form`` (``"fused_attention"`` or ``"fused_attention_v2"``, their ``.out`` and
-    workspace forms alike) with keyword arguments ``kwargs``, without the call: its Problem, or the error the call
-    raises (:class:`pasa_npu.options.NotImplementedArgument` for FIA arguments it does not implement). For
-    callers that route a call by whether pasa-npu takes it (:mod:`pasa_npu.integrations.torch_npu`)."""
+    workspace forms alike) with keyword arguments ``kwargs``, without the call: raises the error the call raises
+    (:class:`pasa_npu.options.NotImplementedArgument` for FIA arguments it does not implement). For callers that
+    route a call by whether pasa-npu takes it (:mod:`pasa_npu.integrations.torch_npu`), at every step of a
+    server: a call whose signature a call of pasa-npu's has validated already (:data:`_PLANS` holds only those)
+    costs its signature, as a planned call does, not a second validation."""
     defaults = _V2_DEFAULTS if form.startswith("fused_attention_v2") else _DEFAULTS
-    return make_problem(query, key, value, **_host_lengths(_options(kwargs, defaults, form)))
+    options = _host_lengths(_options(kwargs, defaults, form))
+    if not _validated_before(query, key, value, options):
+        make_problem(query, key, value, **options)
+
+
+def _validated_before(query, key, value, options: dict) -> bool:
+    """Whether a call with this call's signature has passed :func:`make_problem` (it is in :data:`_PLANS`); never
+    while torch.compile traces the call (a lookup in that table would become a guard of the compiled call)."""
+    if torch.compiler.is_compiling() or checks_values(options["check_inputs"]):
+        return False
+    signature = call_signature(query, key, value, options)
+    try:
+        return signature is not None and signature in _PLANS
+    except TypeError:  # a sequence argument holding something unhashable
+        return False
 
 
 def _workspace(query, key, value, options: dict) -> torch.Tensor:

@@ -365,3 +365,25 @@ def test_a_compiled_call_pasa_declines_reaches_torch_npu(fake, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "pasa_npu"]
     assert len(messages) == 1 and "must be a multiple of num_key_value_heads (3)" in messages[0]
     assert [name for name, _, _ in fake.calls] == [V1]
+
+
+def test_a_repeated_call_is_validated_once_per_step_not_twice(fake, monkeypatch):
+    """The router asks pasa-npu's validation whether it takes a call, then pasa-npu runs it: a call whose
+    signature pasa-npu has validated before costs one validation a step (the call's own, or none once it is
+    planned), not a second one in the router. The first call is validated by both."""
+    from pasa_npu import interface
+
+    counted = []
+    real = interface.make_problem
+    monkeypatch.setattr(interface, "make_problem", lambda *a, **k: counted.append(1) or real(*a, **k))
+    q, k, v = bnsd()
+    call = fake.module.npu_fused_infer_attention_score
+    first = call(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD", softmax_lse_flag=True)
+    assert len(counted) == 2
+    for _ in range(3):
+        counted.clear()
+        again = call(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD", softmax_lse_flag=True)
+        assert len(counted) <= 1 and torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    counted.clear()  # another signature: validated by both again
+    call(q, k, v, num_heads=4, num_key_value_heads=2, input_layout="BNSD", softmax_lse_flag=False)
+    assert len(counted) == 2 and fake.calls == []

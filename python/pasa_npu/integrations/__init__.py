@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -69,8 +69,9 @@ class PasaSettings:
             raise ValueError(f"backend must be None or one of {BACKENDS}, got {self.backend!r}")
 
     def options(self) -> dict:
-        """These settings as :func:`pasa_npu.fused_attention`'s keyword arguments."""
-        return asdict(self)
+        """These settings as :func:`pasa_npu.fused_attention`'s keyword arguments (asked at every routed call:
+        a plain dict of the fields, not dataclasses.asdict's deep copy)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 _COMPRESSED_CAUSAL: dict[torch.device, torch.Tensor] = {}

@@ -41,7 +41,7 @@ import torch
 from ..interface import check_call
 from ..options import NOT_IMPLEMENTED, V2_NAMES, NotImplementedArgument
 from ..precision import DEFAULT_PRECISION
-from ..problem import NO_BAND, int_list, make_problem
+from ..problem import NO_BAND, int_list
 from . import MASKED_BIAS, PasaSettings, compressed_causal_mask
 from .trace import Recorder
 
@@ -573,9 +573,9 @@ def entry_call(entry: _Entry, args: tuple, kwargs: dict) -> _Fia | tuple[str, st
     if not isinstance(fia, _Fia):
         return fia
     try:
-        make_problem(fia.query, fia.key, fia.value, **fia.options, **_settings.options())
+        check_call(fia.query, fia.key, fia.value, {**fia.options, **_settings.options()})
     except (TypeError, ValueError) as e:
-        return "validation", f"pasa-npu's validation: {e}"
+        return "validation", f"pasa-npu's validation: {str(e)}"
     return fia
 
 
