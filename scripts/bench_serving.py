@@ -399,9 +399,12 @@ def replay(args):
 
 def _write_replay(args, rows, precision, device, start):
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({platform.processor() or 'host'})"
+    from pasa_npu.accuracy import source_commit
+
     meta = {"device": name, "torch": torch.__version__, "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(["python3", *sys.argv]),
-            "trace": str(args.replay), "precision": precision, "seconds": round(time.time() - start, 1)}
+            "commit": source_commit(), "trace": str(args.replay), "precision": precision,
+            "seconds": round(time.time() - start, 1)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# Replay of {args.replay.name} on {name}", "",
