@@ -68,11 +68,15 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+#: The allocations the kernel does not compute: the unshifted FP16-score emulations, which the reference backend
+#: runs. Every other allocation is computed, by the kernel's FAMILY :func:`_family` names (the kernel computes FP32
+#: scores, FlashAttention-2 and framed FlashAttention, or PASA's shifted FP16 scores).
+NOT_COMPUTED: frozenset[str] = frozenset({"fp16", "fp16_fp32"})
+
+
 def computes(alloc: Allocation) -> bool:
-    """The kernel computes FP32 scores (FlashAttention-2 and framed FlashAttention) or PASA's shifted FP16
-    scores; the unshifted FP16-score allocations (``fp16``, ``fp16_fp32``) are emulations the reference
-    backend runs."""
-    return alloc.score == "float32" or alloc.shifted or alloc.row_shifted
+    """The kernel computes ``alloc`` (it is not one of :data:`NOT_COMPUTED`)."""
+    return alloc.name not in NOT_COMPUTED
 
 
 def _blocked(alloc: Allocation) -> bool:
