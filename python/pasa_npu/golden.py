@@ -1,8 +1,8 @@
 """The NumPy golden model: the oracle every backend is checked against.
 
 * :func:`reference` is exact attention in float64.
-* :func:`attention` emulates one precision allocation (``fp32``, ``fp16_fp32``, ``fp16``, ``pasa``,
-  ``pasa_fp32``, ``pasa_rs``) blockwise, rounding exactly where that allocation rounds (see
+* :func:`attention` emulates one precision allocation (``fp32_frame``, the default, ``fp32``, ``fp16_fp32``,
+  ``fp16``, ``pasa``, ``pasa_fp32``, ``pasa_rs``: :data:`pasa_npu.precision.ALLOCATIONS`) blockwise, rounding exactly where that allocation rounds (see
   :mod:`pasa_npu.blockwise`, which states the rounding rules once for every backend).
 
 Arrays are (B, N, S, D); K and V may have fewer heads than Q (GQA/MQA); S1 and S2 need not be

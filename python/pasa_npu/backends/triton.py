@@ -1,9 +1,10 @@
-"""The ``triton`` backend: PASA, row-shifted PASA and FP32-state FlashAttention-2 as one Triton kernel,
-for CUDA tensors.
+"""The ``triton`` backend: framed FlashAttention, PASA, row-shifted PASA and FP32-state FlashAttention-2 as one
+Triton kernel, for CUDA tensors.
 
-Allocations: ``pasa_rs`` (row-shifted PASA: exactly centred keys, a per-row shift subtracted in the
-FP32 accumulator before the one FP16 rounding of S', FP32 state, the overflow recompute in
-registers), ``pasa`` (FP16 S', FP16 row state and output), ``pasa_fp32`` (FP16 S' and P, FP32 row
+Allocations: every one but :data:`NOT_COMPUTED`: ``fp32_frame`` (the default: FP32 scores, FP16 P against a
+per-row frame, O and l summed in FP32 from the same P), ``pasa_rs`` (row-shifted PASA: exactly centred keys,
+a per-row shift subtracted in the FP32 accumulator before the one FP16 rounding of S', FP32 state, the overflow
+recompute in registers), ``pasa`` (FP16 S', FP16 row state and output), ``pasa_fp32`` (FP16 S' and P, FP32 row
 state and output) and ``fp32`` (FlashAttention-2 with FP32 scores and state: the same kernel with no
 shift, the baseline PASA's overhead is measured against). The kernels and how they round:
 :mod:`pasa_npu.backends.triton_kernels`.
