@@ -111,6 +111,14 @@ void BurstCopy(const std::string& api, const Dst& dst, const Src& src, uint32_t 
         for (uint64_t i = 0; i < elems; ++i) d[n * dstPitch + i] = s[n * srcPitch + i];
 }
 
+// DataCopyParams counts bursts and strides in 32-byte blocks; every DataCopy direction checks and copies them alike.
+template <typename T, typename Dst, typename Src>
+void BlockBurstCopy(const std::string& api, const Dst& dst, const Src& src, const AscendC::DataCopyParams& p) {
+    CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
+    BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
+                 (p.blockLen + p.dstStride) * 32ull);
+}
+
 template <typename T>
 void CheckUbOrL1(const std::string& api, const AscendC::LocalTensor<T>& t) {
     const Memory m = t.GetMemory();
@@ -127,9 +135,7 @@ template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
     const std::string api = "DataCopy(GM->local)";
     ascendc_model::CheckUbOrL1(api, dst);
-    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
-    ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
-                                (p.blockLen + p.dstStride) * 32ull);
+    ascendc_model::BlockBurstCopy<T>(api, dst, src, p);
 }
 
 template <typename T>
@@ -137,9 +143,7 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataC
     const std::string api = "DataCopy(local->GM)";
     if (src.GetMemory() != ascendc_model::Memory::UB) ascendc_model::Fail(api, "source must be in UB");
     ascendc_model::CheckLocalAligned(api, "source", src.ByteBegin());
-    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
-    ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
-                                (p.blockLen + p.dstStride) * 32ull);
+    ascendc_model::BlockBurstCopy<T>(api, dst, src, p);
 }
 
 template <typename T>
@@ -149,9 +153,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCo
         ascendc_model::Fail(api, "local copies are modelled between UB buffers only");
     ascendc_model::CheckLocalAligned(api, "source", src.ByteBegin());
     ascendc_model::CheckLocalAligned(api, "destination", dst.ByteBegin());
-    ascendc_model::CheckBursts(api, p.blockCount, p.blockLen, 65535, "32-byte blocks");
-    ascendc_model::BurstCopy<T>(api, dst, src, p.blockCount, p.blockLen * 32u, (p.blockLen + p.srcStride) * 32ull,
-                                (p.blockLen + p.dstStride) * 32ull);
+    ascendc_model::BlockBurstCopy<T>(api, dst, src, p);
 }
 
 // Count forms: one burst of `count` elements, which must fill whole 32-byte blocks.
