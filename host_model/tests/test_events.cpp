@@ -11,6 +11,12 @@ struct OneBufferQueue {
     TPipe pipe;
     TQue<pos, 1> que;
     OneBufferQueue() { pipe.InitBuffer(que, 1, 256); }
+    // Allocates and frees the buffer: the FreeTensor's event stays set until the buffer's next AllocTensor.
+    template <typename T>
+    void AllocAndFree() {
+        LocalTensor<T> t = que.template AllocTensor<T>();
+        que.FreeTensor(t);  // queue's set
+    }
 };
 }  // namespace
 
@@ -57,8 +63,7 @@ HM_CASE(misuse_event_id_collides_with_a_queue) {
     // A hard-coded ID 0: the VECIN queue's FreeTensor holds V_MTE2 ID 0 set until the buffer's next AllocTensor.
     hm_test::OnAiv([] {
         OneBufferQueue<TPosition::VECIN> q;
-        LocalTensor<half> t = q.que.AllocTensor<half>();
-        q.que.FreeTensor(t);  // queue's set
+        q.AllocAndFree<half>();
         SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // colliding set
         WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
     });
@@ -84,10 +89,9 @@ HM_CASE(misuse_event_wait_steals_a_queue_event) {
     // A WaitFlag of its own consumes the queue's set; the buffer's next AllocTensor then waits for nothing.
     hm_test::OnAiv([] {
         OneBufferQueue<TPosition::VECOUT> q;
-        LocalTensor<float> t = q.que.AllocTensor<float>();
-        q.que.FreeTensor(t);
+        q.AllocAndFree<float>();
         WaitFlag<HardEvent::MTE3_V>(0);  // stealing wait
-        t = q.que.AllocTensor<float>();  // starved alloc
+        LocalTensor<float> t = q.que.AllocTensor<float>();  // starved alloc
         q.que.FreeTensor(t);
     });
 }
