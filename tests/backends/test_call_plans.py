@@ -20,8 +20,7 @@ pytest.importorskip("triton")
 
 from pasa_npu import interface  # noqa: E402
 from pasa_npu.backends import triton as tb  # noqa: E402
-from serving.test_paged import _paged  # noqa: E402
-from backends.test_triton_interpret import INTERPRETED  # noqa: E402
+from support import INTERPRETED, _paged  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(DEVICE == "cpu" and not INTERPRETED,
@@ -259,7 +258,7 @@ def test_calls_a_plan_cannot_stand_for_are_not_planned(change, monkeypatch):
 def test_a_bound_launch_goes_back_through_triton_when_its_tensors_change(monkeypatch):
     """A plan's launch holds the compiled kernel for the dtypes and alignment it first saw (the launch tests
     in test_triton_launch.py cover the cache underneath)."""
-    from backends.test_triton_launch import _Kernel, fast_launch
+    from support import _Kernel, fast_launch
 
     from pasa_npu.backends import triton_launch
 

@@ -16,7 +16,7 @@ import pasa_npu
 from pasa_npu import interface, options
 from pasa_npu.options import DECLARED, NOT_IMPLEMENTED, OPTIONS, V1_OPTIONS
 from pasa_npu.problem import make_problem
-from serving.test_paged import _paged
+from support import _paged
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (CI has none); run on the GPU machine: "
                 "PYTHONPATH=python python3 -m pytest -q tests/backends/test_triton_gpu.py", allow_module_level=True)
 
-from backends.test_triton_interpret import check_against_golden, draw, ref64, rel_rmse, shift_overflow  # noqa: E402
+from support import check_against_golden, draw, ref64, rel_rmse, shift_overflow  # noqa: E402
 
 from pasa_npu import interface  # noqa: E402
 
@@ -114,7 +114,7 @@ def _hard_input(name: str, seed: int):
     fp32_frame's frames); a sink 12.5 above a sea of 131 072 near-equal keys (test_fp32_frame's: the frame
     moves down to the sea); N(0, 1) at scale 2·10⁴, prefill and decode; the biased input as a decode of one KV head
     over 16 384 keys."""
-    from golden.test_fp32_frame import sink_and_sea
+    from support import sink_and_sea
 
     from pasa_npu import accuracy
     from pasa_npu.accuracy import Case
@@ -179,7 +179,7 @@ def test_cuda_tensors_default_to_the_triton_backend(monkeypatch):
 
 # --- PageAttention prefill: the caches read through the table by the pre-passes and the kernel ---
 
-from serving.test_paged import COMPRESSED, TRITON_BOUNDS, _inputs, _paged  # noqa: E402
+from support import COMPRESSED, TRITON_BOUNDS, _inputs, _paged  # noqa: E402
 
 #: FIA's page lengths around the kernel's 128-key block: below (16), equal (128), above (512), and
 #: lengths a KV block straddles (48, 144); each with one of the two cache layouts.

@@ -2,7 +2,8 @@
 
 Triton decides at decoration time whether a kernel is interpreted, from ``TRITON_INTERPRET``, which
 tests/conftest.py sets for the whole session on machines without a GPU. On a GPU these cases are
-skipped here and tests/backends/test_triton_gpu.py runs the compiled kernel, reusing :func:`check_against_golden`.
+skipped here and tests/backends/test_triton_gpu.py runs the compiled kernel, reusing
+:func:`support.check_against_golden`.
 
 What "right" means (the kernel cannot be bit-identical with the golden model: it accumulates in
 another order, takes P relative to the merged maximum, skips fully masked blocks, splits decode;
@@ -15,8 +16,6 @@ and (4) rows with no key give out 0, lse −∞, identically.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -24,98 +23,7 @@ import torch
 pytest.importorskip("triton")
 
 from pasa_npu import interface  # noqa: E402
-from pasa_npu.problem import band_mask  # noqa: E402
-from pasa_npu.backends import reference  # noqa: E402
-
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1, which tests/conftest.py "
-                                 "sets without a GPU; on a GPU tests/backends/test_triton_gpu.py runs these checks")
-
-#: allocation -> (factor, margin): kernel RMSE <= factor * golden RMSE + margin (vs float64);
-#: and (floor, factor): RMSE(kernel, golden) <= max(floor, factor * golden RMSE). pasa_rs, measured
-#: on CASES in the interpreter: kernel/golden RMSE 1.00-1.09, RMSE(kernel, golden) 0.37-0.85× the
-#: golden's own error, lse error 0.95-1.8× the golden's (at most 9e-4, on the biased case). fp32_frame:
-#: kernel/golden RMSE 0.80-1.00, RMSE(kernel, golden) at most 0.002× the golden's error but on the split
-#: decode (1.08×: each split sets its own frames), 99.9-100% of the outputs bit-identical but there.
-ACCURACY = {"fp32": (1.1, 1e-4), "pasa_fp32": (1.25, 5e-4), "pasa": (1.25, 3e-3), "pasa_rs": (1.1, 1e-4),
-            "fp32_frame": (1.1, 1e-4)}
-CLOSENESS = {"fp32": (1e-3, 0.0), "pasa_fp32": (3e-3, 2.0), "pasa": (1.5e-2, 2.0), "pasa_rs": (1e-3, 2.0),
-             "fp32_frame": (1e-3, 2.0)}
-
-
-def rel_rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return float(((a - b) ** 2).mean().sqrt() / (b ** 2).mean().sqrt().clamp_min(1e-30))
-
-
-def ref64(q, k, v, scale, mask):
-    """Exact attention in float64 (on q's device); rows with no key: out 0, lse −∞."""
-    g = q.shape[1] // k.shape[1]
-    k64, v64 = (t.double().repeat_interleave(g, 1) for t in (k, v))
-    s = (q.double() @ k64.transpose(-1, -2)) * scale
-    if mask is not None:
-        s = s.masked_fill(mask, float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])
-    return torch.where(torch.isneginf(lse)[..., None], 0.0, p @ v64), lse
-
-
-def dense(mask, band, s1, s2, device):
-    """The dense mask a band stands for (the interface's own construction), or'ed with ``mask``."""
-    if band is None:
-        return mask
-    bm = band_mask(band, s1, s2, device)[None, None]
-    return bm if mask is None else mask | bm
-
-
-def draw(b, n, nkv, s1, s2, d, *, bias=0.0, seed=0, device="cpu"):
-    """Q, K ~ N(bias, 1), V ~ N(0, 1) (centred, so the output measures the attention weights)."""
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, n, s1, d, generator=gen) + bias
-    k = torch.randn(b, nkv, s2, d, generator=gen) + bias
-    v = torch.randn(b, nkv, s2, d, generator=gen)
-    return tuple(t.half().to(device) for t in (q, k, v))
-
-
-def check_against_golden(q, k, v, *, precision, block_kv=128, mask=None, band=None, shift=None, scale=None):
-    """Run the Triton kernel, the golden loop (reference backend, same device) and float64; assert
-    the four properties of the module docstring (``scale`` default 1/√D). Returns (kernel RMSE, golden
-    RMSE) vs float64."""
-    from pasa_npu.backends import triton as tb
-
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    out, lse = tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
-                            scale=scale, mask=mask, band=band, shift=shift)
-    full = dense(mask, band, q.shape[2], k.shape[2], q.device)
-    # The golden loop's query tile is the kernel's BLOCK_M rows, so that under a band both visit the same
-    # KV blocks wherever a kernel tile holds positions of one head (see triton_kernels' docstring).
-    # fp32_frame's tile closes its running sums together: where one kernel tile holds a KV head's whole group
-    # (decode), the golden tile does too.
-    rows = q.shape[1] // k.shape[1] * q.shape[2]
-    block_m = tb._config(max(16, tb._pow2(q.shape[-1])), precision != "fp32", block_kv, rows, mask is not None,
-                         precision == "pasa_rs")[0]
-    g_out, g_lse = reference.attention(q, k, v, precision=precision, beta=None, block_q=block_m,
-                                       block_kv=block_kv, scale=scale, mask=mask, band=band,
-                                       group_tile=rows <= block_m)
-    r_out, r_lse = ref64(q, k, v, scale, full)
-    assert out.dtype == torch.float16 and lse.dtype == torch.float32 and out.shape == q.shape
-    empty = torch.isneginf(r_lse)
-    assert torch.equal(torch.isneginf(lse), empty) and torch.equal(torch.isneginf(g_lse), empty)
-    assert torch.isfinite(out).all() and torch.isfinite(lse[~empty]).all()
-    assert (out[empty] == 0).all()
-    err_k, err_g = rel_rmse(out, r_out), rel_rmse(g_out, r_out)
-    factor, margin = ACCURACY[precision]
-    assert err_k <= factor * err_g + margin, (err_k, err_g)
-    floor, cfactor = CLOSENESS[precision]
-    assert rel_rmse(out, g_out) <= max(floor, cfactor * err_g), (rel_rmse(out, g_out), err_g)
-    fin = ~empty
-    lse_k = float((lse[fin].double() - r_lse[fin]).abs().max()) if fin.any() else 0.0
-    lse_g = float((g_lse[fin].double() - r_lse[fin]).abs().max()) if fin.any() else 0.0
-    # The golden model accumulates Q·Kᵀ exactly; the tensor cores' FP32 accumulation adds a few FP32
-    # ulps of the largest partial sum, ~1e-6 of |lse| on biased inputs (where |lse| ~ 1e4).
-    lse_tol = 1.5 * lse_g + 2e-3 + 2e-6 * float(r_lse[fin].abs().max() if fin.any() else 0.0)
-    assert lse_k <= lse_tol, (lse_k, lse_g)
-    return err_k, err_g
+from support import check_against_golden, draw, interpreted, ref64, rel_rmse, shift_overflow  # noqa: E402
 
 
 PRECISIONS = ("fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame")
@@ -201,20 +109,6 @@ def test_pasa_rs_prepass_and_fused_centring(case, shift):
     b, n, nkv, s1, s2, d, bias, band = RS_CASES[case]
     q, k, v = draw(b, n, nkv, s1, s2, d, bias=bias, seed=len(case))
     check_against_golden(q, k, v, precision="pasa_rs", block_kv=16, band=band, shift=shift)
-
-
-def shift_overflow(s1=16, s2=64, d=64, level=-39000.0, peak=40000.0, block_kv=16, seed=0):
-    """Q ≈ 2 in every dimension, keys at a level whose scaled scores are ≈ ``level``, and from the
-    second KV block on one key per 16 at ≈ ``peak``: every score fits FP16, but S' of a peak key
-    shifted near its block's mean score (block 1 has no peak, so the running excess is small until
-    the lag of two blocks has passed) is ≈ 79 000, and an FP16 S' overflows."""
-    gen = torch.Generator().manual_seed(seed)
-    q = 2 + 0.01 * torch.randn(1, 1, s1, d, generator=gen)
-    unit = 2 * d * d ** -0.5  # scaled score per unit of key level
-    k = torch.randn(1, 1, s2, d, generator=gen) + level / unit
-    k[..., block_kv + 8::16, :] += (peak - level) / unit
-    v = torch.randn(1, 1, s2, d, generator=gen)
-    return tuple(t.half() for t in (q, k, v))
 
 
 @interpreted
@@ -337,7 +231,7 @@ def test_fp32_frame_moves_down_only_to_its_limit_below_the_row_maximum():
     by e^60 per move and overflows FP32 (NaN) after the second."""
     from pasa_npu import golden
     from pasa_npu.backends import triton as tb
-    from golden.test_fp32_frame import far_peak
+    from support import far_peak
 
     q, k, v, scale, block_kv = far_peak(rows=16)
     kw = dict(precision="fp32_frame", scale=scale, block_q=16, block_kv=block_kv)

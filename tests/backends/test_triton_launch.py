@@ -15,59 +15,7 @@ import torch
 pytest.importorskip("triton")
 
 from pasa_npu.backends import triton_launch as launcher  # noqa: E402
-
-
-class _Launcher:
-    """Triton's launcher object (``compiled.run`` from Triton 3.5): its C function ``launch`` takes the grid,
-    stream and function, the launch flags, the global and profile scratch, the packed metadata, the launch
-    metadata and hooks, then the kernel's arguments (the order of Triton 3.6's generated launcher)."""
-
-    launch_cooperative_grid, launch_pdl, profile_scratch_size = False, True, 0
-
-    def __init__(self, launches, global_scratch_size):
-        self.launches, self.global_scratch_size = launches, global_scratch_size
-
-    def __call__(self, *args):
-        self.launches.append(("direct", args))
-
-    def launch(self, *args):
-        self.launches.append(("c", args))
-
-
-class _Compiled:
-    """What Triton's launch returns: a kernel whose ``run`` launches it (a kernel that needs global scratch, so
-    that ``run`` itself is called)."""
-
-    packed_metadata = ("meta",)
-    function = 1234
-
-    def __init__(self, launches):
-        self.run = _Launcher(launches, 128)
-
-
-class _Kernel:
-    """A stand-in for a @triton.jit kernel K(A, B, n, x, m, D: constexpr, BLOCK: constexpr)."""
-
-    arg_names = ["A", "B", "n", "x", "m", "D", "BLOCK"]
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.launches.append(("triton", grid, args, kwargs))
-            return _Compiled(self.launches)
-        return launch
-
-
-def fast_launch(monkeypatch):
-    """The fast path as on a GPU with a Triton release it was checked against, with no launch hook."""
-    monkeypatch.setattr(launcher, "_FAST", True)
-    monkeypatch.setattr(launcher, "_INTERPRET", False)
-    monkeypatch.setattr(launcher, "_hooked", lambda: False)
-    monkeypatch.setattr(launcher, "_COMPILED", {})
-    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
-    monkeypatch.setattr(launcher, "_raw_stream", lambda device: 77)
+from support import _Kernel, _Launcher, fast_launch  # noqa: E402
 
 
 @pytest.fixture

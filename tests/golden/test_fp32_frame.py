@@ -18,6 +18,7 @@ from pasa_npu.precision import get_allocation
 torch = pytest.importorskip("torch")
 
 from pasa_npu.backends import reference  # noqa: E402
+from support import far_peak, sink_and_sea  # noqa: E402
 
 # A drifting key level moves the frame up in every block; spread and resonance put scores at
 # ±60 000 and ±75 000; the band skips blocks; decode is one row. The whole hard sweep runs in
@@ -99,18 +100,6 @@ def test_frame_moves_up_only_above_its_limit(rise, moves):
     out32, _ = golden.attention(q, k, v, precision="fp32", scale=scale)
     assert metrics.rmse(out, ref) <= 1.5 * metrics.rmse(out32, ref)
     assert np.abs(lse - ref_lse).max() < 1e-3
-
-
-def sink_and_sea(gap, keys, seed=0):
-    """Four rows: key 0 scores ``gap`` (scaled) above a sea of near-equal keys (spread 4e-4, D 128)."""
-    rng = np.random.default_rng(seed)
-    d = 128
-    scale = d ** -0.5
-    q = np.full((1, 1, 4, d), 4 / np.sqrt(d)) + rng.normal(0, 0.01, (1, 1, 4, d))
-    k = rng.normal(0, 0.001, (1, 1, keys, d))
-    k[..., 0, :] += gap / (scale * 4 * np.sqrt(d))
-    v = rng.normal(3, 1, (1, 1, keys, d))
-    return (*(x.astype(np.float16) for x in (q, k, v)), scale)
 
 
 def test_frame_moves_down_under_a_sea_of_small_weights(monkeypatch):
@@ -195,22 +184,6 @@ def test_reference_backend_bit_identical_to_golden(kind):
                               mask=None if mask is None else torch.from_numpy(mask), band=band)
     np.testing.assert_array_equal(got[0].numpy(), want[0])
     np.testing.assert_array_equal(got[1].numpy(), want[1])
-
-
-def far_peak(rows: int = 1, heads: int = 1, blocks: int = 48, block_kv: int = 16):
-    """Each head's first key 200 (scaled) above a sea of the others, ``blocks`` blocks of ``block_kv`` keys, D = 64:
-    (q, k, v, scale, block_kv)."""
-    rng = np.random.default_rng(0)
-    d, keys = 64, blocks * block_kv
-    scale = d ** -0.5
-    q = np.zeros((1, heads, rows, d))
-    q[..., 0] = 1.0
-    k = rng.normal(0, 0.01, (1, heads, keys, d))
-    k[..., 0] = -200 / scale
-    k[..., 0, 0] = 0.0
-    v = rng.normal(0, 1, (1, heads, keys, d))
-    q, k, v = (x.astype(np.float16) for x in (q, k, v))
-    return q, k, v, scale, block_kv
 
 
 def test_frame_moves_down_at_most_drop_limit_below_the_row_maximum():

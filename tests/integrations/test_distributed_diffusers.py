@@ -19,7 +19,7 @@ import pasa_npu.integrations.diffusers as pasa_diffusers  # noqa: E402
 from pasa_npu import golden  # noqa: E402
 from pasa_npu.integrations.diffusers import register_backend  # noqa: E402
 
-from serving.test_distributed import launch  # noqa: E402
+from support import launch  # noqa: E402
 
 TOL = 1e-3
 

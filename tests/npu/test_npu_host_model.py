@@ -18,14 +18,13 @@ The named cases cover layouts, GQA/MQA, sparse modes, masks, valid lengths, deco
 tail blocks and the three allocations the kernel has (PASA's "pasa" and "pasa_fp32", FlashAttention's
 "fp16_fp32"); a few random configurations per family (more with PASA_HOST_MODEL_RANDOM=N) cover the
 combinations. "fp16_fp32" is also compared bit for bit with the golden model run with the host
-model's exp and log (see _model_exp_and_log). Plus: the C++ β solver against Python's, the FP16
+model's exp and log (see support._model_exp_and_log). Plus: the C++ β solver against Python's, the FP16
 FlashAttention overflow that PASA avoids, scores too large even for PASA (Inf/NaN where the golden
 model has them, reported by the kernel's status words), empty inputs and argument errors.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 
@@ -38,6 +37,7 @@ from pasa_npu import golden, metrics, npu_host_model
 from pasa_npu.backends import npu as npu_backend
 from pasa_npu.interface import LSE_NO_KEY, LSE_PADDED_ROW
 from pasa_npu.precision import ALLOCATIONS
+from support import _model_exp_and_log, ulp_distance
 
 #: The allocations the AscendC kernel implements (those with a tiling key).
 KERNEL_PRECISIONS = tuple(name for name, a in ALLOCATIONS.items() if a.kernel_key is not None)
@@ -50,29 +50,6 @@ BIG = 2147483647
 # ============================================================================================
 # measures
 # ============================================================================================
-
-def _ordered(x: np.ndarray) -> np.ndarray:
-    """FP16 bit patterns mapped to integers that are consecutive along the real line (±0 -> 0)."""
-    bits = np.asarray(x, np.float16).view(np.int16).astype(np.int64)
-    return np.where(bits < 0, -(bits & 0x7FFF), bits)
-
-
-def ulp_distance(got, want, scale) -> np.ndarray:
-    """Element-wise distance between FP16 arrays in FP16 ulps, counted at the magnitude
-    ``max(|want|, scale)``: the number of FP16 values between ``got`` and ``want`` where |want| >=
-    scale, and |got - want| / ulp16(scale) below it.
-
-    ``scale`` is a floor of the magnitude (here 1/16 of the head's max |V|, see
-    ULP_BOUND): an attention output is a convex combination of V rows, so an error in the weights
-    moves it by an amount proportional to |V|, not to |out|; an output that cancels to near 0 would
-    otherwise count a tiny absolute error as thousands of ulps.
-    """
-    got = np.asarray(got, np.float16)
-    want = np.asarray(want, np.float16)
-    exact = np.abs(_ordered(got) - _ordered(want)).astype(np.float64)
-    floor = np.spacing(np.asarray(scale, np.float16)).astype(np.float64)
-    absolute = np.abs(got.astype(np.float64) - want.astype(np.float64)) / floor
-    return np.where(np.abs(want.astype(np.float64)) >= scale, exact, absolute)
 
 
 # ULP_BOUND: the kernel and the golden model round at the same places (both follow
@@ -462,23 +439,8 @@ def _golden_cfg(case, kw, tiling):
     return cfg
 
 
-@contextlib.contextmanager
-def _model_exp_and_log():
-    """The golden model with the host model's FP32 exp and log (the float64 function rounded once to
-    FP32) in place of NumPy's float32 ones, which differ from them in the last bit now and then. With
-    that and S = Q·Kᵀ in one Mmad call (D <= baseK = 128), every rounding of "fp16_fp32" is the
-    same in the two, so the kernel's output and lse must equal the golden model's bit for bit."""
-    saved = golden.NumpyOps.exp, golden.NumpyOps.log
-    golden.NumpyOps.exp = staticmethod(lambda x: np.exp(np.asarray(x, np.float64)).astype(np.float32))
-    golden.NumpyOps.log = staticmethod(lambda x: np.log(np.asarray(x, np.float64)).astype(np.float32))
-    try:
-        yield
-    finally:
-        golden.NumpyOps.exp, golden.NumpyOps.log = saved
-
-
 #: Allocations whose kernel output equals the golden model's bit for bit under the host model's exp and
-#: log, where S comes out of one Mmad call and the KV is not split (see _model_exp_and_log). pasa_rs takes
+#: log, where S comes out of one Mmad call and the KV is not split (see support._model_exp_and_log). pasa_rs takes
 #: its exp and log in float64 rounded to FP32 in the golden model already (docs/golden.md), the host
 #: model's; its S' is one Mmad call where the augmented column fits the same K chunk (D + 16 <= baseK, so
 #: D <= 112): beyond, psi is subtracted in a second call, one more FP32 rounding of S' - psi.
@@ -736,7 +698,7 @@ def _row_shift_hard_inputs(kind: str, rng: np.random.Generator):
             # reshifts instead, while the other AIV's rows need the FP32 pass: the AIC serves both
             q[..., : s1 // 2, :] *= 1e-3
     elif kind == "far_peak":  # 16 rows against one key 200 (scaled) above 3071 others, 24 blocks of 128 keys
-        from golden.test_fp32_frame import far_peak
+        from support import far_peak
 
         q, k, v, scale, _ = far_peak(rows=16, heads=2, blocks=24, block_kv=128)
     elif kind == "large_scale":  # N(0, 1) at scale 32768: Q·2^⌊log₂ scale⌋ would overflow FP16 (ρ = the scale)

@@ -187,7 +187,7 @@ def _kernel_and_golden(precision, q, k, v, mask, sink):
     """(kernel out, lse) and (golden out, lse), the golden model configured as the kernel's tiling (its query block,
     fp32_frame's group tile for packed decode) with the host model's FP32 exp and log (see test_npu_host_model)."""
     from pasa_npu import golden
-    from npu.test_npu_host_model import _model_exp_and_log
+    from support import _model_exp_and_log
 
     d = q.shape[-1]
     kw = dict(num_heads=N, num_key_value_heads=NKV, input_layout="BNSD", scale=d ** -0.5, precision=precision)
@@ -211,7 +211,7 @@ def test_sinks_join_as_the_golden_model_joins_them(precision, shape):
     Prefill: 40 rows over 300 keys, a row with every key masked (out 0, lse = its sink exactly). Decode: one
     query row, a GQA group's heads packed into a task, the KV split across cores, the sink added once in the
     combine."""
-    from npu.test_npu_host_model import ulp_distance
+    from support import ulp_distance
 
     s1, mask = (40, True) if shape == "prefill" else (1, False)
     q, k, v, m = _sink_inputs(s1, 300, 64, seed=len(precision))

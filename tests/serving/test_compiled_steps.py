@@ -11,39 +11,11 @@ GPU machine the steps run on CUDA tensors (the Triton kernels, the lengths read 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounterWithBackend
 
 import pasa_npu
-
-N, NKV, D, PAGE, PAGES = 4, 2, 16, 16, 24
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1).to(DEVICE)
-STEPS = 20
-
-
-def _step(i: int, batch: int | None, lengths: str):
-    """Step ``i`` of a server: ``batch`` requests (None: 2 to 4, changing from step to step), each a decode, a
-    speculative or a short prefill (1 to 5 query rows) with 0 to a table row's keys; the TND query padded by up
-    to 2 rows; a table 2 to 5 pages wide. Steps 0 and 1 differ in all of these (:func:`run_steps` checks the shapes)."""
-    rng = np.random.default_rng(i)
-    b = batch or 2 + (i + 1) % 3
-    width = 2 + i % 4
-    q_lens = rng.integers(1, 6, b)
-    kv_lens = rng.integers(0, width * PAGE + 1, b)
-    kv_lens[i % b] = width * PAGE  # one request fills its pages
-    t = int(q_lens.sum()) + i % 3
-    g = torch.Generator().manual_seed(i)
-    q = torch.randn(t, N, D, generator=g).half()
-    kc, vc = (torch.randn(PAGES, PAGE, NKV * D, generator=g).half() for _ in range(2))
-    table = torch.from_numpy(rng.permutation(PAGES)[:b * width].reshape(b, width).astype(np.int32))
-    tensors = [x.to(DEVICE) for x in (q, kc, vc, table)]
-    cum = np.cumsum(q_lens)
-    if lengths == "list":
-        return *tensors, [int(x) for x in cum], [int(x) for x in kv_lens]
-    return *tensors, *(torch.from_numpy(x).to(DEVICE, getattr(torch, lengths)) for x in (cum, kv_lens))
+from support import COMPRESSED_ON_DEVICE as COMPRESSED, D, N, NKV, PAGE, run_steps
 
 
 _KW = dict(num_key_value_heads=NKV, input_layout="TND", block_size=PAGE, sparse_mode=3, atten_mask=COMPRESSED,
@@ -74,24 +46,6 @@ def bsnd_decode(q, kc, vc, table, cum, kv_lens):
     return pasa_npu.fused_attention(q[:table.shape[0], None], kc, vc, block_table=table, actual_seq_lengths_kv=kv_lens,
                                     num_heads=N, num_key_value_heads=NKV, input_layout="BSND", block_size=PAGE,
                                     scale=D ** -0.5, softmax_lse_flag=True, precision="fp32")
-
-
-def run_steps(calls, batch, steps=STEPS) -> list[int]:
-    """Compiles each of ``calls``, (function, lengths) pairs computing one attention, and runs them for ``steps``
-    steps, each against the first function's eager call; returns the number of compilations of each."""
-    counters = [CompileCounterWithBackend("aot_eager") for _ in calls]
-    torch._dynamo.reset()
-    compiled = [torch.compile(call, fullgraph=True, backend=counter) for (call, _), counter in zip(calls, counters)]
-    first, second = _step(0, batch, "list"), _step(1, batch, "list")
-    assert first[0].shape != second[0].shape and first[3].shape != second[3].shape  # T, the table's (B, width)
-    for i in range(steps):
-        inputs = {lengths: _step(i, batch, lengths) for _, lengths in calls}
-        want = calls[0][0](*inputs[calls[0][1]])
-        assert want[0].abs().sum() > 0  # the rows of the requests with keys were computed
-        for (call, lengths), function in zip(calls, compiled):
-            got = function(*inputs[lengths])
-            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (call.__name__, i)
-    return [counter.frame_count for counter in counters]
 
 
 def test_compiled_tnd_steps_with_tensor_lengths_compile_twice():

@@ -23,7 +23,6 @@ products add in one order everywhere and (a) and (c) can be exact.
 from __future__ import annotations
 
 import math
-import os
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -32,13 +31,13 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import pasa_npu
 from pasa_npu import fused_attention, golden
 from pasa_npu.distributed import (ring_attention, ring_ulysses_attention, shard_sequence, ulysses_attention,
                                   unshard_sequence)
 from pasa_npu.merge import merge_partials
+from support import launch
 
 PRECISIONS = [p for p in ("fp32", "pasa_fp32", "pasa_rs", "fp32_frame") if p in pasa_npu.PRECISIONS]
 KINDS = ("random", "biased", "resonant")
@@ -47,36 +46,11 @@ SCALE = D ** -0.5
 CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 SEQ_DIM = {"BSH": 1, "BSND": 1, "BNSD": 2, "BNSD_BSND": 2}
 OUT_SEQ_DIM = {"BSH": 1, "BSND": 1, "BNSD": 2, "BNSD_BSND": 1}
-LAUNCH_TIMEOUT_S = 240
 
 
 # ============================================================================================
 # processes
 # ============================================================================================
-
-def _entry(rank, worker, world, tmp, args):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
-    try:
-        torch.save(worker(rank, world, *args), os.path.join(tmp, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
-def launch(worker, world, tmp_path, *args):
-    """worker(rank, world, *args) on ``world`` forked processes joined by a gloo group; returns each
-    rank's return value. Forked, not spawned: the children inherit torch, pasa_npu and diffusers
-    already imported (seconds per process on a loaded 2-core runner)."""
-    ctx = mp.start_processes(_entry, args=(worker, world, str(tmp_path), args), nprocs=world, join=False,
-                             start_method="fork")
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{worker.__name__} did not finish within {LAUNCH_TIMEOUT_S} s: a hang")
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 
 @contextmanager

@@ -11,45 +11,7 @@ import torch
 
 import pasa_npu
 from pasa_npu import golden, npu_host_model
-from backends.test_triton_interpret import interpreted
-
-COMPRESSED = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
-
-
-def _paged(k, v, lens, page, rng, four_d, spare=3, share=False):
-    """Scatter dense (B, Nkv, S2, D) keys/values into shuffled pages of a shared cache; returns the caches
-    and the (B, max_blocks) int32 table. ``share``: batch 1 reuses batch 0's first page (a shared prefix)."""
-    b, nkv, s2, d = k.shape
-    need = [-(-n // page) for n in lens]
-    max_blocks = max(need) + 1
-    total = sum(need) + spare
-    order = rng.permutation(total)
-    table = torch.full((b, max_blocks), int(total - 1), dtype=torch.int32)  # unused entries: any valid id
-    kc = torch.randn(total, nkv, page, d).half()  # pages no table entry reads hold garbage
-    vc = torch.randn(total, nkv, page, d).half()
-    nxt = 0
-    for i in range(b):
-        for p in range(need[i]):
-            if share and i == 1 and p == 0:
-                table[i, p] = table[0, 0]
-                continue
-            blk = int(order[nxt])
-            nxt += 1
-            table[i, p] = blk
-            c0, c1 = p * page, min((p + 1) * page, lens[i])
-            kc[blk, :, :c1 - c0] = k[i, :, c0:c1]
-            vc[blk, :, :c1 - c0] = v[i, :, c0:c1]
-    if not four_d:  # (num_blocks, page, Nkv·D)
-        kc, vc = (c.transpose(1, 2).reshape(total, page, nkv * d) for c in (kc, vc))
-    return kc, vc, table
-
-
-def _inputs(b, n, nkv, s1, s2, d, seed, mean=0.0):
-    g = torch.Generator().manual_seed(seed)
-    q = (torch.randn(b, n, s1, d, generator=g) + mean).half()
-    k = (torch.randn(b, nkv, s2, d, generator=g) + mean).half()
-    v = torch.randn(b, nkv, s2, d, generator=g).half()
-    return q, k, v
+from support import COMPRESSED, TRITON_BOUNDS, _inputs, _paged, interpreted
 
 
 #: Allocations, and whether their output and lse are held to float64 here (PASA's Algorithm 1 recovers
@@ -141,11 +103,6 @@ def test_bad_page_tables_are_named(change, match):
 #: The table is read where the keys are: the attention kernel (the default's path; fp32 takes the same loads),
 #: PASA's K' pre-pass (pasa_fp32 takes the same) and pasa_rs's centring pre-pass.
 TRITON_PRECISIONS = ["pasa", "pasa_rs", "fp32_frame"]
-#: Output error (RMS relative to float64) and lse error each allocation is held to against float64 on these
-#: inputs (keys with mean 2: the case PASA is for). PASA's Algorithm 1 recovers lse through I·F (off by ~1e-2
-#: here), so its lse is held to equality with the dense kernel only.
-TRITON_BOUNDS = {"fp32": (1e-3, 2e-3), "pasa_fp32": (1.5e-2, None), "pasa": (1.5e-2, None), "pasa_rs": (1e-3, 2e-3),
-                 "fp32_frame": (1e-3, 2e-3)}
 
 
 def _triton_pair(q, kc, vc, table, k, v, lens, page, precision, nkv, **extra):

@@ -15,8 +15,7 @@ import pasa_npu
 from pasa_npu import golden, interface
 from pasa_npu.precision import DEFAULT_PRECISION, PRECISIONS
 from pasa_npu.problem import LSE_NO_KEY, make_problem
-from serving.test_paged import COMPRESSED, _paged
-from backends.test_triton_interpret import interpreted, rel_rmse
+from support import COMPRESSED, _paged, interpreted, rel_rmse
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the GPU machine)")
@@ -178,7 +177,7 @@ def test_triton_tnd_paged_mixed_batch(precision, mode, four_d):
     """The Triton kernel reads each request's query rows at its cumulative offset and its keys through the
     table, in one launch (no gathered copy): the mixed batch within the float64 bounds of the dense kernel
     (tests/serving/test_paged.py), close to the reference backend, with sinks."""
-    from serving.test_paged import TRITON_BOUNDS
+    from support import TRITON_BOUNDS
 
     q, k, v, kc, vc, table, cum, kv_lens = _mixed(seed=1, mean=2.0, four_d=four_d)
     sink = torch.tensor([0.3, -1.0, 2.0, 0.0])

@@ -337,8 +337,8 @@ def test_compiled_serving_steps_run_on_pasa_from_the_first_call(fake, caplog):
     """A model compiled with fullgraph=True whose first call of the process is traced: the route is decided and
     reported (once) while Dynamo traces, outside the traced code, and the compiled steps equal eager calls and
     compile at most twice (vllm-ascend's TND call with its lengths as lists)."""
-    from serving.test_compiled_steps import COMPRESSED as MASK  # on the steps' device
-    from serving.test_compiled_steps import run_steps
+    from support import COMPRESSED_ON_DEVICE as MASK  # on the steps' device
+    from support import run_steps
 
     def vllm_step(q, k_cache, v_cache, table, cum, kv_lens):
         return fake.module.npu_fused_infer_attention_score(

@@ -115,3 +115,19 @@ def test_transformers_extra_states_the_versions_the_integration_takes():
     (lo, hi) = TRANSFORMERS_VERSIONS
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'transformers = ["transformers>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}"]' in pyproject
+
+
+def test_no_test_module_imports_another():
+    """Helpers that several test modules use live in tests/support.py: a test module that imports another test
+    module would run that module's setup (its skips, its module-level draws) and tie the two files together."""
+    import ast
+
+    modules = sorted((ROOT / "tests").rglob("test_*.py"))
+    assert modules
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not name.split(".")[-1].startswith("test_"), \
+                    f"{path.relative_to(ROOT)} imports {name}: move what it needs into tests/support.py"
