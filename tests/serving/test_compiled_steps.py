@@ -11,7 +11,6 @@ GPU machine the steps run on CUDA tensors (the Triton kernels, the lengths read 
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import pasa_npu

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pasa_npu
-from pasa_npu import golden, interface
+from pasa_npu import golden
 from pasa_npu.precision import DEFAULT_PRECISION, PRECISIONS
 from pasa_npu.problem import LSE_NO_KEY, make_problem
 from support import COMPRESSED, _paged, interpreted, rel_rmse
