@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import L2_BYTES, SDPA, env_info, flops, inputs, sdpa, time_ms  # noqa: E402
 
 ROUNDS = 3
-#: name -> (B, H, Hkv, S1, S2, D, causal): the issue's shapes, one row each.
+#: name -> (B, H, Hkv, S1, S2, D, causal): the shapes the GPU speed goals are stated on, one row each.
 SHAPES = {
     "d64": (4, 32, 32, 4096, 4096, 64, False),
     "d64_causal": (4, 32, 32, 4096, 4096, 64, True),
@@ -47,7 +47,7 @@ SHAPES = {
     "video_dit": (50, 5, 5, 9216, 9216, 64, False),
     "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
     "decode": (16, 32, 8, 1, 8192, 128, False),
-    # Beyond the rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys, decode
+    # Beyond those rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys, decode
     # of one sequence (16 KV splits) and of one KV head (MQA: 128 splits), short prefills of one sequence.
     "d96": (4, 24, 24, 4096, 4096, 96, False),
     "d160_causal": (4, 12, 12, 4096, 4096, 160, True),
@@ -134,7 +134,7 @@ def rate(shape, ms):
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("versions", nargs="+", metavar="NAME=PKG[:METHOD,...]")
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
