@@ -460,8 +460,7 @@ def table4(rows: list[dict]) -> list[dict]:
 
 
 def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
-    """The paper's RMSE claim: 'PASA has a smaller RMSE than FA16-FP32 for all non-zero-mean cases
-    without overflow'. For each PASA allocation: (cases where it holds, cases compared)."""
+    """The paper's RMSE claim, for cases without overflow: 'PASA has a smaller RMSE than Partially low-precision FA(FA16-FP32) for all cases with non-zero mean values'. For each PASA allocation: (cases where it holds, cases compared)."""
     first = [r for r in rows if r["seed"] == 0 and r["dist"] in ("uniform", "hybrid")]  # the paper's cases
     fa = {(r["dist"], r["x0"], r["am"]): r["rmse"] for r in first if r["precision"] == "fp16_fp32"}
     result = {}
@@ -698,10 +697,10 @@ def source_commit() -> str | None:
 
 
 def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: int, precisions,
-                  plots: bool = True, head_dim: int | None = None, block_kv: int = 128) -> dict:
+                  plots: bool = True, head_dim: int | None = None, block_kv: int = 128, command: str = "") -> dict:
     """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
     JSON), table4.csv and accuracy.png under ``out_dir``; ``head_dim`` and ``block_kv`` as given to
-    :func:`run_study`. Returns the JSON's content (with NaN)."""
+    :func:`run_study`; ``command``, the call that reproduces the run, recorded in the metadata. Returns the JSON's content (with NaN)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -714,7 +713,7 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w.writeheader()
             w.writerows(t4)
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
             "pasa_npu": __version__, "commit": source_commit(), "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
             "hard_head_dim": head_dim, "block_kv": block_kv,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),

@@ -90,6 +90,9 @@ def test_the_study_takes_a_head_dim_and_a_kv_block_for_every_allocation(tmp_path
     assert seen["head_dim"] == 160 and seen["block_kv"] == 64
     meta = json.loads((tmp_path / "results.json").read_text())["metadata"]
     assert meta["hard_head_dim"] == 160 and meta["block_kv"] == 64
+    # the call that reproduces the run, not the path of whatever script ran it
+    assert meta["command"] == ("python -m pasa_npu accuracy --hard-only --head-dim 160 --block-kv 64 --precisions fp32 "
+                               f"fp32_frame --no-plots --no-progress --out {tmp_path}")
 
 
 def test_a_scale_the_shifted_allocations_refuse_leaves_them_out_of_the_draw():
