@@ -148,15 +148,12 @@ public:
     }
 
     // One Load2D run from L1 to L0A/L0B: `repeats` fractals, the first at fractal `start` of src and each next one
-    // `stride` fractals on, written back to back from dst; each transposed on the way (ROWS-layout B into nZ).
+    // `stride` fractals on, written back to back from dst (no gap); each transposed on the way where `transpose`
+    // (ROWS-layout B into nZ).
     __aicore__ inline void LoadFractals(const LocalTensor<half>& dst, const LocalTensor<half>& src, uint32_t start,
                                         uint32_t repeats, uint32_t stride, bool transpose) {
-        LoadData2DParams p;
-        p.startIndex = start;
-        p.repeatTimes = repeats;
-        p.srcStride = stride;
-        p.ifTranspose = transpose;
-        LoadData(dst, src, p);
+        // (startIndex, repeatTimes, srcStride, sid, dstGap, ifTranspose, addrMode)
+        LoadData(dst, src, LoadData2DParams(start, repeats, stride, 0, 0, transpose, 0));
     }
 
     // C (m x n, an NZ tile of m rows in L0C) = A2 B2, or C += A2 B2 where init is false (the sum rounded once to
