@@ -37,16 +37,16 @@ def _accuracy(args) -> int:
     if not args.no_progress:
         _require("tqdm", "the accuracy study's progress bar", "--no-progress")
     print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
-          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}"
+          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}, query tile {args.block_q}"
           + (f", hard cases at D = {args.head_dim}" if args.head_dim else ""))
     t0 = time.time()
     rows = accuracy.run_study(full=args.full, shape=tuple(args.shape), seed=args.seed, precisions=args.precisions,
                               hard_seeds=args.hard_seeds, jobs=args.jobs or os.cpu_count(),
                               progress=not args.no_progress, paper=not args.hard_only, head_dim=args.head_dim,
-                              block_kv=args.block_kv)
+                              block_kv=args.block_kv, block_q=args.block_q)
     summary = accuracy.write_outputs(rows, Path(args.out), full=args.full, shape=tuple(args.shape), seed=args.seed,
                                      precisions=args.precisions, plots=not args.no_plots, head_dim=args.head_dim,
-                                     block_kv=args.block_kv, command=args.command)
+                                     block_kv=args.block_kv, block_q=args.block_q, command=args.command)
     print("\nRelative RMSE against float64 (eq. 19); 'NaN x%' = the output overflowed:")
     print(accuracy.format_results(rows, args.precisions))
     if summary["table4"]:
@@ -236,6 +236,9 @@ def main(argv=None) -> int:
                      help="the hard cases' head dim D in place of their own (default: each case's own)")
     acc.add_argument("--block-kv", type=_block_kv, default=128,
                      help="the KV block of every allocation's loop, fp32's included (default 128)")
+    acc.add_argument("--block-q", type=_positive, default=128,
+                     help="the query tile of every allocation, which decides the KV blocks a tile visits under a "
+                     "band (default 128; the AscendC kernel's tile depends on D, docs/npu.md)")
     acc.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
     acc.add_argument("--no-plots", action="store_true", help="skip the PNG")
     acc.add_argument("--no-progress", action="store_true", help="no progress bar")
