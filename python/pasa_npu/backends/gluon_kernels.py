@@ -327,7 +327,7 @@ class Attention:
         b, n, nkv, s1, s2, d = shape
         self.shape, self.block_n, self.terms = shape, block_n, terms
         self.band = (0, 0) if band is None else band
-        self.grid = (-(-s1 // BLOCK_M), b * n, 1)
+        self.grid = (-(-s1 // BLOCK_M.value), b * n, 1)
         self.o_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
         # Two stages of K and V where three do not fit in shared memory (D = 128 at 128 keys: 229 KB of 227).
         self.constexprs = dict(D=d, BLOCK_N=block_n, STAGES=stages or (2 if d * block_n >= 128 * 128 else 3),
@@ -336,7 +336,7 @@ class Attention:
 
     def __call__(self, q, k, v, out, lse) -> None:
         b, n, nkv, s1, s2, d = self.shape
-        q_desc, q_map = _descriptor(q, WG_ROWS)
+        q_desc, q_map = _descriptor(q, WG_ROWS.value)
         k_desc, kv_map = _descriptor(k, self.block_n)
         v_desc, _ = _descriptor(v, self.block_n)
         attention_kernel[self.grid](q_desc, k_desc, v_desc, out, q if lse is None else lse, q_map, kv_map, self.o_str,
