@@ -188,6 +188,11 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
     l1 = gl.zeros([WG_ROWS, ONES], gl.float32, l_layout)  # fp32_frame's P·1: every column holds Σ P
     zeros = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     q = q_smem.index(wg)
+    if HAS_BAND:
+        # The tile's last blocks may lie past the band of this warpgroup's rows (under a causal band, the first
+        # warpgroup's rows end 64 positions earlier): it stops before them. Only trailing blocks are skipped, whose
+        # stages the producer never refills, so they need no release.
+        blk_hi = gl.minimum(blk_hi, gl.maximum((i_lo + WG_ROWS - 1 + band_hi) // BLOCK_N + 1, blk_lo))
     mbarrier.wait(q_bar, 0)
     if blk_hi > blk_lo:
         s = _scores(q, k_smem, k_ready, 0, 0, zeros)
