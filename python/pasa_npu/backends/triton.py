@@ -213,6 +213,7 @@ def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool)
     return inva, diag - off, off
 
 
+
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
               scale: float, mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
               shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
@@ -316,9 +317,9 @@ class AttentionPlan:
                                                                tiles)
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
-            kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
+            pre = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
-            self._prepass = Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
+            self._prepass = Launch(pre, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
         self._has_mask = mask is not None
         self._lse = lse
@@ -334,14 +335,16 @@ class AttentionPlan:
         splits, per_split, lse_off, self._partials, self._arrivals = _split_layout(tiles, b, n, nkv, s1, d, n_blocks,
                                                                                   forced_splits)
         self._splits = splits
-        self._gluon = _gluon_plan(alloc, q, k, v, (b, n, nkv, s1, s2, d), block_kv, band, scale, lse, lse_none,
-                                  out_bsnd, paged or varlen or mask is not None or sink, config, kernel)
         # fp32_frame's prefill computes its lse whether or not the call asks for it (then into FP32 scratch after
         # the partials): without the lse's store, Triton 3.6 compiles the D = 128 loop to one that ran 5% slower
         # on an H200 (docs/benchmarks/gpu_frame/h200.md).
         self._store_lse = lse or (alloc.framed and tiles > 1)
         self._lse_off, self._lse_scratch = _align(self._partials), 0 if lse or not self._store_lse else b * n * s1
         fp32_end = self._lse_off + self._lse_scratch if self._lse_scratch else self._partials
+        # The Gluon kernel stores the lse as the classic one does (fp32_frame's prefill without it ran 2-4% slower
+        # there too, docs/benchmarks/gpu_gluon/README.md).
+        self._gluon = _gluon_plan(alloc, q, k, v, (b, n, nkv, s1, s2, d), block_kv, band, scale, self._store_lse,
+                                  lse_none, out_bsnd, paged or varlen or mask is not None or sink, config, kernel)
         # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after those.
         self._info_off = _align(fp32_end) if varlen and kv_info is None else None
         self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
@@ -377,11 +380,9 @@ class AttentionPlan:
         may have a trailing dim of 1) to write instead of new ones; ``workspace``: a uint8 tensor of at
         least :attr:`workspace_bytes` on q's device to hold the scratch instead of new tensors."""
         if self._gluon is not None:
-            out = q.new_empty(self._out_alloc) if out is None else out
-            if self._lse:
-                lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
-            self._gluon(q, k, v, out, lse if self._lse else None)
-            return (out.transpose(1, 2) if self._bnsd_view else out), (lse if self._lse else None)
+            out, lse, lse_store = self._results(q, out, lse, workspace)
+            self._gluon(q, k, v, out, lse_store)
+            return (out.transpose(1, 2) if self._bnsd_view else out), lse
         if workspace is not None and workspace.numel() < self.workspace_bytes:
             raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
                              "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
@@ -412,16 +413,7 @@ class AttentionPlan:
                                               torch.int32).view(-1, 5))
         mask = mask.view(torch.uint8) if self._has_mask else q
         sink = q if sink is None else sink
-        if out is None:
-            out = q.new_empty(self._out_alloc)
-        if self._lse:
-            lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
-        else:
-            lse = None
-        lse_store = lse
-        if self._lse_scratch:  # computed, not returned
-            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
-                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
+        out, lse, lse_store = self._results(q, out, lse, workspace)
         if self._prepass is not None:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
@@ -433,9 +425,25 @@ class AttentionPlan:
             _pad_rows(out, lse, self._varlen[4], lengths)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
 
+    def _results(self, q, out, lse, workspace) -> tuple:
+        """The output and lse tensors of a call (the caller's, or new ones; None for an lse not asked for), and where
+        the kernel stores its lse: the lse, or FP32 scratch (new, or in the workspace) where the plan computes one
+        the call does not ask for."""
+        if out is None:
+            out = q.new_empty(self._out_alloc)
+        if self._lse:
+            lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
+        else:
+            lse = None
+        lse_store = lse
+        if self._lse_scratch:  # computed, not returned
+            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
+                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
+        return out, lse, lse_store
 
-def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, scale: float, lse: bool, lse_none: float,
-                out_bsnd: bool, other: bool, config, kernel: str | None):
+
+def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, scale: float, store_lse: bool,
+                lse_none: float, out_bsnd: bool, other: bool, config, kernel: str | None):
     """The Gluon kernel's launch of a call (:class:`pasa_npu.backends.gluon_kernels.Attention`) where the rule
     (:func:`gluon_block`, on an sm_90 device with Gluon) or ``kernel="gluon"`` sends it there, else None (the
     classic kernel; ``kernel="classic"``, or a ``config``, keeps it there). ``other``: the call has a page table,
@@ -457,7 +465,7 @@ def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, s
         lo_hi = (-s1 if lo is None else max(int(lo), -s1), s2 if hi is None else min(int(hi), s2))
     frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
     return _gk.Attention(shape, block_n, lo_hi, (float(scale), frame_drop, float(lse_none)), framed=alloc.framed,
-                         store_lse=lse, out_bsnd=out_bsnd, stages=None if config is None else config[2])
+                         store_lse=store_lse, out_bsnd=out_bsnd, stages=None if config is None else config[2])
 
 
 def _check_call(q, k, v, precision: str, shift: str | None, scale: float, block_kv: int, paged: bool) -> Allocation:
