@@ -129,3 +129,22 @@ def test_gluon_fp32_frame_hard_inputs_within_fp32_error():
     err_frame = rel_rmse(tb.attention(q, k, v, precision="fp32_frame", **call)[0], r_out)
     err_fp32 = rel_rmse(tb.attention(q, k, v, precision="fp32", **call)[0], r_out)
     assert err_frame <= 1.5 * err_fp32 + 1e-6, (err_frame, err_fp32)
+
+
+@hopper
+@pytest.mark.parametrize("precision", ["fp32", "fp32_frame"])
+def test_gluon_plan_called_again_equals_the_classic_kernel_bit_for_bit(precision):
+    """A plan's second call goes through the compiled kernel's launcher directly (not Triton's launch): on new
+    values in the same tensors, its output and lse equal the classic kernel's bit for bit (as the first call's do)."""
+    from support import draw
+
+    q, k, v, band, block_kv = _draw("causal_d128")
+    call = dict(precision=precision, beta=None, block_kv=block_kv, scale=q.shape[-1] ** -0.5, mask=None, band=band)
+    plan = tb.AttentionPlan(q, k, v, kernel="gluon", **call)
+    for seed in (1, 2):
+        for t, new in zip((q, k, v), draw(*q.shape[:2], k.shape[1], q.shape[2], k.shape[2], q.shape[3], seed=seed,
+                                          device="cuda")):
+            t.copy_(new)
+        out, lse = plan(q, k, v, None, None)
+        c_out, c_lse = tb.attention(q, k, v, block_q=128, kernel="classic", **call)
+        assert torch.equal(out, c_out) and torch.equal(lse, c_lse)
