@@ -26,6 +26,8 @@ any band (causal included), GQA. The rest stays on the classic kernel.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -310,16 +312,21 @@ def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, q_map, kv_map, o_str, l_s
         mbarrier.invalidate(kv_free.index(i))
 
 
-def _descriptor(t, rows: int):
-    """A TMA descriptor of ``rows``-row boxes over the 2-D view of a (B, N, S, D) tensor in either memory order,
-    and its row map: row b·map[0] + h·map[1] + i, column h·map[2] of the view holds (b, h, i)."""
+def _view(t) -> tuple:
+    """The 2-D view of D-wide rows the kernel reads a (B, N, S, D) tensor as: its shape, its strides, and its row map
+    (row b·map[0] + h·map[1] + i, column h·map[2] holds (b, h, i)): (B·N·S, D) in (B, N, S, D) memory order,
+    (B·S, N·D) in (B, S, N, D)."""
     b, n, s, d = t.shape
-    if t.stride()[2] == d:  # (B, N, S, D) memory order
-        view, at = t.view(b * n * s, d), (n * s, s, 0)
-    else:
-        view, at = t.transpose(1, 2).reshape(b * s, n * d), (s, 0, d)
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
-    return TensorDescriptor.from_tensor(view, [rows, d], layout), at
+    if t.stride()[2] == d:
+        return (b * n * s, d), (d, 1), (n * s, s, 0)
+    return (b * s, n * d), (n * d, 1), (s, 0, d)
+
+
+def _descriptor(t, rows: int):
+    """A TMA descriptor of ``rows``-row boxes over :func:`_view`'s view of ``t``, and the view's row map."""
+    shape, strides, at = _view(t)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, t.shape[3]], gl.float16)
+    return TensorDescriptor(t, list(shape), list(strides), [rows, t.shape[3]], layout), at
 
 
 class Attention:
@@ -328,10 +335,12 @@ class Attention:
     fp32_frame's FRAME_DROP_LIMIT in units of Q·K, the lse of a row with no key); ``out_bsnd``: the output is
     (B, S1, N, D) in memory, else (B, N, S1, D); the lse (B, N, S1) FP32 when ``store_lse``.
 
-    The first call launches through Triton (which compiles the kernel or finds it in its cache); later calls on the
-    same device, whose output and lse pointers have the first call's residues modulo 16 (all Triton specialises on
-    here), call the compiled kernel's launcher directly, as :class:`pasa_npu.backends.triton_launch.Launch` does:
-    Triton's launch binds every argument in Python, ~90 µs of host time a call, longer than a 512-row prefill runs.
+    A call launches through Triton (which compiles the kernel or finds it in its cache) the first time the process
+    meets its scalars, constexprs, device and output and lse pointers' residues modulo 16 (what Triton specialises
+    on here, but for the descriptors' boxes, which the constexprs fix); later such calls, of this launch or another
+    one alike, call the compiled kernel's launcher directly (:data:`_BOUND`), as
+    :class:`pasa_npu.backends.triton_launch.Launch` does: Triton's launch binds every argument in Python, tens of µs
+    of host time a call, longer than a 512-row prefill runs.
     """
 
     def __init__(self, shape, block_n: int, band, terms, *, framed: bool, store_lse: bool, out_bsnd: bool,
@@ -346,24 +355,47 @@ class Attention:
         self.constexprs = dict(D=d, BLOCK_N=block_n, STAGES=stages or (2 if d * block_n >= 128 * 128 else 3),
                                FRAMED=framed, HAS_BAND=band is not None, EVEN_KV=s2 % block_n == 0,
                                STORE_LSE=store_lse)
-        self._bound = None  # (device, residues, launcher, its leading arguments)
+        # The launcher takes the constexprs too, after the other arguments, in the kernel's order.
+        self._tail = tuple(self.constexprs[name] for name in attention_kernel.arg_names if name in self.constexprs)
+        self._key = (tuple(self.constexprs.items()), self.scalars)
 
     def __call__(self, q, k, v, out, lse) -> None:
+        lse = q if lse is None else lse  # a pointer not read without STORE_LSE
+        ptrs = (out.data_ptr(), lse.data_ptr())
+        device = _current_device()
+        key = (self._key, device, ptrs[0] % 16, ptrs[1] % 16)
+        bound = _BOUND.get(key)
+        if bound is not None and not _hooked():
+            # The launcher reads a descriptor's base pointer, shape, strides and padding only (the box and layout are
+            # the compiled kernel's): those, without TensorDescriptor's checks.
+            (q_shape, q_str, q_map), (k_shape, k_str, kv_map), (v_shape, v_str, _) = map(_view, (q, k, v))
+            bound[0](*self.grid, _raw_stream(device), *bound[1], _Box(q, q_shape, q_str), _Box(k, k_shape, k_str),
+                     _Box(v, v_shape, v_str), *ptrs, q_map, kv_map, *self.scalars, *self._tail)
+            return
         q_desc, q_map = _descriptor(q, WG_ROWS.value)
         k_desc, kv_map = _descriptor(k, self.block_n)
         v_desc, _ = _descriptor(v, self.block_n)
-        ptrs = (out.data_ptr(), (q if lse is None else lse).data_ptr())
-        device = _current_device()
-        key = (device, ptrs[0] % 16, ptrs[1] % 16)
-        bound = self._bound
-        if bound is not None and bound[0] == key and not _hooked():
-            bound[1](*self.grid, _raw_stream(device), *bound[2], q_desc, k_desc, v_desc, *ptrs, q_map, kv_map,
-                     *self.scalars)
-            return
-        compiled = attention_kernel[self.grid](q_desc, k_desc, v_desc, out, q if lse is None else lse, q_map, kv_map,
-                                               *self.scalars, num_warps=4, **self.constexprs)
+        compiled = attention_kernel[self.grid](q_desc, k_desc, v_desc, out, lse, q_map, kv_map, *self.scalars,
+                                               num_warps=4, **self.constexprs)
         if _FAST and hasattr(compiled, "packed_metadata"):
             try:
-                self._bound = (key, *_launcher(compiled))
+                launcher = _launcher(compiled)
             except AttributeError:  # a compiled kernel of another form than the releases checked: Triton's launch
-                pass
+                return
+            if len(_BOUND) >= 4096:  # bounded: emptied when full
+                _BOUND.clear()
+            _BOUND[key] = launcher
+
+
+class _Box(NamedTuple):
+    """What the compiled kernel's launcher reads of a TMA descriptor (it encodes the tensor map from these)."""
+
+    base: object
+    shape: tuple
+    strides: tuple
+    padding: str = "zero"
+
+
+#: (constexprs, scalars, device, output and lse pointers' residues modulo 16) -> (the compiled kernel's launcher, its
+#: leading arguments), for :class:`Attention`.
+_BOUND: dict[tuple, tuple] = {}
