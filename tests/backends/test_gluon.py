@@ -116,6 +116,31 @@ def test_gluon_within_float64_bounds_of_the_classic_kernel(case, precision):
     assert torch.allclose(g_lse, c_lse, rtol=1e-6, atol=1e-5)
 
 
+#: (b, n, nkv, s1, s2, d, band, block_kv), each drawn with seed s1 + d, in both memory orders.
+SAME = [(1, 4, 4, 256, 512, 128, None, 128), (1, 4, 2, 300, 520, 64, None, 128), (2, 8, 2, 257, 1000, 128, None, 128),
+        (1, 4, 2, 700, 700, 128, (None, 0), 128), (1, 2, 2, 300, 900, 64, (536, 632), 64),
+        (1, 4, 2, 300, 700, 256, (None, 0), 64), (1, 4, 4, 512, 1024, 256, None, 64)]
+
+
+@hopper
+@pytest.mark.parametrize("precision", ["fp32", "fp32_frame"])
+@pytest.mark.parametrize("layout", ["BNSD", "BSND"])
+@pytest.mark.parametrize("case", SAME)
+def test_gluon_equals_the_classic_kernel_bit_for_bit(case, layout, precision):
+    """The two kernels do the same FP32 and FP16 operations in the same order (Q·Kᵀ and P·V over the same K
+    steps, the same exp2 arguments, the same row reductions), so their outputs and lse are equal bit for bit."""
+    from support import draw
+
+    b, n, nkv, s1, s2, d, band, block_kv = case
+    q, k, v = draw(b, n, nkv, s1, s2, d, seed=s1 + d, device="cuda")
+    if layout == "BSND":
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    call = dict(precision=precision, beta=None, block_q=128, block_kv=block_kv, scale=d ** -0.5, mask=None, band=band)
+    g_out, g_lse = tb.attention(q, k, v, kernel="gluon", **call)
+    c_out, c_lse = tb.attention(q, k, v, kernel="classic", **call)
+    assert torch.equal(g_out, c_out) and torch.equal(g_lse, c_lse)
+
+
 @hopper
 def test_gluon_fp32_frame_hard_inputs_within_fp32_error():
     """Scaled scores far from one another (Q, K ~ N(30, 1)): fp32_frame on the Gluon kernel within 1.5× the error of
