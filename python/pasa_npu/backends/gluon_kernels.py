@@ -19,8 +19,8 @@ bit for bit given the same S), P rounded to FP16 for P·V (and P·1), the same e
 of one query head (the classic kernel flattens a KV head's group into its rows; rows are independent, so
 the tiling changes no result but a band's skipped blocks, which are fully masked for every row either way).
 
-What it covers (:func:`pasa_npu.backends.triton.gluon_covers` is the rule): dense Q, K, V in (B, N, S, D)
-or (B, S, N, D) memory order, D 64 or 128, no user mask, sink, paging or varlen, one query tile or more,
+What it covers (:func:`pasa_npu.backends.triton.gluon_block` is the rule): dense Q, K, V in (B, N, S, D)
+or (B, S, N, D) memory order, D 64, 128 or 256, no user mask, sink, paging or varlen, a full query tile or more,
 any band (causal included), GQA. The rest stays on the classic kernel.
 """
 

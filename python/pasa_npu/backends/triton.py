@@ -341,8 +341,9 @@ class AttentionPlan:
         self._store_lse = lse or (alloc.framed and tiles > 1)
         self._lse_off, self._lse_scratch = _align(self._partials), 0 if lse or not self._store_lse else b * n * s1
         fp32_end = self._lse_off + self._lse_scratch if self._lse_scratch else self._partials
-        # The Gluon kernel stores the lse as the classic one does (fp32_frame's prefill without it ran 2-4% slower
-        # there too, docs/benchmarks/gpu_gluon/README.md).
+        # The Gluon kernel stores the lse where the classic one does, so that the plan's scratch and workspace are the
+        # same whichever kernel runs (with and without it, its fp32_frame prefill ran within the spread between runs,
+        # docs/benchmarks/gpu_gluon/README.md).
         self._gluon = _gluon_plan(alloc, q, k, v, (b, n, nkv, s1, s2, d), block_kv, band, scale, self._store_lse,
                                   lse_none, out_bsnd, paged or varlen or mask is not None or sink, config, kernel)
         # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after those.
