@@ -101,11 +101,16 @@ def default_block(tb, precision: str, d: int) -> int:
 
 
 def run(tb, q, k, v, causal, method, config=None):
-    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than :func:`default_block`'s."""
+    """``method`` is a precision, PRECISION@BLOCK_KV for another KV block than :func:`default_block`'s, and either
+    with /KERNEL ("classic" or "gluon", the backend's ``kernel``) for that kernel instead of the one its rule
+    picks."""
+    method, _, kernel = method.partition("/")
     precision, _, block_kv = method.partition("@")
     block_kv = int(block_kv) if block_kv else default_block(tb, precision, q.shape[-1])
+    extra = {"kernel": kernel} if kernel else {}
     return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
-                        scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
+                        scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config,
+                        **extra)
 
 
 #: FIA's compressed causal mask (sparse_mode 3), for --public.
@@ -113,8 +118,9 @@ _CAUSAL_MASK = {}
 
 
 def run_public(tb, q, k, v, causal, method):
-    """``method`` through the version's public call (no lse, as a caller who does not ask for it)."""
-    precision, _, block_kv = method.partition("@")
+    """``method`` through the version's public call (no lse, as a caller who does not ask for it); a /KERNEL
+    suffix is ignored (the public call's rule picks the kernel)."""
+    precision, _, block_kv = method.partition("/")[0].partition("@")
     pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
     extra = {"block_kv": int(block_kv)} if block_kv else {}
     if causal:
@@ -140,7 +146,8 @@ def parse(argv=None):
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names of SHAPES")
     ap.add_argument("--methods", default="pasa_rs,fp32",
-                    help="comma-separated precisions of every version (PRECISION@BLOCK_KV: another KV block)")
+                    help="comma-separated precisions of every version (PRECISION@BLOCK_KV: another KV block; "
+                         "PRECISION/KERNEL: the classic or gluon kernel)")
     ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
     ap.add_argument("--sweep", nargs="?", const=",".join(SWEEP), default="", metavar="SHAPE,...",
                     help="sweep SWEEP's configurations of these shapes (all of SWEEP's without a value)")
