@@ -42,7 +42,26 @@ HOPPER = (9, 0)
     (get_allocation("pasa"), 128, 128, 4096, HOPPER, True, None),
 ])
 def test_rule_picks_gluon_for_the_shapes_it_covers(alloc, d, block_kv, s1, capability, plain, block):
-    assert tb.gluon_block(alloc, d, block_kv, s1, capability, plain) == block
+    work = 4 * 16 * s1 * 32768 * d  # B = 4, N = 16, 32768 keys: past the least work
+    assert tb.gluon_block(alloc, d, block_kv, s1, capability, plain, work) == block
+    assert tb.gluon_block(alloc, d, block_kv, s1, capability, plain, None) == block  # the kernel pinned
+
+
+@pytest.mark.parametrize(("shape", "block"), [
+    ((1, 32, 8, 512, 512, 128), None),  # a short prefill: the classic kernel's launch costs less host time
+    ((1, 32, 8, 4096, 4096, 128), 128),
+    ((4, 16, 16, 4096, 4096, 128), 128),
+    ((1, 1, 1, 65536, 131072, 128), 128),
+])
+def test_rule_leaves_small_calls_on_the_classic_kernel_unless_gluon_is_pinned(shape, block):
+    b, n, _, s1, s2, d = shape
+    work = b * n * s1 * s2 * d
+    assert (work >= tb.GLUON_MIN_WORK) == (block is not None)
+    assert tb.gluon_block(FRAME, d, 128, s1, HOPPER, True, work) == block
+    assert tb.gluon_block(FRAME, d, 128, s1, HOPPER, True, None) == 128
+
+
+
 
 
 def test_plain_layouts_are_bnsd_and_bsnd_with_k_and_v_alike():

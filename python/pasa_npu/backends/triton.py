@@ -141,19 +141,24 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
 GLUON_PRECISIONS: tuple[str, ...] = ("fp32", "fp32_frame")
 GLUON_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 GLUON_ROWS = 128
+#: The least work (B·N·S1·S2·D, QKᵀ's multiply-adds before any band) that the rule sends to the Gluon kernel
+#: unasked: its launch takes more host time a call than the classic kernel's, which a smaller call's GPU time does
+#: not cover (docs/benchmarks/gpu_gluon, "Host time of a call").
+GLUON_MIN_WORK = 2**33
 
 
 def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: tuple[int, int] | None,
-                plain: bool) -> int | None:
+                plain: bool, work: int | None) -> int | None:
     """The one rule that sends a call to the Gluon Hopper kernel instead of the classic one. It takes a call on an
     sm_90 device (``capability`` (9, 0); None: no CUDA device) whose tensors are ``plain`` (:func:`_plain`: dense
     Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink, page table or
     varlen rows) with at least one full query tile of S1 rows, for ``fp32`` or ``fp32_frame`` at D 64, 128 or
-    256. Returns the kernel's KV block (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256,
+    256, and ``work`` (B·N·S1·S2·D) of at least :data:`GLUON_MIN_WORK`; None where the caller pins the Gluon
+    kernel (``kernel="gluon"``), which then takes a call of any size it covers. Returns the kernel's KV block (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256,
     where two K/V stages of 128 keys do not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None:
     the classic kernel."""
     if capability != (9, 0) or not plain or s1 < GLUON_ROWS or alloc.name not in GLUON_PRECISIONS \
-            or d not in GLUON_HEAD_DIMS:
+            or d not in GLUON_HEAD_DIMS or (work is not None and work < GLUON_MIN_WORK):
         return None
     block_n = block_kv if alloc.framed else (128 if d <= 128 else 64)
     return block_n if block_n in (64, 128) and (d <= 128 or block_n == 64) else None
@@ -453,7 +458,8 @@ def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, s
         raise ValueError(f"kernel must be None, 'classic' or 'gluon', got {kernel!r}")
     b, n, nkv, s1, s2, d = shape
     capability = _capability(q.device.index) if _gk is not None and not _INTERPRET and q.is_cuda else None
-    block_n = gluon_block(alloc, d, block_kv, s1, capability, _plain(q, k, v, other))
+    block_n = gluon_block(alloc, d, block_kv, s1, capability, _plain(q, k, v, other),
+                          None if kernel == "gluon" else b * n * s1 * s2 * d)
     covered = block_n is not None
     if kernel == "gluon" and not covered:
         raise ValueError(f"kernel='gluon' does not cover this call (precision {alloc.name!r}, D = {d}, S1 = {s1}, "
