@@ -319,7 +319,7 @@ private:
             v.sQue.FreeTensor(o);
         }
         LocalTensor<float> lcol = LoadLColumn(seg);
-        WholeReduceSum<float>(segL_, lcol, 1, (int32_t)rows, 1, 1, 1);
+        v.BlockMaxes(segL_, lcol, rows, 0x01);
         Mul(l, v.tmp1, l, tileLanes_);
         PipeBarrier<PIPE_V>();
         Add(l, l, segL_, tileLanes_);
@@ -336,7 +336,7 @@ private:
         DataCopy(v.oAcc[r * d], seg[(uint64_t)v.r0 * cols],
                  DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
         LocalTensor<float> lcol = LoadLColumn(seg);
-        WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
+        v.BlockMaxes(v.l[r], lcol, rows, 0x01);
         Muls(accFrame_[r], segFrame, 1.0f, tileLanes_);
         SyncPipes<HardEvent::MTE2_V>();
         PipeBarrier<PIPE_V>();
@@ -344,7 +344,7 @@ private:
     }
 
     // The segment's l column of this AIV's rows: a 32-byte block from column D of each row (dequeued from the mask
-    // queue; the caller frees it), lane 0 of each taken by a one-lane row sum.
+    // queue; the caller frees it), lane 0 of each gathered by BlockMaxes.
     __aicore__ inline LocalTensor<float> LoadLColumn(const GlobalTensor<float>& seg) {
         AivRows<float>& v = *v_;
         const uint32_t cols = v.d + Policy::VALUE_EXTRA_COLS;
