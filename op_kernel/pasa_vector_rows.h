@@ -109,10 +109,14 @@ public:
         }
     }
 
-    // One value per row into bc (a 32-byte block each), for RowBroadcast.
+    // One value per row into bc (a 32-byte block each), for RowBroadcast; BroadcastUnordered leaves the barrier
+    // before the RowBroadcast to the caller.
     __aicore__ inline void Broadcast(const LocalTensor<T>& v) {
-        Brcb(bc, v, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
+        BroadcastUnordered(v);
         PipeBarrier<PIPE_V>();
+    }
+    __aicore__ inline void BroadcastUnordered(const LocalTensor<T>& v) {
+        Brcb(bc, v, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
     }
 
     // Row sums of x (rows x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
