@@ -155,41 +155,65 @@ private:
     __aicore__ inline uint32_t TileOf(uint32_t r) const { return r / v_->tileRows; }
 
     // Block j of the row tile at row r (AivRows::EnterTile'd): S, masks, row max, the frames' moves, P to the AIC.
+    // P = FP16(exp(FP32(scale FP32(S - G)))) against the moved frames, four dependent ops over the tile. After the
+    // task's first block a move is rare: P is then computed against the current frames within the decisions' levels
+    // (their barriers order it), and again from S read anew from its slot where a row moved (the AIC rewrites the
+    // slot only after this stack's P_READY). In the first block every row with a key moves: P follows the moves.
     // Returns whether a valid row of the tile moved.
     __aicore__ inline bool TileBlock(const Task& k, uint32_t j, uint32_t r) {
         AivRows<float>& v = *v_;
         const uint32_t tile = TileOf(r);
-        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
-        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
-        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
-        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
-        v.sQue.EnQue(s);
-        s = v.sQue.template DeQue<float>();
-        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        LocalTensor<float> s = Scores(k, j);
         v.RowMax(v.mBlk, s);
         versionAt_[tile][j % PasaSlotRing(*t_)] = version_[tile];
-        // P = FP16(exp(scale (S - G))) against the moved frames: the current ones go to bc beside the decisions'
-        // first level (their barrier orders it), a move's new ones after it.
-        v.BroadcastUnordered(Frame(r, version_[tile]));
-        const bool moved = Decide(r) > 0;
+        v.BroadcastUnordered(Frame(r, version_[tile]));  // ordered by the decisions' first barrier
+        LocalTensor<half> p = v.pQue.template AllocTensor<half>();
+        const bool early = j > 0;
+        const bool moved = Decide(r, s, p, early) > 0;
         if (moved) {
             Move(r);
             v.Broadcast(Frame(r, version_[tile]));
+            if (early) {
+                v.sQue.FreeTensor(s);
+                s = Scores(k, j);
+            }
         }
-        v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
-        PipeBarrier<PIPE_V>();
-        Muls(s, s, scale_, cnt);
-        PipeBarrier<PIPE_V>();
-        Exp(s, s, cnt);
-        PipeBarrier<PIPE_V>();
-        LocalTensor<half> p = v.pQue.template AllocTensor<half>();
-        Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
+        if (moved || !early) {
+            for (uint32_t step = 0; step < PROB_STEPS; ++step) {
+                if (step > 0) PipeBarrier<PIPE_V>();
+                ProbStep(step, s, p);
+            }
+        }
         v.pQue.EnQue(p);
         v.sQue.FreeTensor(s);
         p = v.pQue.template DeQue<half>();
         DataCopy(v.slots.Prob(j)[(uint64_t)v.r0 * BLOCK_KV], p, v.rows * BLOCK_KV);
         v.pQue.FreeTensor(p);
         return moved;
+    }
+
+    // S of block j of the row tile (FP32, from its slot), masked: a tensor of S's queue, which the caller frees.
+    __aicore__ inline LocalTensor<float> Scores(const Task& k, uint32_t j) {
+        AivRows<float>& v = *v_;
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
+        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
+        v.sQue.EnQue(s);
+        s = v.sQue.template DeQue<float>();
+        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        return s;
+    }
+
+    // Step `step` of P from S (in place in s) and the frames in bc: S - G, times scale, exp, to FP16 in p; each
+    // step reads what the one before wrote, so the caller puts a barrier between them.
+    static constexpr uint32_t PROB_STEPS = 4;
+    __aicore__ inline void ProbStep(uint32_t step, const LocalTensor<float>& s, const LocalTensor<half>& p) {
+        AivRows<float>& v = *v_;
+        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
+        if (step == 0) v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
+        else if (step == 1) Muls(s, s, scale_, cnt);
+        else if (step == 2) Exp(s, s, cnt);
+        else Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
     }
 
     // peak, low and move of the block (S's row max m in mBlk against the current frame G); returns the valid rows that
@@ -202,8 +226,10 @@ private:
     // - 1), and up excludes below: move = below ? (fresh or (target < G and has and ready)) : (up or fresh), fresh =
     // has and not known. Five levels of vector ops, each ending in the barrier its results need: tmp1 = top, fa =
     // target, fb = the low' of a row with a key, fc = 1 - known, fresh_, tmp2 = has and (ready or not known); bits
-    // at [0] has, [32] ready then below, [64] up, [96] target < G.
-    __aicore__ inline uint32_t Decide(uint32_t r) {
+    // at [0] has, [32] ready then below, [64] up, [96] target < G. With withProb, the four steps of P against the
+    // current frames (bc) run in levels 2 to 5, on s and p, which the decisions do not touch.
+    __aicore__ inline uint32_t Decide(uint32_t r, const LocalTensor<float>& s, const LocalTensor<half>& p,
+                                      bool withProb) {
         AivRows<float>& v = *v_;
         const LocalTensor<uint8_t> key = v.bits, ready = v.bits[32], below = v.bits[32], up = v.bits[64],
                                    lower = v.bits[96];
@@ -216,6 +242,7 @@ private:
         Adds(v.fb, low, 1.0f, LANES);
         Sub(v.fc, ones_, known, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(0, s, p);
         Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
         Max(v.fa, v.fa, v.mBlk, LANES);        // target
         Max(peak, peak, v.mBlk, tileLanes_);
@@ -223,15 +250,18 @@ private:
         Select(v.tmp2, ready, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         Select(fresh_, key, v.fc, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(1, s, p);
         CompareScalar(below, v.tmp1, -Policy::FRAME_DOWN, CMPMODE::LT, LANES);
         CompareScalar(up, v.tmp1, Policy::FRAME_UP, CMPMODE::GT, LANES);
         Compare(lower, v.fa, frame, CMPMODE::LT, LANES);
         Select(v.tmp2, key, v.tmp2, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(2, s, p);
         Select(v.fc, lower, v.tmp2, fresh_, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // fresh, or far and lower
         Select(v.tmp1, up, ones_, fresh_, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);    // up, or fresh
         Select(v.fb, below, v.fb, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(3, s, p);
         Select(move_, below, v.fc, v.tmp1, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
         PipeBarrier<PIPE_V>();
