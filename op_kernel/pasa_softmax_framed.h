@@ -53,7 +53,7 @@ public:
         scale_ = t->scale;
         dropLimit_ = t->frameDropLimit;
         versions_ = PasaSlotRing(*t) + 1;
-        LocalTensor<float>* vecs[8] = {&ones_, &has_, &known_, &low_, &peak_, &move_, &accFrame_, &segL_};
+        LocalTensor<float>* vecs[8] = {&ones_, &fresh_, &known_, &low_, &peak_, &move_, &accFrame_, &segL_};
         for (uint32_t i = 0; i < 8; ++i) *vecs[i] = rows->epilogueFp32[i * ROW_VEC];
         frames_ = rows->epilogueFp32[8 * ROW_VEC];
         slots_.Init(*t, workspace, core);
@@ -155,31 +155,35 @@ private:
     __aicore__ inline uint32_t TileOf(uint32_t r) const { return r / v_->tileRows; }
 
     // Block j of the row tile at row r (AivRows::EnterTile'd): S, masks, row max, the frames' moves, P to the AIC.
+    // P = FP16(exp(FP32(scale FP32(S - G)))) against the moved frames, four dependent ops over the tile. After the
+    // task's first block a move is rare: P is then computed against the current frames within the decisions' levels
+    // (their barriers order it), and again from S read anew from its slot where a row moved (the AIC rewrites the
+    // slot only after this stack's P_READY). In the first block every row with a key moves: P follows the moves.
     // Returns whether a valid row of the tile moved.
     __aicore__ inline bool TileBlock(const Task& k, uint32_t j, uint32_t r) {
         AivRows<float>& v = *v_;
         const uint32_t tile = TileOf(r);
-        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
-        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
-        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
-        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
-        v.sQue.EnQue(s);
-        s = v.sQue.template DeQue<float>();
-        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        LocalTensor<float> s = Scores(k, j);
         v.RowMax(v.mBlk, s);
         versionAt_[tile][j % PasaSlotRing(*t_)] = version_[tile];
-        const bool moved = Decide(r) > 0;
-        if (moved) Move(r);
-        // P = FP16(exp(scale (S - G))) against the moved frames
-        v.Broadcast(Frame(r, version_[tile]));
-        v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
-        PipeBarrier<PIPE_V>();
-        Muls(s, s, scale_, cnt);
-        PipeBarrier<PIPE_V>();
-        Exp(s, s, cnt);
-        PipeBarrier<PIPE_V>();
+        v.BroadcastUnordered(Frame(r, version_[tile]));  // ordered by the decisions' first barrier
         LocalTensor<half> p = v.pQue.template AllocTensor<half>();
-        Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
+        const bool early = j > 0;
+        const bool moved = Decide(r, s, p, early) > 0;
+        if (moved) {
+            Move(r);
+            v.Broadcast(Frame(r, version_[tile]));
+            if (early) {
+                v.sQue.FreeTensor(s);
+                s = Scores(k, j);
+            }
+        }
+        if (moved || !early) {
+            for (uint32_t step = 0; step < PROB_STEPS; ++step) {
+                if (step > 0) PipeBarrier<PIPE_V>();
+                ProbStep(step, s, p);
+            }
+        }
         v.pQue.EnQue(p);
         v.sQue.FreeTensor(s);
         p = v.pQue.template DeQue<half>();
@@ -188,70 +192,96 @@ private:
         return moved;
     }
 
-    // has, peak, low and move of the block (S's row max in mBlk against the current frame); returns the valid rows
-    // that move. peak' = max(peak, m); low' = has ? (known and top < -FRAME_DOWN ? low + 1 : 0) : low; move = has
-    // and (not known, or top > FRAME_UP, or low' >= FRAME_DOWN_BLOCKS and max(m, peak' - the drop limit) < G: the
-    // target of a known row, Move's). tmp1 = top, tmp2 = up, fa = 1 where the target lies below G, fb = low + 1
-    // where far below, fc = 1 - known; compare bits at bits[0], [32], [64], [96].
-    __aicore__ inline uint32_t Decide(uint32_t r) {
+    // S of block j of the row tile (FP32, from its slot), masked: a tensor of S's queue, which the caller frees.
+    __aicore__ inline LocalTensor<float> Scores(const Task& k, uint32_t j) {
         AivRows<float>& v = *v_;
-        const LocalTensor<uint8_t> key = v.bits, below = v.bits[32], up = v.bits[64], lower = v.bits[96];
+        const uint32_t c0 = (k.kvBlock0 + j) * BLOCK_KV;
+        LocalTensor<float> s = v.sQue.template AllocTensor<float>();
+        DataCopy(s, slots_.Score(j)[(uint64_t)v.r0 * BLOCK_KV], v.rows * BLOCK_KV);
+        v.sQue.EnQue(s);
+        s = v.sQue.template DeQue<float>();
+        v.ApplyMasks(k, s, c0, MinU(BLOCK_KV, k.seqKv - c0));
+        return s;
+    }
+
+    // Step `step` of P from S (in place in s) and the frames in bc: S - G, times scale, exp, to FP16 in p; each
+    // step reads what the one before wrote, so the caller puts a barrier between them.
+    static constexpr uint32_t PROB_STEPS = 4;
+    __aicore__ inline void ProbStep(uint32_t step, const LocalTensor<float>& s, const LocalTensor<half>& p) {
+        AivRows<float>& v = *v_;
+        const int32_t cnt = (int32_t)(v.rows * BLOCK_KV);
+        if (step == 0) v.RowBroadcast(RowOp::SUB, s, s, v.bc, v.rows, BLOCK_KV);
+        else if (step == 1) Muls(s, s, scale_, cnt);
+        else if (step == 2) Exp(s, s, cnt);
+        else Cast(p, s, RoundMode::CAST_RINT, (uint32_t)cnt);
+    }
+
+    // peak, low and move of the block (S's row max m in mBlk against the current frame G); returns the valid rows that
+    // move. With has = m > -inf, top = FP32(scale FP32(m - G)), up = top > FRAME_UP, below = top < -FRAME_DOWN:
+    //   low' = has ? (known and below ? low + 1 : 0) : low, peak' = max(peak, m);
+    //   move = has and (not known, or up, or low' >= FRAME_DOWN_BLOCKS and target < G), target = max(m, FP32(peak' -
+    //   the drop limit)) = max(m, FP32(peak - the drop limit)) (rounding is monotonic), which is m for a row
+    //   without a frame (it has seen no key: peak = -inf), the frame Move gives.
+    // A row without a frame has low 0, so low' >= FRAME_DOWN_BLOCKS is has, below and ready (low >= FRAME_DOWN_BLOCKS
+    // - 1), and up excludes below: move = below ? (fresh or (target < G and has and ready)) : (up or fresh), fresh =
+    // has and not known. Five levels of vector ops, each ending in the barrier its results need: tmp1 = top, fa =
+    // target, fb = the low' of a row with a key, fc = 1 - known, fresh_, tmp2 = has and (ready or not known); bits
+    // at [0] has, [32] ready then below, [64] up, [96] target < G. With withProb, the four steps of P against the
+    // current frames (bc) run in levels 2 to 5, on s and p, which the decisions do not touch.
+    __aicore__ inline uint32_t Decide(uint32_t r, const LocalTensor<float>& s, const LocalTensor<half>& p,
+                                      bool withProb) {
+        AivRows<float>& v = *v_;
+        const LocalTensor<uint8_t> key = v.bits, ready = v.bits[32], below = v.bits[32], up = v.bits[64],
+                                   lower = v.bits[96];
         const LocalTensor<float> low = low_[r], known = known_[r], peak = peak_[r];
         const LocalTensor<float> frame = Frame(r, version_[TileOf(r)]);
         CompareScalar(key, v.mBlk, NegInf<float>(), CMPMODE::NE, LANES);
+        CompareScalar(ready, low, Policy::FRAME_DOWN_BLOCKS - 1.5f, CMPMODE::GT, LANES);
         Sub(v.tmp1, v.mBlk, frame, LANES);
+        Adds(v.fa, peak, -dropLimit_, LANES);
         Adds(v.fb, low, 1.0f, LANES);
         Sub(v.fc, ones_, known, LANES);
-        Max(peak, peak, v.mBlk, tileLanes_);
         PipeBarrier<PIPE_V>();
-        Select(has_, key, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+        if (withProb) ProbStep(0, s, p);
         Muls(v.tmp1, v.tmp1, scale_, LANES);  // top
-        Adds(v.fa, peak, -dropLimit_, LANES);
+        Max(v.fa, v.fa, v.mBlk, LANES);        // target
+        Max(peak, peak, v.mBlk, tileLanes_);
+        Mul(v.fb, v.fb, known, LANES);         // known ? low + 1 : 0
+        Select(v.tmp2, ready, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
+        Select(fresh_, key, v.fc, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(1, s, p);
         CompareScalar(below, v.tmp1, -Policy::FRAME_DOWN, CMPMODE::LT, LANES);
         CompareScalar(up, v.tmp1, Policy::FRAME_UP, CMPMODE::GT, LANES);
-        Max(v.fa, v.fa, v.mBlk, LANES);
+        Compare(lower, v.fa, frame, CMPMODE::LT, LANES);
+        Select(v.tmp2, key, v.tmp2, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(2, s, p);
+        Select(v.fc, lower, v.tmp2, fresh_, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // fresh, or far and lower
+        Select(v.tmp1, up, ones_, fresh_, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);    // up, or fresh
         Select(v.fb, below, v.fb, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
-        Select(v.tmp2, up, ones_, v.fc, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);  // up, or no frame yet
-        Sub(v.fa, v.fa, frame, LANES);  // its sign is target < G's: the FP32 difference of finite G is exact in sign
         PipeBarrier<PIPE_V>();
-        Mul(v.fb, v.fb, known, LANES);
-        CompareScalar(lower, v.fa, 0.0f, CMPMODE::LT, LANES);
-        PipeBarrier<PIPE_V>();
+        if (withProb) ProbStep(3, s, p);
+        Select(move_, below, v.fc, v.tmp1, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
         Select(low, key, v.fb, low, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
-        Select(v.fa, lower, ones_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
         PipeBarrier<PIPE_V>();
-        CompareScalar(below, low, Policy::FRAME_DOWN_BLOCKS - 0.5f, CMPMODE::GT, LANES);
-        Max(v.tmp1, v.fa, v.tmp2, LANES);  // up, no frame yet, or a target below G
-        PipeBarrier<PIPE_V>();
-        Select(v.tmp2, below, v.tmp1, v.tmp2, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
-        PipeBarrier<PIPE_V>();
-        Mul(move_, v.tmp2, has_, LANES);
-        PipeBarrier<PIPE_V>();
-        const uint32_t moved = v.CountValidRows(move_, v.fa);
+        const uint32_t moved = v.CountValidRows(move_, v.fd);
         movedRows_ += moved;
         return moved;
     }
 
-    // The moving rows' new frame, a new version: a row that had a frame moves to max(m, peak - the drop limit), the
-    // others to m; low 0 on the moving rows; every moving row has a frame from now on.
+    // The moving rows' new frame, a new version: the target Decide left in fa; low 0 on the moving rows; every moving
+    // row has a frame from now on.
     __aicore__ inline void Move(uint32_t r) {
         AivRows<float>& v = *v_;
         uint32_t& version = version_[TileOf(r)];
         const LocalTensor<float> frame = Frame(r, version), moved = Frame(r, version + 1);
         const LocalTensor<float> low = low_[r], known = known_[r];
-        const LocalTensor<uint8_t> hadFrame = v.bits, moving = v.bits[32], staying = v.bits[64];
-        Adds(v.fb, peak_[r], -dropLimit_, LANES);
-        CompareScalar(hadFrame, known, 0.5f, CMPMODE::GT, LANES);
+        const LocalTensor<uint8_t> moving = v.bits, staying = v.bits[32];
         CompareScalar(moving, move_, 0.5f, CMPMODE::GT, LANES);
         CompareScalar(staying, move_, 0.5f, CMPMODE::LT, LANES);
         PipeBarrier<PIPE_V>();
-        Max(v.fb, v.fb, v.mBlk, LANES);
-        PipeBarrier<PIPE_V>();
-        Select(v.fb, hadFrame, v.fb, v.mBlk, SELMODE::VSEL_TENSOR_TENSOR_MODE, LANES);
-        PipeBarrier<PIPE_V>();
-        Select(moved, moving, v.fb, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
+        Select(moved, moving, v.fa, frame, SELMODE::VSEL_TENSOR_TENSOR_MODE, tileLanes_);
         Select(low, staying, low, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, tileLanes_);
         Max(known, known, move_, tileLanes_);
         PipeBarrier<PIPE_V>();
@@ -319,7 +349,7 @@ private:
             v.sQue.FreeTensor(o);
         }
         LocalTensor<float> lcol = LoadLColumn(seg);
-        WholeReduceSum<float>(segL_, lcol, 1, (int32_t)rows, 1, 1, 1);
+        v.BlockMaxes(segL_, lcol, rows, 0x01);
         Mul(l, v.tmp1, l, tileLanes_);
         PipeBarrier<PIPE_V>();
         Add(l, l, segL_, tileLanes_);
@@ -336,7 +366,7 @@ private:
         DataCopy(v.oAcc[r * d], seg[(uint64_t)v.r0 * cols],
                  DataCopyParams((uint16_t)rows, (uint16_t)(d * 4 / 32), (uint16_t)((cols - d) * 4 / 32), 0));
         LocalTensor<float> lcol = LoadLColumn(seg);
-        WholeReduceSum<float>(v.l[r], lcol, 1, (int32_t)rows, 1, 1, 1);
+        v.BlockMaxes(v.l[r], lcol, rows, 0x01);
         Muls(accFrame_[r], segFrame, 1.0f, tileLanes_);
         SyncPipes<HardEvent::MTE2_V>();
         PipeBarrier<PIPE_V>();
@@ -344,7 +374,7 @@ private:
     }
 
     // The segment's l column of this AIV's rows: a 32-byte block from column D of each row (dequeued from the mask
-    // queue; the caller frees it), lane 0 of each taken by a one-lane row sum.
+    // queue; the caller frees it), lane 0 of each gathered by BlockMaxes.
     __aicore__ inline LocalTensor<float> LoadLColumn(const GlobalTensor<float>& seg) {
         AivRows<float>& v = *v_;
         const uint32_t cols = v.d + Policy::VALUE_EXTRA_COLS;
@@ -368,7 +398,7 @@ private:
     uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first
     uint32_t movedRows_ = 0, tileCloses_ = 0;   // the status words 1 and 2
     bool merged_ = false;                       // a segment of the task merged already
-    LocalTensor<float> ones_, has_, known_, low_, peak_, move_, accFrame_, segL_, frames_;
+    LocalTensor<float> ones_, fresh_, known_, low_, peak_, move_, accFrame_, segL_, frames_;
     FramedSlots slots_;
 };
 

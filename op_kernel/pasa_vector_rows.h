@@ -109,10 +109,14 @@ public:
         }
     }
 
-    // One value per row into bc (a 32-byte block each), for RowBroadcast.
+    // One value per row into bc (a 32-byte block each), for RowBroadcast; BroadcastUnordered leaves the barrier
+    // before the RowBroadcast to the caller.
     __aicore__ inline void Broadcast(const LocalTensor<T>& v) {
-        Brcb(bc, v, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
+        BroadcastUnordered(v);
         PipeBarrier<PIPE_V>();
+    }
+    __aicore__ inline void BroadcastUnordered(const LocalTensor<T>& v) {
+        Brcb(bc, v, (uint8_t)((rows + 7) / 8), BrcbRepeatParams(1, 8));
     }
 
     // Row sums of x (rows x n) folded in halves with every partial sum rounded to T (blockwise._tree_rowsum).
@@ -129,16 +133,36 @@ public:
     }
 
     // Row maxima of x (rows x n). FP32 rows of 128 span two repeats: their halves' maxima go to the work tile, 64
-    // values a row (its rows 256 bytes apart), and one WholeReduceMax takes the rest.
+    // values a row (its rows 256 bytes apart); a BlockReduceMax takes each row's 8 blocks of those to 8 values in
+    // bc (one 32-byte block a row, free until the next Broadcast), and BlockMaxes the 8 to one. For FP32 a block
+    // reduction runs a repeat a cycle where WholeReduceMax takes 7 (asc-devkit's Vector指令理论性能汇总: 64
+    // against 64/7 elements a cycle); for FP16 both take 7, and one WholeReduceMax per row is the fewest repeats.
     __aicore__ inline void RowMax(const LocalTensor<T>& dst, const LocalTensor<T>& x) {
         if constexpr (sizeof(T) == 2) {
             WholeReduceMax<T>(dst, x, BLOCK_KV, rows, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
             Max(work, x, x[64], 64, (uint8_t)rows, BinaryRepeatParams(1, 1, 1, 8, 16, 16));
             PipeBarrier<PIPE_V>();
-            WholeReduceMax<T>(dst, work, 64, rows, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+            BlockReduceMax<T>(bc, work, (int32_t)rows, 64, 1, 1, 8);
+            PipeBarrier<PIPE_V>();
+            BlockMaxes(dst, bc, rows, 0xFF);
         }
         PipeBarrier<PIPE_V>();
+    }
+
+    // dst[i] = the largest of the lanes `lanes` selects (bit k: lane k) in the 32-byte block i of src, i < n: one
+    // BlockReduceMax for the whole repeats of 8 blocks and one for the rest, with their blocks' lanes only (Atlas A2
+    // writes no result for a block without an active lane), so that dst takes exactly n values. With one lane a
+    // block it gathers that lane of each block exactly (the maximum of one value).
+    __aicore__ inline void BlockMaxes(const LocalTensor<float>& dst, const LocalTensor<float>& src, uint32_t n,
+                                      uint8_t lanes) {
+        uint64_t mask[2] = {lanes * 0x0101010101010101ull, 0};
+        const uint32_t whole = n / 8, rest = n % 8;
+        if (whole > 0) BlockReduceMax<float>(dst, src, (int32_t)whole, mask, 1, 1, 8);
+        if (rest > 0) {
+            mask[0] &= ~0ull >> (64 - 8 * rest);
+            BlockReduceMax<float>(dst[whole * 8], src[whole * 64], 1, mask, 1, 1, 8);
+        }
     }
 
     // -inf on the columns of row `row` (or of all rows when row < 0) outside [keepLo, keepHi]. The lane

@@ -28,13 +28,15 @@ const char* PipeName(Pipe p) {
 // Cycles per 256-byte repeat = elements per repeat / elements per cycle, with the A2 parallelism of
 // asc-devkit docs/zh/api/附录/Vector指令理论性能汇总.md (tables 6, 9, 10, 11, 13):
 //   Exp, Ln, Sqrt, Div: 32 elements/cycle (half: 4 cycles a repeat of 128, float: 2 a repeat of 64);
-//   WholeReduce* ("ReduceRepeat"): 128/7 half, 64/7 float elements/cycle: 7 cycles a repeat; ReduceMax/Min/Sum
-//   are software sequences with no published figure and are charged like WholeReduce over their input;
+//   WholeReduce* ("ReduceRepeat"): 128/7 half, 64/7 float elements/cycle: 7 cycles a repeat; BlockReduceMax
+//   ("ReduceDataBlock"): 128/7 half (7 cycles a repeat), 64 float (1 cycle); ReduceMax/Min/Sum are software
+//   sequences with no published figure and are charged like WholeReduce over their input;
 //   every other API the kernel uses (Add, Sub, Mul, Max, Min, Adds, Muls, Maxs, Mins, Abs, Relu, Reciprocal,
 //   Compare, CompareScalar, Select, Cast, Duplicate, Brcb): a full 256-byte repeat a cycle.
 double VectorCyclesPerRepeat(const std::string& api, uint32_t widestBytes) {
     const double lanes = 256.0 / widestBytes;
     if (api == "Exp" || api == "Ln" || api == "Sqrt" || api == "Div") return lanes / 32.0;
+    if (api == "BlockReduceMax") return widestBytes == 2 ? 7.0 : 1.0;
     if (api.rfind("WholeReduce", 0) == 0 || api.rfind("Reduce", 0) == 0) return 7.0;
     return 1.0;
 }

@@ -201,6 +201,55 @@ HM_CASE(vec_whole_reduce_layout) {
     });
 }
 
+HM_CASE(vec_block_reduce_max_layout) {
+    // BlockReduceMax, float: 3 repeats of 8 blocks (srcRepStride 8, dstRepStride 1: the results packed), then a
+    // bit mask of lane 0 and lane 5 of blocks 0-2 only (blocks 3-7 inactive: their results keep what was there),
+    // 2 repeats with srcBlkStride 2, srcRepStride 16, dstRepStride 2; half: one repeat of 8 blocks of 16.
+    OnAiv([] {
+        Ub ub(16384);
+        const auto v = hm_test::RandomHalf(512, -1000, 1000, 21);
+        LocalTensor<float> s = ub.At<float>(0, 512), d = ub.At<float>(4096, 64);
+        LocalTensor<half> h = ub.At<half>(8192, 128), hd = ub.At<half>(8448, 16);
+        for (int i = 0; i < 512; ++i) s.SetValue(i, float(v[i]));
+        for (int i = 0; i < 128; ++i) h.SetValue(i, v[i]);
+        for (int i = 0; i < 64; ++i) d.SetValue(i, -7.0f);
+        ScalarToVector();
+        BlockReduceMax(d, s, 3, 64, 1, 1, 8);
+        VectorToScalar();
+        for (int r = 0; r < 3; ++r)
+            for (int b = 0; b < 8; ++b) {
+                float best = s.GetValue(r * 64 + b * 8);
+                for (int l = 1; l < 8; ++l) best = std::max(best, s.GetValue(r * 64 + b * 8 + l));
+                HM_CHECK(d.GetValue(r * 8 + b) == best, "max of each block, results packed");
+            }
+        HM_CHECK(d.GetValue(24) == -7.0f, "nothing written past the last repeat");
+        const uint64_t lanes[2] = {0x2121ull | (0x21ull << 16), 0};  // lanes 0 and 5 of blocks 0, 1, 2
+        BlockReduceMax(d[32], s, 2, lanes, 2, 2, 16);
+        BlockReduceMax(hd, h, 1, 128, 1, 1, 8);
+        VectorToScalar();
+        for (int r = 0; r < 2; ++r)
+            for (int b = 0; b < 8; ++b) {
+                const int at = r * 128 + b * 16;  // srcBlkStride 2: block b of repeat r at 2b blocks
+                const float want = b < 3 ? std::max(s.GetValue(at), s.GetValue(at + 5)) : -7.0f;
+                HM_CHECK(d.GetValue(32 + r * 16 + b) == want, "active lanes only; an inactive block is not written");
+            }
+        for (int b = 0; b < 8; ++b) {
+            half best = v[b * 16];
+            for (int l = 1; l < 16; ++l) best = v[b * 16 + l] > best ? v[b * 16 + l] : best;
+            HM_CHECK(hd.GetValue(b) == best, "half: 16 lanes a block");
+        }
+    });
+}
+
+// BlockReduceMax in place with the results of repeat 0 on the source of repeat 1 (通用地址重叠约束).
+HM_CASE(misuse_block_reduce_result_on_a_later_source) {
+    OnAiv([] {
+        Ub ub(4096);
+        LocalTensor<float> t = ub.At<float>(0, 512);
+        BlockReduceMax(t[64], t, 2, 64, 1, 1, 8);
+    });
+}
+
 HM_CASE(vec_brcb_duplicate_compare_select) {
     OnAiv([] {
         Ub ub(32768);

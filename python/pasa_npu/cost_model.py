@@ -60,22 +60,22 @@ HBM_BYTES_PER_S = 1.6e12
 #: (docs/cost_model.md, "Calibration"); the documented costs are never fitted.
 A2_COSTS: dict[str, float] = {
     "cube_cycles_per_fractal": 1.0,
-    "mmad_head_cycles": 50.0,
+    "mmad_head_cycles": 0.0,
     "l0a_bytes_per_cycle": 256.0,
     "l0b_bytes_per_cycle": 128.0,
-    "gm_bytes_per_cycle": 72.0,
-    "fix_bytes_per_cycle": 52.0,
-    "dma_head_cycles": 0.0,
+    "gm_bytes_per_cycle": 112.0,
+    "fix_bytes_per_cycle": 56.0,
+    "dma_head_cycles": 10.0,
     "vec_repeat_scale": 1.0,
-    "vec_head_cycles": 0.0,
+    "vec_head_cycles": 5.0,
     "ub_copy_bytes_per_cycle": 256.0,
     "scalar_cycles_per_access": 10.0,
-    "flag_latency_cycles": 200.0,
+    "flag_latency_cycles": 1500.0,
     "barrier_cycles": 20.0,
-    "dependent_fraction": 0.0,
-    "launch_cycles": 10000.0,
-    "dispatch_cycles": 10000.0,
-    "l2_bytes_per_cycle": 3500.0,
+    "dependent_fraction": 0.15,
+    "launch_cycles": 15000.0,
+    "dispatch_cycles": 3000.0,
+    "l2_bytes_per_cycle": 8000.0,
 }
 
 #: The keys priced outside the host model (the launch as a whole).

@@ -105,6 +105,8 @@ MISUSE = {
     "misuse_pipe_barrier_s": f"{AIV0}: PipeBarrier<PIPE_S>: test_sync.cpp:",
     "misuse_cast_round_mode_the_pair_lacks": f"{AIV0}: Cast: half -> float has no CAST_RINT on Atlas A2; it takes "
     "CAST_NONE",
+    "misuse_block_reduce_result_on_a_later_source": f"{AIV0}: BlockReduceMax: result 0 of repeat 0 lies on the "
+    "source of repeat 1 (通用地址重叠约束: no result over a source element of its own or a later repeat)",
     "misuse_compare_int32_other_than_eq": f"{AIV0}: CompareScalar: Atlas A2 compares int32_t with CMPMODE::EQ only; "
     "other modes take half or float",
 }
@@ -143,7 +145,7 @@ ANY_CORE = {"misuse_syncall_without_batch_mode", "misuse_mode0_without_batch_mod
 SEMANTICS = [
     "pipe_capacity_exact", "pipe_release_on_destroy", "queue_fifo_double_buffer", "datacopy_strided_roundtrip",
     "datacopypad_bytes_and_padding", "nd2nz_layout_with_strides", "vec_binary_repeat_strides",
-    "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_brcb_duplicate_compare_select",
+    "vec_bitmask_float_and_scalar_ops", "vec_whole_reduce_layout", "vec_block_reduce_max_layout", "vec_brcb_duplicate_compare_select",
     "launch_identity", "core_build_runs_on_its_core_type", "sync_mode2_ping_pong", "sync_mode0_and_syncall",
     "sync_intra_core_events", "sync_scalar_reads_need_dcci", "cube_gemv_m1", "sync_vector_barriers_counted",
     "sync_queues_order_buffer_reuse", "events_queue_ids_come_from_the_pool",

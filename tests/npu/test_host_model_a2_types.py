@@ -5,6 +5,7 @@ A2 below is the specification: the element types each API takes on Atlas A2 (dav
 that exist, as asc-devkit states them (the commit docs/npu.md names): the SupportType lists of
 impl/basic_api/dav_c220/kernel_operator_vec_*_impl.h, the instruction types of
 impl/c_api/instr_impl/npu_arch_2201/vector_compute_impl/asc_repeat_reduce_*_impl.h (WholeReduce*), the
+SupportType list of impl/basic_api/kernel_operator_vec_reduce_intf_impl.h (BlockReduceMax), the
 CastIntrinsicsImpl overloads of kernel_operator_vec_vconv_impl.h.
 
 * Always (CI, no CANN): one call per API and element type of TYPES (per Cast pair), compiled against the host
@@ -35,7 +36,7 @@ FILL = {"half", "int16_t", "uint16_t", "int32_t", "uint32_t", "float"}  # and bf
 A2 = {
     **{api: ARITHMETIC for api in ("Add", "Sub", "Mul", "Max", "Min", "Adds", "Muls", "Maxs", "Mins")},
     **{api: FLOATING for api in ("Div", "Exp", "Ln", "Abs", "Sqrt", "Reciprocal", "WholeReduceSum",
-                                 "WholeReduceMax")},
+                                 "WholeReduceMax", "BlockReduceMax")},
     "Relu": {"half", "float", "int32_t"},
     "Duplicate": FILL,
     "Brcb": FILL,
@@ -98,6 +99,8 @@ def probes() -> list[tuple[str, str, bool, bool]]:
              ok("WholeReduceSum"), False),
             (f"WholeReduceMax<{t}>", f"WholeReduceMax<{t}>(v<{t}>(), v<{t}>(), 64, 1, 1, 1, 8, "
              "ReduceOrder::ORDER_ONLY_VALUE);", ok("WholeReduceMax"), False),
+            (f"BlockReduceMax<{t}>", f"BlockReduceMax<{t}>(v<{t}>(), v<{t}>(), 1, 64, 1, 1, 8);",
+             ok("BlockReduceMax"), False),
             (f"Compare<{t}>", f"Compare(v<uint8_t>(), v<{t}>(), v<{t}>(), CMPMODE::EQ, 64);", ok("Compare"), False),
             (f"Compare dst {t}", f"Compare(v<{t}>(), v<float>(), v<float>(), CMPMODE::LT, 64);",
              t in A2["Compare.dst"], False),
@@ -158,7 +161,7 @@ def test_probes_cover_every_api_both_ways():
     all_probes = probes()
     apis = {p[0].split("<")[0].split(" ")[0] for p in all_probes}
     assert apis == set(BINARY + UNARY + SCALAR) | {"Duplicate", "Brcb", "WholeReduceSum", "WholeReduceMax",
-                                                   "Compare", "CompareScalar", "Select", "Cast"}
+                                                   "BlockReduceMax", "Compare", "CompareScalar", "Select", "Cast"}
     for api in apis:
         kinds = {p[2] for p in all_probes if p[0].startswith(api)}
         assert kinds == {True, False}, api
@@ -242,6 +245,12 @@ def header_lists(asc: Path) -> dict[str, set[str]]:
     for api, file in (("WholeReduceSum", "sum"), ("WholeReduceMax", "max")):
         text = (c_api / f"asc_repeat_reduce_{file}_impl.h").read_text()
         found[api] = set(re.findall(r"__ubuf__ (\w+)\* dst, __ubuf__ \w+\* src", text)) & set(TYPES)
+    # BlockReduceMax's own assert up to 9.0, the shared CheckReduceBaseParams it calls from 9.1
+    text = _joined(asc / "impl" / "basic_api" / "kernel_operator_vec_reduce_intf_impl.h")
+    listed = re.search(r"SupportType<PrimType,([^>]*)>\(\)\),\s*\{\s*KERNEL_LOG\(KERNEL_ERROR,\s*\"Failed to check "
+                       r"dtype in BlockReduceMax,", text) or re.search(
+                           r"void CheckReduceBaseParams\(.*?SupportType<PrimType,([^>]*)>", text, re.S)
+    found["BlockReduceMax"] = _types(listed.group(1))
     return found
 
 

@@ -6,9 +6,16 @@
 // WholeReduceSum: per repeat the sum of the active lanes at dst + r*dstRepStride.
 // ReduceMax/Min/Sum (count form): dst[0] = result over src[0..count); ReduceMax/Min with calIndex
 // also dst[1] = index bits. Sums fold the lanes in halves, rounding every partial sum to T (FoldSum).
+// BlockReduceMax: per repeat, each of its 8 source blocks (32 bytes) reduced to the largest of its active lanes;
+// the repeat's 8 results at dst + r*dstRepStride*8 elements (dstRepStride counts one repeat's results: 16 bytes
+// for half, 32 for float). A block with no active lane leaves its result unwritten (Atlas A2; ReduceDataBlock
+// docs, 约束说明). dst is 16-byte (half) or 32-byte (float) aligned. No result may lie on a source element of its
+// own or a later repeat (通用地址重叠约束: within a repeat all or nothing, which a reduction cannot be; no
+// repeat's results over a later repeat's source).
 // Brcb: repeat r reads 8 elements src[8r..8r+7]; element j fills the 32-byte block at
 // dst + (r*dstRepStride + j*dstBlkStride) blocks.
 #pragma once
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -118,6 +125,58 @@ void WholeReduce(const std::string& api, const AscendC::LocalTensor<T>& dst, con
     }
 }
 
+template <typename T>
+void BlockReduceMax(const std::string& api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                    const VecIter& it, int32_t dstRepStride, Stride srcStride) {
+    constexpr uint32_t e = kBlockBytes / sizeof(T);  // lanes of a block
+    const auto s = Operand(api, "src", src, it, srcStride);
+    if (dst.GetMemory() != Memory::UB) Fail(api, "dst must be in UB (VECIN/VECOUT/VECCALC)");
+    if (dst.ByteBegin() % (8 * sizeof(T)) != 0)
+        Fail(api, "dst address " + std::to_string(dst.ByteBegin()) + " B is not " + std::to_string(8 * sizeof(T)) +
+                      "-byte aligned (BlockReduceMax docs)");
+    if (dstRepStride < 0) Fail(api, "dstRepStride " + std::to_string(dstRepStride) + " is negative");
+    if (it.repeats() == 0) return;
+    bool active[8] = {};
+    for (uint32_t l = 0; l < it.lanes(); ++l) active[l / e] = active[l / e] || it.Active(l);
+    // The source blocks by address, each with its repeat, to find a result on a source of its own or a later repeat.
+    std::vector<std::pair<uint32_t, uint64_t>> sources;
+    for (uint64_t r = 0; r < it.repeats(); ++r)
+        for (uint32_t b = 0; b < 8; ++b)
+            if (active[b])
+                sources.push_back({src.ByteBegin() + static_cast<uint32_t>(
+                                       (r * srcStride.rep + uint64_t(b) * srcStride.blk) * kBlockBytes), r});
+    std::sort(sources.begin(), sources.end());
+    Ranges written;
+    for (uint64_t r = 0; r < it.repeats(); ++r)
+        for (uint32_t b = 0; b < 8; ++b) {
+            if (!active[b]) continue;
+            const uint32_t lo = dst.ByteBegin() + static_cast<uint32_t>((r * uint64_t(dstRepStride) * 8 + b) * sizeof(T));
+            written.push_back({lo / kBlockBytes * kBlockBytes, lo / kBlockBytes * kBlockBytes + kBlockBytes});
+            const uint32_t from = lo >= kBlockBytes ? lo - kBlockBytes + 1 : 0;
+            for (auto at = std::lower_bound(sources.begin(), sources.end(), std::make_pair(from, uint64_t(0)));
+                 at != sources.end() && at->first < lo + sizeof(T); ++at)
+                if (at->second >= r)
+                    Fail(api, "result " + std::to_string(b) + " of repeat " + std::to_string(r) +
+                                  " lies on the source of repeat " + std::to_string(at->second) +
+                                  " (通用地址重叠约束: no result over a source element of its own or a later repeat)");
+        }
+    T* d = dst.Span(api, 0, (it.repeats() - 1) * uint64_t(dstRepStride) * 8 + 8);
+    it.Access(true, std::move(written));
+    for (uint64_t r = 0; r < it.repeats(); ++r)
+        for (uint32_t b = 0; b < 8; ++b) {
+            if (!active[b]) continue;
+            bool first = true;
+            T best = T(0);
+            for (uint32_t l = b * e; l < (b + 1) * e; ++l) {
+                if (!it.Active(l)) continue;
+                const T v = s.At(it, r, l);
+                if (first || v > best) best = v;
+                first = false;
+            }
+            d[r * uint64_t(dstRepStride) * 8 + b] = best;
+        }
+}
+
 // The hardware sequence behind the count form uses sharedTmpBuffer as scratch: its footprint is the whole tensor.
 template <typename T>
 void ReduceCount(const std::string& api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
@@ -164,6 +223,25 @@ namespace AscendC {
 ASCENDC_MODEL_WHOLE_REDUCE(WholeReduceMax, Max, ASCENDC_MODEL_ORDER_PARAM, order)
 ASCENDC_MODEL_WHOLE_REDUCE(WholeReduceMin, Min, ASCENDC_MODEL_ORDER_PARAM, order)
 ASCENDC_MODEL_WHOLE_REDUCE(WholeReduceSum, Sum, , ReduceOrder::ORDER_ONLY_VALUE)
+
+template <typename T, bool isSetMask = true>
+void BlockReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t repeatTime, const int32_t mask,
+                    const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride,
+                    ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("BlockReduceMax", T, ASCENDC_A2_FLOATING);
+    ascendc_model::BlockReduceMax("BlockReduceMax", dst, src,
+                                  ascendc_model::VecIter::Continuous("BlockReduceMax", mask, repeatTime, sizeof(T), site),
+                                  dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)});
+}
+template <typename T, bool isSetMask = true>
+void BlockReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t repeatTime,
+                    const uint64_t mask[], const int32_t dstRepStride, const int32_t srcBlkStride,
+                    const int32_t srcRepStride, ascendc_model::Site site = ascendc_model::Site::Here()) {
+    ASCENDC_A2_REQUIRE("BlockReduceMax", T, ASCENDC_A2_FLOATING);
+    ascendc_model::BlockReduceMax("BlockReduceMax", dst, src,
+                                  ascendc_model::VecIter::Bits("BlockReduceMax", mask, repeatTime, sizeof(T), site),
+                                  dstRepStride, {uint32_t(srcBlkStride), uint32_t(srcRepStride)});
+}
 
 template <typename T>
 void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
