@@ -18,6 +18,8 @@ constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
+constexpr uint32_t MAX_SLOT_RING = 16;          // block slots of the handshake's rings (PasaSlotRing) at most:
+                                                // fp32_frame's AIVs keep a frame version per slot in a fixed table
 
 // Row vectors every allocation's AIVs keep (pasa_vector_stage.h AivRows): of the state type m, m_new, l, the
 // block's max and row sum and two temporaries; FP32, four for the lse and the decisions' sums.

@@ -170,20 +170,21 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // pasa_rs: psi is subtracted in the same Mmad call as Q^ K'^T wherever the augmented column fits
     if (rowShifted && t.kShiftCols <= 128 && t.blockQ <= 128) CHECK(t.baseK == t.kShiftCols);
 
-    // ---- the AIC <-> AIV handshake: stacks of at most 4 KV blocks, no longer than a task's blocks, S' at most 2
-    // stacks ahead; pasa_rs single blocks one ahead (its AIC hears every block's verdict before P V) ----------
+    // ---- the AIC <-> AIV handshake: stacks of at most 2 KV blocks (ramped at a task's ends), no longer than a
+    // task's blocks, S' at most 3 stacks ahead, the slot rings within MAX_SLOT_RING; pasa_rs single blocks one
+    // ahead (its AIC hears every block's verdict before P V) ----------------------------------------------------
     if (rowShifted) {
         CHECK(t.kvStack == 1 && t.preLaunch == 1);
     } else {
-        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(4, t.kvBlocksPerSplit));
-        // UB holds the longest stack beside every query block of head dims up to 128, but fp32_frame's 256 rows at
-        // D = 96, which fill it with stacks of 2 (the handshake shortens before the query block does)
-        if (d.D <= 128 && !(framed && d.D == 96))
-            CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
-        if (framed && d.D == 96 && t.blockQ == 256) CHECK(t.kvStack == std::min<uint32_t>(2, t.kvBlocksPerSplit));
-        CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
-        // a second stack ahead only where a task can have three stacks or more
-        if (CeilDiv(t.kvBlocksPerSplit, t.kvStack) < 3) CHECK(t.preLaunch == 1);
+        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(2, t.kvBlocksPerSplit));
+        // UB holds the first handshake of the list (2 blocks, 3 ahead) beside every query block of head dims up to
+        // 128 (the handshake shortens before the query block does)
+        if (d.D <= 128) CHECK(t.kvStack == std::min<uint32_t>(2, t.kvBlocksPerSplit));
+        CHECK(t.preLaunch >= 1 && t.preLaunch <= 3);
+        // no more stacks ahead than a task can have after its first
+        const uint32_t stacks = PasaStacks(t, t.kvBlocksPerSplit);
+        CHECK(t.preLaunch == std::max<uint32_t>(1, std::min<uint32_t>(d.D <= 128 ? 3 : t.preLaunch, stacks - 1)));
+        CHECK(PasaSlotRing(t) <= pasa_kernel::MAX_SLOT_RING);
     }
     CHECK(PasaSlotRing(t) == (t.preLaunch + 1) * t.kvStack);
 
@@ -380,8 +381,32 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
 
 // ---- sections -------------------------------------------------------------------------------------
 
+// The stacks of a task (PasaStack): they cover its blocks in order, each of at most kvStack blocks, and a task
+// longer than kvStack starts and ends with a stack of one block.
+void CheckStacks() {
+    PasaTilingData t{};
+    for (uint32_t stack = 1; stack <= 8; ++stack)
+        for (uint32_t n = 0; n <= 64; ++n) {
+            t.kvStack = stack;
+            g_case = "stacks of " + std::to_string(stack) + " over " + std::to_string(n) + " blocks";
+            const uint32_t stacks = PasaStacks(t, n);
+            uint32_t next = 0;
+            for (uint32_t i = 0; i < stacks; ++i) {
+                const PasaKvStack st = PasaStack(t, n, i);
+                CHECK(st.index == i && st.first == next && st.end > st.first && st.end - st.first <= stack);
+                next = st.end;
+            }
+            CHECK(next == n);
+            if (n > stack) {
+                CHECK(PasaStack(t, n, 0).end == 1);
+                CHECK(PasaStack(t, n, stacks - 1).first == n - 1);
+            }
+        }
+}
+
 // D x S1 x S2 x GQA ratio x allocation, prefill and decode, lengths up to 128k.
 void SectionGrid() {
+    CheckStacks();
     const int64_t Ds[] = {64, 80, 96, 128, 192, 256};
     const int64_t S1s[] = {1, 17, 128, 129, 1000, 8192, 131072};
     const int64_t S2s[] = {1, 127, 128, 129, 4096, 131072};

@@ -327,8 +327,8 @@ CASES = {
     "rs_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="pasa_rs",
                                   sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
     "flash_tasks_per_core_2": dict(b=2, n=4, nkv=2, s1=512, s2=384, d=64, layout="BSH", precision="fp16_fp32"),
-    # the stacked handshake (kvStack 4, S' 2 stacks ahead, slots over 3 stacks): 14 KV blocks in stacks of 4, 4,
-    # 4, 2, the fourth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
+    # the stacked handshake (kvStack 2, S' 3 stacks ahead, slots over 4 stacks): 14 KV blocks in stacks of 1, 2 x 6,
+    # 1, the fifth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
     "kv_stack_rotation_pasa": dict(b=1, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="pasa"),
     "kv_stack_rotation_fp32": dict(b=1, n=2, nkv=2, s1=100, s2=1742, d=64, layout="BSH", precision="pasa_fp32"),
     "kv_stack_varlen_pasa": dict(b=3, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BSND", precision="pasa",
