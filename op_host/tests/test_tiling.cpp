@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "pasa_tiling.h"
+#include "../../op_kernel/pasa_buffer_plan.h"
 
 namespace {
 
