@@ -32,8 +32,6 @@ struct Ring {
 };
 constexpr Ring kStackedRings[] = {{2, 3}, {1, 3}, {2, 2}, {1, 2}};
 constexpr Ring kPerBlockRing = {1, 1};
-// The fewest rows of an S tile in L0C beside fp32_frame's [O | l] for a query block beyond 64 rows (ChooseBlocks).
-constexpr uint32_t kMinScoreRows = 32;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -362,14 +360,15 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
     // A query block beyond 128 rows (fp32_frame's) only where it makes fewer tasks than 128 rows do: with no fewer,
     // K and V are read as often and the AIVs take their rows in more tiles. fp32_frame also takes 96 rows, where the
     // AIVs' UB holds 48 rows of O but not 64 (D = 176 - 240). And where its [O | l] stays in L0C, a block of more
-    // than 64 rows only where S leaves L0C beside it in row chunks of at least kMinScoreRows: in chunks of 16 rows
+    // than 64 rows only where S leaves L0C beside it in row chunks of at least MIN_SCORE_ROWS: in chunks of 16 rows
     // (192 rows at D = 112 - 144, 96 at D = 256) S takes 6 - 12 Mmad and Fixpipe instructions per KV block, and the
     // AIC's cube, not the AIVs, bounds the task (docs/cost_model.md).
     const uint64_t headRows = (uint64_t)s.S1 * (DecodeBranch(s) && s.N > s.NKV ? s.N / s.NKV : 1);
     for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ || (bq == 96 && !a.sumsOnCube)) continue;
         if (bq > BLOCK_KV && CeilDiv(headRows, bq) >= CeilDiv(headRows, BLOCK_KV)) continue;
-        if (a.sumsOnCube && bq > 64 && pasa_kernel::PlanAicL0c(bq, s.D, a).scoreRows < kMinScoreRows) continue;
+        if (a.sumsOnCube && bq > 64 && pasa_kernel::PlanAicL0c(bq, s.D, a).scoreRows < pasa_kernel::MIN_SCORE_ROWS)
+            continue;
         for (const Ring& r : rings) {
             t.kvStack = std::min<uint32_t>(r.kvStack, CeilDiv(s.S2, BLOCK_KV));
             t.preLaunch = r.preLaunch;

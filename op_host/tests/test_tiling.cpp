@@ -133,10 +133,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
     // fp32_frame takes the most query rows of 256, 128, 96, 64, ... whose accumulator [O | l] (FP32, D + 16 columns)
     // fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk); more than 64
-    // only where L0C also holds two S chunks of 32 rows or the whole S tile (with its rows of Q in an L0A half)
-    // beside it, and more than 128 only where that makes fewer query blocks than 128 would: on the A2's memories 256
-    // up to D = 80, 128 from D = 96 to 160, 96 from 176 to 240 (where the AIVs' UB takes fewer than 64 rows each),
-    // 64 at 256. The others take at most 128, and never 96.
+    // only where L0C also holds two S chunks of 32 rows, or the whole S tile (with its rows of Q in an L0A half), or
+    // the tile in two halves through one buffer, beside it, and more than 128 only where that makes fewer query
+    // blocks than 128 would: on the A2's memories 256 up to D = 80, 128 from D = 96 to 160, 96 from 176 to 256 (where
+    // the AIVs' UB takes fewer than 64 rows each; at 256 S in two halves through one buffer). The others take at most
+    // 128, and never 96.
     CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256));
     CHECK(t.blockQ != 96 || framed);
     if (framed) {
@@ -144,8 +145,10 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         uint32_t rows = 0;
         for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
             const uint64_t acc = (uint64_t)bq * (d.D + 16) * 4, tile = (uint64_t)bq * t.blockKv * 4;
+            const uint64_t half = (bq / 2 + 15) / 16 * 16;
             const bool largeChunks = acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize ||
-                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024);
+                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024) ||
+                                     (acc + half * t.blockKv * 4 <= pl.l0cSize && half * d.D * 2 <= 32 * 1024);
             if (rows == 0 && acc + 16ull * t.blockKv * 4 <= pl.l0cSize && (bq <= 64 || largeChunks) &&
                 (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
                 rows = bq;
@@ -158,7 +161,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
             if (d.D >= 96 && d.D <= 144 && headRows > 64) CHECK(t.blockQ == 128);
             if (d.D <= 144 && headRows <= 128) CHECK(t.blockQ == 128);
             if (d.D >= 176 && d.D <= 240 && headRows > 64) CHECK(t.blockQ == 96);
-            if (d.D == 256) CHECK(t.blockQ == 64);
+            if (d.D == 256 && headRows > 64) CHECK(t.blockQ == 96);
         }
     }
     // decode with GQA: a task's rows are its KV head's group of query heads

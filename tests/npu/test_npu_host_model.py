@@ -282,6 +282,9 @@ CASES = {
     "frame_gqa_d128_bsnd": dict(b=1, n=8, nkv=2, s1=130, s2=260, d=128, layout="BSND", precision="fp32_frame"),
     "frame_d80_mqa": dict(b=2, n=4, nkv=1, s1=72, s2=200, d=80, layout="BNSD", precision="fp32_frame"),
     "frame_d256": dict(b=1, n=2, nkv=2, s1=70, s2=300, d=256, layout="BSH", precision="fp32_frame"),
+    # D = 256 in 96-row blocks: S in two halves of 48 rows through one L0C buffer, Q from L1 per half; frames move
+    "frame_d256_halves_moves": dict(b=1, n=1, nkv=1, s1=180, s2=400, d=256, layout="BNSD", precision="fp32_frame",
+                                    sigma=3.0),
     "frame_moves_d128": dict(b=1, n=2, nkv=1, s1=256, s2=1100, d=128, layout="BNSD", precision="fp32_frame",
                              sigma=3.0),
     "frame_moves_bias30": dict(b=1, n=2, nkv=2, s1=128, s2=640, d=64, layout="BSH", precision="fp32_frame",
