@@ -258,7 +258,7 @@ public:
         this->Attr("input_layout").AttrType(OPTIONAL).String("BSH");
         this->Attr("num_key_value_heads").AttrType(OPTIONAL).Int(0);
         this->Attr("sparse_mode").AttrType(OPTIONAL).Int(0);
-        this->Attr("inner_precise").AttrType(OPTIONAL).Int(1);
+        this->Attr("inner_precise").AttrType(OPTIONAL).Int(0);
         this->Attr("block_size").AttrType(OPTIONAL).Int(0);
         this->Attr("softmax_lse_flag").AttrType(OPTIONAL).Bool(false);
         this->Attr("beta").AttrType(OPTIONAL).Float(-1.0);          // < 0: pasa::DefaultBeta(128, scale)

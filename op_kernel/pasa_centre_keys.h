@@ -142,20 +142,10 @@ private:
         return DataCopyParams((uint16_t)rows, 1, 0, (uint16_t)((t_.kShiftCols - FRACTAL) / FRACTAL));
     }
 
+    // Centres strip s (16 dimensions) of one key block: K' = K - u and the strip's centre (u, K^).
     __aicore__ inline void CentreStrip(const KeyBlock& kb, uint32_t item, uint32_t s) {
         const uint32_t col = s * FRACTAL;
-        const int32_t n = (int32_t)LANES;
-        LocalTensor<half> x = inQue_.template AllocTensor<half>();
-        // the strip's rows, one DataCopy per run of rows that follow each other in GM (one for dense keys)
-        for (uint32_t r = 0; r < kb.rows;) {
-            uint64_t runStart;
-            const uint32_t rows = keys_.Run(kb.b, kb.h, kb.start + kb.j * BLOCK_KV + r, kb.rows - r, &runStart);
-            DataCopy(x[r * FRACTAL], keys_.Cache()[runStart + col],
-                     DataCopyParams((uint16_t)rows, 1, (uint16_t)((t_.kvRowStride - FRACTAL) / FRACTAL), 0));
-            r += rows;
-        }
-        inQue_.EnQue(x);
-        x = inQue_.template DeQue<half>();
+        LocalTensor<half> x = LoadStrip(kb, col);
         LocalTensor<float> sum = inQue_.template AllocTensor<float>();
         DataCopy(sum, sumGm_[(uint64_t)item * t_.headDim + col], FRACTAL);
         inQue_.EnQue(sum);
@@ -165,8 +155,30 @@ private:
                  (uint8_t)(BLOCK_KV - kb.rows), UnaryRepeatParams(1, 1, 1, 0));
             PipeBarrier<PIPE_V>();
         }
-        // Column max and min: fold the rows in halves, in the output tile (free until K' is formed).
         LocalTensor<half> out = outQue_.template AllocTensor<half>();
+        ColumnRange(x, out);
+        BlockMean(sum, kb.rows);
+        CentreShift();
+        WriteCentred(kb, col, x, out);
+    }
+
+    // The strip's rows, one DataCopy per run of rows that follow each other in GM (one for dense keys).
+    __aicore__ inline LocalTensor<half> LoadStrip(const KeyBlock& kb, uint32_t col) {
+        LocalTensor<half> x = inQue_.template AllocTensor<half>();
+        for (uint32_t r = 0; r < kb.rows;) {
+            uint64_t runStart;
+            const uint32_t rows = keys_.Run(kb.b, kb.h, kb.start + kb.j * BLOCK_KV + r, kb.rows - r, &runStart);
+            DataCopy(x[r * FRACTAL], keys_.Cache()[runStart + col],
+                     DataCopyParams((uint16_t)rows, 1, (uint16_t)((t_.kvRowStride - FRACTAL) / FRACTAL), 0));
+            r += rows;
+        }
+        inQue_.EnQue(x);
+        return inQue_.template DeQue<half>();
+    }
+
+    // Column max and min into kmax_ and kmin_: the rows folded in halves, in the output tile (free until K' is
+    // formed).
+    __aicore__ inline void ColumnRange(const LocalTensor<half>& x, const LocalTensor<half>& out) {
         const uint32_t halfTile = BLOCK_KV / 2 * FRACTAL;
         Max(out, x, x[halfTile], (int32_t)halfTile);
         Min(out[halfTile], x, x[halfTile], (int32_t)halfTile);
@@ -178,8 +190,12 @@ private:
         }
         Cast(kmax_, out, RoundMode::CAST_NONE, LANES);
         Cast(kmin_, out[halfTile], RoundMode::CAST_NONE, LANES);
-        // K^ = FP16(sum / n_j), 0 where it is not finite (an Inf key)
-        Duplicate(tmp_, (float)kb.rows, n);
+    }
+
+    // kbar_: K^ = FP16(sum / n_j), 0 where it is not finite (an Inf key). Frees sum.
+    __aicore__ inline void BlockMean(LocalTensor<float>& sum, uint32_t rows) {
+        const int32_t n = (int32_t)LANES;
+        Duplicate(tmp_, (float)rows, n);
         PipeBarrier<PIPE_V>();
         Div(kbar_, sum, tmp_, n);
         PipeBarrier<PIPE_V>();
@@ -193,6 +209,11 @@ private:
         CompareScalar(bits_, tmp_, PosInf<float>(), CMPMODE::LT, LANES);
         PipeBarrier<PIPE_V>();
         Select(kbar_, bits_, kbar_, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, LANES);
+    }
+
+    // The shift u of each dimension (u_ in FP32, u16_ in FP16) from its key range (kmax_, kmin_) and K^ (kbar_).
+    __aicore__ inline void CentreShift() {
+        const int32_t n = (int32_t)LANES;
         // pos: every key of the dimension > 0; neg: every key < 0
         LocalTensor<uint8_t> pos = bits_[32], negBits = bits_[64];
         CompareScalar(pos, kmin_, 0.0f, CMPMODE::GT, LANES);
@@ -236,7 +257,12 @@ private:
         PipeBarrier<PIPE_V>();
         Cast(u16_, u_, RoundMode::CAST_RINT, LANES);  // exact: u is an FP16 number
         PipeBarrier<PIPE_V>();
-        // K' = K - u, exact: every row's block minus the one block u (source-1 strides 0)
+    }
+
+    // K' = K - u into the K' region and (u, K^) into the centres. Frees x and out.
+    __aicore__ inline void WriteCentred(const KeyBlock& kb, uint32_t col, LocalTensor<half>& x,
+                                        LocalTensor<half>& out) {
+        // exact: every row's block minus the one block u (source-1 strides 0)
         Sub(out, x, u16_, (uint64_t)128, (uint8_t)(BLOCK_KV / 8), BinaryRepeatParams(1, 1, 0, 8, 8, 0));
         inQue_.FreeTensor(x);
         LocalTensor<half> uk = smallQue_.template AllocTensor<half>();

@@ -120,14 +120,9 @@ public:
     __aicore__ inline LocalTensor<half> LoadA(const LocalTensor<half>& a, uint32_t mp, uint32_t row0, uint32_t m,
                                               uint32_t k0, uint32_t kLen) {
         LocalTensor<half> a2 = l0a_.AllocTensor<half>();
-        for (uint32_t mb = 0; mb < m / FRACTAL; ++mb) {
-            LoadData2DParams p;
-            p.startIndex = (k0 / FRACTAL) * (mp / FRACTAL) + row0 / FRACTAL + mb;
-            p.repeatTimes = kLen / FRACTAL;
-            p.srcStride = mp / FRACTAL;
-            p.ifTranspose = false;
-            LoadData(a2[mb * kLen * FRACTAL], a, p);
-        }
+        for (uint32_t mb = 0; mb < m / FRACTAL; ++mb)
+            LoadFractals(a2[mb * kLen * FRACTAL], a, (k0 / FRACTAL) * (mp / FRACTAL) + row0 / FRACTAL + mb,
+                         kLen / FRACTAL, mp / FRACTAL, false);
         l0a_.EnQue(a2);
         return a2;
     }
@@ -138,33 +133,27 @@ public:
                                               uint32_t n0, uint32_t k0, uint32_t kLen) {
         LocalTensor<half> b2 = l0b_.AllocTensor<half>();
         if (layout == BLayout::TRANSPOSED && n == bRows) {  // every row: the fractals in one run
-            LoadData2DParams p;
-            p.startIndex = (k0 / FRACTAL) * (bRows / FRACTAL);
-            p.repeatTimes = (kLen / FRACTAL) * (n / FRACTAL);
-            p.srcStride = 1;
-            p.ifTranspose = false;
-            LoadData(b2, b, p);
+            LoadFractals(b2, b, (k0 / FRACTAL) * (bRows / FRACTAL), (kLen / FRACTAL) * (n / FRACTAL), 1, false);
         } else if (layout == BLayout::TRANSPOSED) {  // rows [n0, n0 + n): a run per 16 columns of K
-            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
-                LoadData2DParams p;
-                p.startIndex = (k0 / FRACTAL + kb) * (bRows / FRACTAL) + n0 / FRACTAL;
-                p.repeatTimes = n / FRACTAL;
-                p.srcStride = 1;
-                p.ifTranspose = false;
-                LoadData(b2[kb * n * FRACTAL], b, p);
-            }
+            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb)
+                LoadFractals(b2[kb * n * FRACTAL], b, (k0 / FRACTAL + kb) * (bRows / FRACTAL) + n0 / FRACTAL,
+                             n / FRACTAL, 1, false);
         } else {
-            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb) {
-                LoadData2DParams p;
-                p.startIndex = (n0 / FRACTAL) * (bRows / FRACTAL) + k0 / FRACTAL + kb;
-                p.repeatTimes = n / FRACTAL;
-                p.srcStride = bRows / FRACTAL;
-                p.ifTranspose = true;
-                LoadData(b2[kb * n * FRACTAL], b, p);
-            }
+            for (uint32_t kb = 0; kb < kLen / FRACTAL; ++kb)
+                LoadFractals(b2[kb * n * FRACTAL], b, (n0 / FRACTAL) * (bRows / FRACTAL) + k0 / FRACTAL + kb,
+                             n / FRACTAL, bRows / FRACTAL, true);
         }
         l0b_.EnQue(b2);
         return b2;
+    }
+
+    // One Load2D run from L1 to L0A/L0B: `repeats` fractals, the first at fractal `start` of src and each next one
+    // `stride` fractals on, written back to back from dst (no gap); each transposed on the way where `transpose`
+    // (ROWS-layout B into nZ).
+    __aicore__ inline void LoadFractals(const LocalTensor<half>& dst, const LocalTensor<half>& src, uint32_t start,
+                                        uint32_t repeats, uint32_t stride, bool transpose) {
+        // (startIndex, repeatTimes, srcStride, sid, dstGap, ifTranspose, addrMode)
+        LoadData(dst, src, LoadData2DParams(start, repeats, stride, 0, 0, transpose, 0));
     }
 
     // C (m x n, an NZ tile of m rows in L0C) = A2 B2, or C += A2 B2 where init is false (the sum rounded once to
@@ -214,14 +203,7 @@ public:
     // Row `row` (n columns) of C (mp rows in L0C) to GM as FP32. Frees C.
     __aicore__ inline void RowToGm(const GlobalTensor<float>& dst, LocalTensor<float>& c, uint32_t mp, uint32_t row,
                                    uint32_t n) {
-        FixpipeParamsV220 fp;
-        fp.nSize = n;
-        fp.mSize = 1;
-        fp.srcStride = mp;
-        fp.dstStride = n;
-        fp.quantPre = QuantMode_t::NoQuant;
-        fp.ndNum = 1;
-        Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c[row * FRACTAL], fp);
+        CopyOut(dst, c[row * FRACTAL], mp, 1, n, n);
         l0c_.FreeTensor(c);
     }
 

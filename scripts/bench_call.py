@@ -3,8 +3,9 @@
 What a user pays per call in eager mode: argument handling, backend dispatch and the kernels, timed
 as the wall time of many back-to-back calls with one synchronisation at the end (so host overhead
 that the GPU cannot hide shows), after warm-up. Shapes: decode (B × 32 query / 8 KV heads, one query,
-4096 keys, D = 128) at batch 1 and 8, and a 512 × 512 prefill. Also: the same calls replayed from a
-captured CUDA graph, and under ``torch.compile``.
+4096 keys, D = 128) at batch 1 and 8, and a 512 × 512 prefill (on an sm_90 GPU the Gluon kernel's, by the rule of
+``pasa_npu.backends.triton.gluon_block``). Also: the same calls replayed from a captured CUDA graph, and under
+``torch.compile``.
 
     PYTHONPATH=python python3 scripts/bench_call.py --out docs/benchmarks/call
 

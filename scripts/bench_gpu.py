@@ -150,7 +150,7 @@ def accuracy(names, d, causal, kind):
 
 
 def roofline():
-    """METHOD.md's two numbers, measured: device-to-device copy bandwidth and FP16 GEMM rate."""
+    """The two ceilings, measured: device-to-device copy bandwidth and FP16 GEMM rate."""
     x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     ms = do_bench(lambda: y.copy_(x), return_mode="median")

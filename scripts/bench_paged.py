@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 HEADS, KV_HEADS, D, PAGE = 32, 8, 128, 128
-PRECISIONS = ("fp32", "pasa_fp32", "pasa_rs")
+PRECISIONS = ("fp32_frame", "fp32", "pasa_fp32", "pasa_rs")
 
 
 def _positive_ints(name, values):

@@ -2,7 +2,7 @@
 over a paged KV cache, as one TND call with a block table, against the same requests one by one and
 against SDPA on a gathered cache.
 
-    PYTHONPATH=python python3 scripts/bench_serving.py --out DIR [--mixes A B C] [--precisions pasa_rs fp32]
+    PYTHONPATH=python python3 scripts/bench_serving.py --out DIR [--mixes A B C] [--precisions fp32_frame pasa_rs fp32]
 
 FP16, 32 query heads over 8 KV heads, D = 128, pages of 128 keys in a shuffled cache, causal from the
 bottom-right corner (FIA's sparse_mode 3: each request's query rows are its last tokens). Each mix is a
@@ -66,9 +66,8 @@ MIXES = {
     "B": [(2, 512, 4096), (64, 1, 8192), (16, 4, 8192)],
     "C": [(128, 1, 4096), (32, 4, 4096)],
 }
-PRECISIONS = ("pasa_rs", "fp32")
-#: The replay's allocations (its default first: the patch's).
-REPLAY_PRECISIONS = ("fp32_frame", "pasa_rs", "fp32")
+#: The allocations compared, the default first (the replay's default, the patch's, is that first one alone).
+PRECISIONS = ("fp32_frame", "pasa_rs", "fp32")
 
 
 def _step(mix, g):
@@ -196,8 +195,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="directory for results.json and README.md")
     ap.add_argument("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES))
-    ap.add_argument("--precisions", nargs="+", default=None, choices=PRECISIONS + REPLAY_PRECISIONS,
-                    help=f"default {' '.join(PRECISIONS)}; replay: {REPLAY_PRECISIONS[0]}")
+    ap.add_argument("--precisions", nargs="+", default=None, choices=PRECISIONS,
+                    help=f"default {' '.join(PRECISIONS)}; replay: {PRECISIONS[0]}")
     ap.add_argument("--replay", type=Path, help="a call trace recorded by patch_torch_npu(record=PATH)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="replay only: cpu for a smoke check")
     ap.add_argument("--repeats", type=int, default=20, help="replay on the CPU: timed runs per call")
@@ -362,7 +361,7 @@ def replay(args):
     from pasa_npu.integrations import trace
 
     device = torch.device(args.device)
-    precision = (args.precisions or REPLAY_PRECISIONS[:1])[0]
+    precision = (args.precisions or PRECISIONS[:1])[0]
     module = _stand_in_torch_npu(patch)
     pasa_npu.patch_torch_npu(precision=precision)
     timed = _timer(device, args.repeats)

@@ -124,7 +124,7 @@ def persistent_attention(Q, K, V, O, sm_scale, S, n_tiles, D: tl.constexpr, BLOC
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shape", type=int, nargs=4, default=(4, 16, 4096, 128), metavar=("B", "H", "S", "D"))
     args = ap.parse_args()

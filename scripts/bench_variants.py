@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import L2_BYTES, SDPA, env_info, flops, inputs, sdpa, time_ms  # noqa: E402
 
 ROUNDS = 3
-#: name -> (B, H, Hkv, S1, S2, D, causal): the issue's shapes, one row each.
+#: name -> (B, H, Hkv, S1, S2, D, causal): the shapes the GPU speed goals are stated on, one row each.
 SHAPES = {
     "d64": (4, 32, 32, 4096, 4096, 64, False),
     "d64_causal": (4, 32, 32, 4096, 4096, 64, True),
@@ -47,7 +47,7 @@ SHAPES = {
     "video_dit": (50, 5, 5, 9216, 9216, 64, False),
     "prefill_128k_causal": (1, 2, 2, 131072, 131072, 128, True),
     "decode": (16, 32, 8, 1, 8192, 128, False),
-    # Beyond the issue's rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys, decode
+    # Beyond those rows: head dims between powers of two, wide GQA, 2k causal, decode over 128k keys, decode
     # of one sequence (16 KV splits) and of one KV head (MQA: 128 splits), short prefills of one sequence.
     "d96": (4, 24, 24, 4096, 4096, 96, False),
     "d160_causal": (4, 12, 12, 4096, 4096, 160, True),
@@ -101,11 +101,16 @@ def default_block(tb, precision: str, d: int) -> int:
 
 
 def run(tb, q, k, v, causal, method, config=None):
-    """``method`` is a precision, or PRECISION@BLOCK_KV for another KV block than :func:`default_block`'s."""
+    """``method`` is a precision, PRECISION@BLOCK_KV for another KV block than :func:`default_block`'s, and either
+    with /KERNEL ("classic" or "gluon", the backend's ``kernel``) for that kernel instead of the one its rule
+    picks."""
+    method, _, kernel = method.partition("/")
     precision, _, block_kv = method.partition("@")
     block_kv = int(block_kv) if block_kv else default_block(tb, precision, q.shape[-1])
+    extra = {"kernel": kernel} if kernel else {}
     return tb.attention(q, k, v, precision=precision, beta=None, block_q=128, block_kv=block_kv,
-                        scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config)
+                        scale=q.shape[-1] ** -0.5, mask=None, band=(None, 0) if causal else None, config=config,
+                        **extra)
 
 
 #: FIA's compressed causal mask (sparse_mode 3), for --public.
@@ -113,8 +118,9 @@ _CAUSAL_MASK = {}
 
 
 def run_public(tb, q, k, v, causal, method):
-    """``method`` through the version's public call (no lse, as a caller who does not ask for it)."""
-    precision, _, block_kv = method.partition("@")
+    """``method`` through the version's public call (no lse, as a caller who does not ask for it); a /KERNEL
+    suffix is ignored (the public call's rule picks the kernel)."""
+    precision, _, block_kv = method.partition("/")[0].partition("@")
     pkg = importlib.import_module(tb.__name__.rsplit(".", 2)[0])
     extra = {"block_kv": int(block_kv)} if block_kv else {}
     if causal:
@@ -134,13 +140,14 @@ def rate(shape, ms):
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("versions", nargs="+", metavar="NAME=PKG[:METHOD,...]")
     ap.add_argument("--same", nargs=2, action="append", default=[], metavar=("A", "B"))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names of SHAPES")
     ap.add_argument("--methods", default="pasa_rs,fp32",
-                    help="comma-separated precisions of every version (PRECISION@BLOCK_KV: another KV block)")
+                    help="comma-separated precisions of every version (PRECISION@BLOCK_KV: another KV block; "
+                         "PRECISION/KERNEL: the classic or gluon kernel)")
     ap.add_argument("--sdpa", default="sdpa_flash,sdpa_cudnn", help="SDPA backends timed beside them, comma-separated")
     ap.add_argument("--sweep", nargs="?", const=",".join(SWEEP), default="", metavar="SHAPE,...",
                     help="sweep SWEEP's configurations of these shapes (all of SWEEP's without a value)")

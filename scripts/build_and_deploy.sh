@@ -24,6 +24,8 @@ BUILD_ONLY=0
 
 # shellcheck source=ascendc_check/flags.sh
 source "$ROOT/scripts/ascendc_check/flags.sh"  # cann_version_of, cann_version_number
+# shellcheck source=ascendc_check/cli.sh
+source "$ROOT/scripts/ascendc_check/cli.sh"  # die
 
 version_text() { echo "$(($1 / 100)).$(($1 % 100))"; }  # 805 -> 8.5
 
@@ -53,13 +55,6 @@ Failures later: op_kernel/ or op_host/ not compiling against the toolkit's heade
 --cann, the type-check CI reasons about, here with the toolkit's own tikicpulib headers) $E_HEADERS, build $E_BUILD,
 package install $E_INSTALL, extension $E_EXTENSION, on-device check $E_CHECK; bad options $E_USAGE.
 EOF
-}
-
-die() {  # die CODE MESSAGE...
-    local code=$1
-    shift
-    echo "build_and_deploy: error: $*" >&2
-    exit "$code"
 }
 
 say() { echo "build_and_deploy: $*"; }

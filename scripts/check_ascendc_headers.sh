@@ -16,6 +16,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHECK_DIR="$ROOT/scripts/ascendc_check"
 # shellcheck source=ascendc_check/flags.sh
 source "$CHECK_DIR/flags.sh"
+# shellcheck source=ascendc_check/cli.sh
+source "$CHECK_DIR/cli.sh"  # die
 SRC_ROOT="$ROOT"
 BUILD_DIR="$ROOT/build/ascendc_check"
 JOBS=2
@@ -46,13 +48,6 @@ dispatches and per core type (AIC, AIV), and op_host/*.cpp, against CANN's heade
 Exit codes: 0 every configuration compiles; $E_FAILED one does not (its errors are listed at the line of ours
 that causes them); $E_HEADERS a header directory is missing or is not what it should be; $E_USAGE bad options.
 USAGE
-}
-
-die() {  # die CODE MESSAGE...
-    local code=$1
-    shift
-    echo "check_ascendc_headers: error: $*" >&2
-    exit "$code"
 }
 
 while [[ $# -gt 0 ]]; do

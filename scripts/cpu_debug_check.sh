@@ -15,6 +15,8 @@ readonly E_USAGE=2 E_NO_TOOLKIT=30 E_NO_CPU_DEBUG_LIB=31 E_BUILD=32 E_MISMATCH=3
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=ascendc_check/flags.sh
 source "$ROOT/scripts/ascendc_check/flags.sh"
+# shellcheck source=ascendc_check/cli.sh
+source "$ROOT/scripts/ascendc_check/cli.sh"  # die
 BUILD_DIR="$ROOT/build/cpu_debug"
 PYTHON="${PYTHON:-python3}"
 SOC_VERSION="${SOC_VERSION:-Ascend910B1}"
@@ -37,13 +39,6 @@ $E_NO_CPU_DEBUG_LIB no CPU-debug library (<cann>/tools/tikicpulib); $E_HEADERS t
 op_host/ does not compile against the toolkit's headers, or they are not where asc-devkit puts them); $E_BUILD the
 kernel did not compile or link; $E_MISMATCH a case failed or differs from the golden model; $E_USAGE bad options.
 USAGE
-}
-
-die() {  # die CODE MESSAGE...
-    local code=$1
-    shift
-    echo "cpu_debug_check: error: $*" >&2
-    exit "$code"
 }
 
 while [[ $# -gt 0 ]]; do

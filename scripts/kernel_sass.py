@@ -86,7 +86,7 @@ def compile_config(d, block_m, warps, stages, precision, decode, lse=True):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("configs", nargs="*", default=list(CONFIGS), metavar="CONFIG")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--no-lse", action="store_true", help="compile without the lse's store (STORE_LSE=False)")

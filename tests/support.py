@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from pasa_npu import golden
+from pasa_npu import accuracy, golden
 from pasa_npu.backends import reference
 from pasa_npu.problem import band_mask
 
@@ -323,6 +323,34 @@ def launch(worker, world, tmp_path, *args):
                 p.kill()
             pytest.fail(f"{worker.__name__} did not finish within {LAUNCH_TIMEOUT_S} s: a hang")
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+
+
+# ============================================================================================================
+# An allocation's accuracy against fp32's on the hard cases (tests/golden/test_pasa_rs.py, test_fp32_frame.py)
+# ============================================================================================================
+
+def assert_within_fp32(draws, precision: str, worst: float, median: float) -> None:
+    """``draws``: label -> {precision: accuracy.run_case row}, each holding "fp32" and ``precision``. On every
+    draw: fp32 finite with no zero row (the premise), and so the allocation; its RMSE at most ``worst`` × fp32's
+    (accuracy._ratio: 1 where both are 0); |lse − lse64| within max(10 × fp32's, 1e-3). The median ratio at most
+    ``median``."""
+    ratios = []
+    for label, rows in draws.items():
+        fp32, alloc = rows["fp32"], rows[precision]
+        assert not fp32["overflow"] and fp32["zero_rows"] == 0, label  # the premise
+        assert not alloc["overflow"] and alloc["zero_rows"] == 0, label
+        ratio = accuracy._ratio(alloc["rmse"], fp32["rmse"])
+        assert ratio <= worst, (label, ratio)
+        assert alloc["lse_err"] <= max(10 * fp32["lse_err"], 1e-3), (label, alloc["lse_err"], fp32["lse_err"])
+        ratios.append(ratio)
+    assert np.median(ratios) <= median, ratios
+
+
+def run_draws(cases, seeds: int, precision: str, **shape) -> dict:
+    """accuracy.run_case of fp32 and ``precision`` on ``seeds`` draws of each case: (case, draw) -> {precision: row}
+    (``shape``: run_case's s1, s2)."""
+    return {(c, r): {row["precision"]: row for row in accuracy.run_case(c, r, 0, None, ("fp32", precision), **shape)}
+            for c in cases for r in range(seeds)}
 
 
 # ============================================================================================================

@@ -24,14 +24,27 @@ VecIter::~VecIter() {
 
 VecIter VecIter::Count(const std::string& api, int64_t count, Site site) {
     if (count < 0) Fail(api, "negative count " + std::to_string(count));
-    VecIter it;
-    it.api_ = api;
-    it.op_.api = api;
-    it.op_.site = site;
+    VecIter it(api, site);
     it.counted_ = true;
     it.repeats_ = count > 0 ? 1 : 0;
     it.lanes_ = static_cast<uint32_t>(count);
     it.highestLane_ = count > 0 ? static_cast<uint32_t>(count - 1) : 0;
+    return it;
+}
+
+VecIter::VecIter(const std::string& api, Site site) : api_(api) {
+    op_.api = api;
+    op_.site = site;
+}
+
+// The mask/repeat forms' common part, once their arguments are checked (a VecIter counts its instruction when it
+// ends, so none exists before the checks pass).
+VecIter VecIter::Masked(const std::string& api, int64_t repeatTimes, uint32_t widestBytes, Site site) {
+    VecIter it(api, site);
+    it.widest_ = widestBytes;
+    it.counted_ = false;
+    it.repeats_ = static_cast<uint64_t>(repeatTimes);
+    it.lanes_ = 256 / widestBytes;
     return it;
 }
 
@@ -48,14 +61,7 @@ VecIter VecIter::Continuous(const std::string& api, uint64_t mask, int64_t repea
     const uint32_t lanes = 256 / widestBytes;
     if (mask < 1 || mask > lanes)
         Fail(api, "continuous mask " + std::to_string(mask) + " outside [1, " + std::to_string(lanes) + "]");
-    VecIter it;
-    it.api_ = api;
-    it.op_.api = api;
-    it.op_.site = site;
-    it.widest_ = widestBytes;
-    it.counted_ = false;
-    it.repeats_ = static_cast<uint64_t>(repeatTimes);
-    it.lanes_ = lanes;
+    VecIter it = Masked(api, repeatTimes, widestBytes, site);
     it.highestLane_ = static_cast<uint32_t>(mask - 1);
     it.bits_[0] = mask >= 64 ? ~0ull : ((1ull << mask) - 1);
     it.bits_[1] = mask > 64 ? (mask == 128 ? ~0ull : ((1ull << (mask - 64)) - 1)) : 0;
@@ -68,14 +74,7 @@ VecIter VecIter::Bits(const std::string& api, const uint64_t mask[], int64_t rep
     const uint32_t lanes = 256 / widestBytes;
     if (lanes == 64 && mask[1] != 0) Fail(api, "bit mask: mask[1] must be 0 for 32-bit types (64 lanes)");
     if (mask[0] == 0 && (lanes == 64 || mask[1] == 0)) Fail(api, "bit mask enables no lane");
-    VecIter it;
-    it.api_ = api;
-    it.op_.api = api;
-    it.op_.site = site;
-    it.widest_ = widestBytes;
-    it.counted_ = false;
-    it.repeats_ = static_cast<uint64_t>(repeatTimes);
-    it.lanes_ = lanes;
+    VecIter it = Masked(api, repeatTimes, widestBytes, site);
     it.bits_[0] = mask[0];
     it.bits_[1] = lanes == 128 ? mask[1] : 0;
     it.highestLane_ = it.bits_[1] ? 127 - __builtin_clzll(it.bits_[1]) : 63 - __builtin_clzll(it.bits_[0]);

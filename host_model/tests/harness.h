@@ -40,6 +40,14 @@ void Save(const std::string& name, const std::vector<T>& v) { SaveBytes(name, v.
 void OnAiv(const std::function<void()>& body);
 void OnAic(const std::function<void()>& body);
 
+// A pipe with one queue at `pos` of `buffers` buffers of 256 bytes: the setting of the queue and event cases.
+template <AscendC::TPosition pos, int32_t depth = 1>
+struct PipeQueue {
+    AscendC::TPipe pipe;
+    AscendC::TQue<pos, depth> que;
+    explicit PipeQueue(int32_t buffers = 1) { pipe.InitBuffer(que, buffers, 256); }
+};
+
 std::vector<half> RandomHalf(size_t n, float lo, float hi, uint32_t seed);
 
 }  // namespace hm_test

@@ -89,7 +89,7 @@ HM_CASE(nd2nz_layout_with_strides) {
             }
 }
 
-// DataCopy of `count` halves from GM into a VECIN tensor at element `offset`.
+// DataCopy of `count` halves from a GM buffer of 64 into a VECIN tensor of 128 at element `offset`.
 static void CopyIn(uint32_t count, uint32_t offset) {
     std::vector<half> gm(64);
     OnAiv([&] {
@@ -105,6 +105,7 @@ static void CopyIn(uint32_t count, uint32_t offset) {
 
 HM_CASE(misuse_datacopy_length_not_32b) { CopyIn(10, 0); }
 HM_CASE(misuse_datacopy_local_misaligned) { CopyIn(16, 8); }
+HM_CASE(misuse_gm_beyond_size) { CopyIn(128, 0); }
 
 HM_CASE(misuse_datacopy_block_count_zero) {
     hm_test::OnAiv([] {

@@ -4,26 +4,21 @@
 
 using namespace AscendC;
 
+using hm_test::PipeQueue;
+
 namespace {
-// A pipe with one queue of one 256-byte buffer at `pos`.
-template <TPosition pos>
-struct OneBufferQueue {
-    TPipe pipe;
-    TQue<pos, 1> que;
-    OneBufferQueue() { pipe.InitBuffer(que, 1, 256); }
-    // Allocates and frees the buffer: the FreeTensor's event stays set until the buffer's next AllocTensor.
-    template <typename T>
-    void AllocAndFree() {
-        LocalTensor<T> t = que.template AllocTensor<T>();
-        que.FreeTensor(t);  // queue's set
-    }
-};
+// Allocates and frees a buffer of `que`: the FreeTensor's event stays set until the buffer's next AllocTensor.
+template <typename T, class Que>
+void AllocAndFree(Que& que) {
+    LocalTensor<T> t = que.template AllocTensor<T>();
+    que.FreeTensor(t);  // queue's set
+}
 }  // namespace
 
 HM_CASE(events_queue_ids_come_from_the_pool) {
     // A freed VECIN buffer holds V_MTE2 ID 0 until its next AllocTensor: FetchEventID hands out ID 1 meanwhile.
     hm_test::OnAiv([] {
-        OneBufferQueue<TPosition::VECIN> q;
+        PipeQueue<TPosition::VECIN> q;
         TPipe& pipe = q.pipe;
         TQue<TPosition::VECIN, 1>& que = q.que;
         LocalTensor<half> t = que.AllocTensor<half>();
@@ -62,8 +57,8 @@ HM_CASE(misuse_event_set_twice) {
 HM_CASE(misuse_event_id_collides_with_a_queue) {
     // A hard-coded ID 0: the VECIN queue's FreeTensor holds V_MTE2 ID 0 set until the buffer's next AllocTensor.
     hm_test::OnAiv([] {
-        OneBufferQueue<TPosition::VECIN> q;
-        q.AllocAndFree<half>();
+        PipeQueue<TPosition::VECIN> q;
+        AllocAndFree<half>(q.que);
         SetFlag<HardEvent::V_MTE2>(EVENT_ID0);  // colliding set
         WaitFlag<HardEvent::V_MTE2>(EVENT_ID0);
     });
@@ -88,8 +83,8 @@ HM_CASE(misuse_event_wait_without_set) {
 HM_CASE(misuse_event_wait_steals_a_queue_event) {
     // A WaitFlag of its own consumes the queue's set; the buffer's next AllocTensor then waits for nothing.
     hm_test::OnAiv([] {
-        OneBufferQueue<TPosition::VECOUT> q;
-        q.AllocAndFree<float>();
+        PipeQueue<TPosition::VECOUT> q;
+        AllocAndFree<float>(q.que);
         WaitFlag<HardEvent::MTE3_V>(0);  // stealing wait
         LocalTensor<float> t = q.que.AllocTensor<float>();  // starved alloc
         q.que.FreeTensor(t);
@@ -104,7 +99,7 @@ HM_CASE(misuse_event_left_set) {
 
 HM_CASE(misuse_tensor_left_in_a_queue) {
     hm_test::OnAiv([] {
-        OneBufferQueue<TPosition::VECIN> q;
+        PipeQueue<TPosition::VECIN> q;
         LocalTensor<half> t = q.que.AllocTensor<half>();
         q.que.EnQue(t);  // never dequeued
     });

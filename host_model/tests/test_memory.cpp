@@ -137,70 +137,45 @@ HM_CASE(misuse_vector_length_beyond_buffer) {
     });
 }
 
-HM_CASE(misuse_gm_beyond_size) {
-    std::vector<half> gm(64, half(0));
-    OnAiv([&] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> q;
-        pipe.InitBuffer(q, 1, 512);
-        GlobalTensor<half> g;
-        g.SetGlobalBuffer(gm.data(), gm.size());
-        LocalTensor<half> t = q.AllocTensor<half>();
-        DataCopy(t, g, 128);
+HM_CASE(misuse_deque_empty) {
+    OnAiv([] {
+        hm_test::PipeQueue<TPosition::VECIN, 2> q(2);
+        q.que.AllocTensor<half>();
+        q.que.DeQue<half>();
     });
 }
 
-HM_CASE(misuse_deque_empty) {
-    OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 2> q;
-        pipe.InitBuffer(q, 2, 256);
-        LocalTensor<half> t = q.AllocTensor<half>();
-        (void)t;
-        q.DeQue<half>();
+// Duplicate into a tensor of a one-buffer queue at `pos` after `release(que, tensor)` has given it up.
+template <TPosition pos, class Release>
+static void UseAfter(Release release) {
+    OnAiv([&] {
+        hm_test::PipeQueue<pos> q;
+        LocalTensor<half> t = q.que.template AllocTensor<half>();
+        release(q.que, t);
+        Duplicate(t, half(1), 128);
     });
 }
 
 HM_CASE(misuse_use_after_free) {
-    OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECOUT, 1> q;
-        pipe.InitBuffer(q, 1, 256);
-        LocalTensor<half> t = q.AllocTensor<half>();
-        q.FreeTensor(t);
-        Duplicate(t, half(1), 128);
-    });
+    UseAfter<TPosition::VECOUT>([](auto& que, LocalTensor<half>& t) { que.FreeTensor(t); });
 }
 
 HM_CASE(misuse_use_enqueued_tensor) {
-    OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> q;
-        pipe.InitBuffer(q, 1, 256);
-        LocalTensor<half> t = q.AllocTensor<half>();
-        q.EnQue(t);
-        Duplicate(t, half(1), 128);
-    });
+    UseAfter<TPosition::VECIN>([](auto& que, LocalTensor<half>& t) { que.EnQue(t); });
 }
 
 HM_CASE(misuse_queue_depth_exceeded) {
     OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 1> q;
-        pipe.InitBuffer(q, 2, 256);
-        LocalTensor<half> a = q.AllocTensor<half>(), b = q.AllocTensor<half>();
-        q.EnQue(a);
-        q.EnQue(b);
+        hm_test::PipeQueue<TPosition::VECIN> q(2);
+        LocalTensor<half> a = q.que.AllocTensor<half>(), b = q.que.AllocTensor<half>();
+        q.que.EnQue(a);
+        q.que.EnQue(b);
     });
 }
 
 HM_CASE(misuse_alloc_all_buffers_in_use) {
     OnAiv([] {
-        TPipe pipe;
-        TQue<TPosition::VECIN, 2> q;
-        pipe.InitBuffer(q, 2, 256);
-        q.AllocTensor<half>();
-        q.AllocTensor<half>();
-        q.AllocTensor<half>();
+        hm_test::PipeQueue<TPosition::VECIN, 2> q(2);
+        for (int i = 0; i < 3; ++i) q.que.AllocTensor<half>();
     });
 }

@@ -341,10 +341,11 @@ COUNTERS = ("recomputed", "reshifted", "moved")
 
 
 def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int | None = None,
-             s2: int | None = None, d: int | None = None, block_kv: int = 128) -> list[dict]:
+             s2: int | None = None, d: int | None = None, block_kv: int = 128, block_q: int = 128) -> list[dict]:
     """Every allocation on one draw of (Q, K, V): a row per allocation. ``s1``, ``s2``, ``d``: a hard case's
     query rows, keys and head dim in place of its own (:func:`draw_hard`); ``block_kv``: every allocation's
-    KV block (fp32's too, so that each ratio compares the same loop).
+    KV block (fp32's too, so that each ratio compares the same loop); ``block_q``: every allocation's query tile,
+    which decides the KV blocks a tile visits under a band (the AscendC kernel's tile depends on D).
 
     Columns: the case (dist, x0, am), seed (the draw), precision; rmse (eq. 19, NaN if any output
     is NaN or Inf), nan_pct, overflow (any NaN or Inf), max_abs_err; lse_err, the largest |lse −
@@ -363,7 +364,7 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int
         if get_allocation(p).shifted and not lo <= call["scale"] <= hi:
             continue
         stats = {}
-        out, lse = golden.attention(q, k, v, precision=p, stats=stats, block_kv=block_kv, **call)
+        out, lse = golden.attention(q, k, v, precision=p, stats=stats, block_kv=block_kv, block_q=block_q, **call)
         lse_err = np.abs(lse.astype(np.float64) - ref_lse)[live]
         rs = {key: stats[f"{key}_row_blocks"] / stats["row_blocks"] if f"{key}_row_blocks" in stats else None
               for key in COUNTERS}
@@ -377,36 +378,36 @@ def run_case(case: Case, rep: int, base_seed: int, shape, precisions, *, s1: int
 
 
 def _run_task(task):
-    *args, d, block_kv = task
-    return run_case(*args, d=d, block_kv=block_kv)
+    *args, d, block_kv, block_q = task
+    return run_case(*args, d=d, block_kv=block_kv, block_q=block_q)
 
 
 def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precisions=PRECISIONS,
               table4_seeds: int | None = None, hard_seeds: int | None = None, jobs: int | None = None,
               progress: bool = True, paper: bool = True, head_dim: int | None = None,
-              block_kv: int = 128) -> list[dict]:
+              block_kv: int = 128, block_q: int = 128) -> list[dict]:
     """Run the sweeps (one draw per case), Table 4's cases (``table4_seeds`` draws each, the first
     shared with the sweeps) and the hard cases (``hard_seeds`` draws each, 0 to skip them; their
     shapes are their own, not ``shape``, with ``head_dim`` in place of their head dims where given).
-    ``paper=False`` skips the sweeps and Table 4 (the hard cases alone). ``block_kv``: every allocation's
-    KV block. Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
+    ``paper=False`` skips the sweeps and Table 4 (the hard cases alone). ``block_kv``, ``block_q``: every
+    allocation's KV block and query tile. Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
     processes (the caller's main module must be import-safe)."""
     table4_seeds = (10 if full else 3) if table4_seeds is None else table4_seeds
     hard_seeds = (5 if full else 3) if hard_seeds is None else hard_seeds
     for name, val in (("table4_seeds", table4_seeds), ("hard_seeds", hard_seeds)):
         if not isinstance(val, int) or val < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-    for name, val in (("head_dim", head_dim), ("block_kv", block_kv)):
+    for name, val in (("head_dim", head_dim), ("block_kv", block_kv), ("block_q", block_q)):
         if val is not None and (not isinstance(val, int) or val < 1):
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     cases = list(dict.fromkeys(c for cs in sweeps(full).values() for c in cs)) if paper else []
     # The hard cases first, the long one leading: with several workers the longest tasks should
     # not start last.
-    tasks = [(c, r, seed, tuple(shape), tuple(precisions), head_dim, block_kv) for r in range(hard_seeds)
+    tasks = [(c, r, seed, tuple(shape), tuple(precisions), head_dim, block_kv, block_q) for r in range(hard_seeds)
              for c in sorted(HARD_CASES, key=lambda c: c.dist != "long")]
-    tasks += [(c, 0, seed, tuple(shape), tuple(precisions), None, block_kv) for c in cases]
+    tasks += [(c, 0, seed, tuple(shape), tuple(precisions), None, block_kv, block_q) for c in cases]
     t4_prec = tuple(p for p in ("fp16_fp32", "pasa") if p in precisions)
-    tasks += [(c, r, seed, tuple(shape), t4_prec, None, block_kv) for c in TABLE4 if paper
+    tasks += [(c, r, seed, tuple(shape), t4_prec, None, block_kv, block_q) for c in TABLE4 if paper
               for r in range(1, table4_seeds)]
     jobs = jobs or 1
     bar = None
@@ -460,8 +461,7 @@ def table4(rows: list[dict]) -> list[dict]:
 
 
 def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
-    """The paper's RMSE claim: 'PASA has a smaller RMSE than FA16-FP32 for all non-zero-mean cases
-    without overflow'. For each PASA allocation: (cases where it holds, cases compared)."""
+    """The paper's RMSE claim, for cases without overflow: 'PASA has a smaller RMSE than Partially low-precision FA(FA16-FP32) for all cases with non-zero mean values'. For each PASA allocation: (cases where it holds, cases compared)."""
     first = [r for r in rows if r["seed"] == 0 and r["dist"] in ("uniform", "hybrid")]  # the paper's cases
     fa = {(r["dist"], r["x0"], r["am"]): r["rmse"] for r in first if r["precision"] == "fp16_fp32"}
     result = {}
@@ -698,10 +698,11 @@ def source_commit() -> str | None:
 
 
 def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: int, precisions,
-                  plots: bool = True, head_dim: int | None = None, block_kv: int = 128) -> dict:
+                  plots: bool = True, head_dim: int | None = None, block_kv: int = 128, block_q: int = 128,
+                  command: str = "") -> dict:
     """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
-    JSON), table4.csv and accuracy.png under ``out_dir``; ``head_dim`` and ``block_kv`` as given to
-    :func:`run_study`. Returns the JSON's content (with NaN)."""
+    JSON), table4.csv and accuracy.png under ``out_dir``; ``head_dim``, ``block_kv`` and ``block_q`` as given to
+    :func:`run_study`; ``command``, the call that reproduces the run, recorded in the metadata. Returns the JSON's content (with NaN)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -714,9 +715,9 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w.writeheader()
             w.writerows(t4)
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
-    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+    meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
             "pasa_npu": __version__, "commit": source_commit(), "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
-            "hard_head_dim": head_dim, "block_kv": block_kv,
+            "hard_head_dim": head_dim, "block_kv": block_kv, "block_q": block_q,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count()}

@@ -14,13 +14,14 @@ import importlib.util
 import json
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from . import __version__, accuracy, beta
-from .precision import DEFAULT_PRECISION, PRECISIONS
+from .precision import ALLOCATIONS, DEFAULT_PRECISION, PRECISIONS
 
 
 def _accuracy(args) -> int:
@@ -36,16 +37,16 @@ def _accuracy(args) -> int:
     if not args.no_progress:
         _require("tqdm", "the accuracy study's progress bar", "--no-progress")
     print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
-          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}"
+          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}, query tile {args.block_q}"
           + (f", hard cases at D = {args.head_dim}" if args.head_dim else ""))
     t0 = time.time()
     rows = accuracy.run_study(full=args.full, shape=tuple(args.shape), seed=args.seed, precisions=args.precisions,
                               hard_seeds=args.hard_seeds, jobs=args.jobs or os.cpu_count(),
                               progress=not args.no_progress, paper=not args.hard_only, head_dim=args.head_dim,
-                              block_kv=args.block_kv)
+                              block_kv=args.block_kv, block_q=args.block_q)
     summary = accuracy.write_outputs(rows, Path(args.out), full=args.full, shape=tuple(args.shape), seed=args.seed,
                                      precisions=args.precisions, plots=not args.no_plots, head_dim=args.head_dim,
-                                     block_kv=args.block_kv)
+                                     block_kv=args.block_kv, block_q=args.block_q, command=args.command)
     print("\nRelative RMSE against float64 (eq. 19); 'NaN x%' = the output overflowed:")
     print(accuracy.format_results(rows, args.precisions))
     if summary["table4"]:
@@ -53,7 +54,8 @@ def _accuracy(args) -> int:
               "value within 3 std of our draws, or every draw 100 % where the paper says 100 %):")
         print(accuracy.format_table4(summary["table4"]))
     if summary["claim"]:
-        print("\nThe paper's claim 'PASA's RMSE < FA16-FP32's on every non-zero-mean case without overflow':")
+        print("\nThe paper's claim, for cases without overflow: 'PASA has a smaller RMSE than Partially "
+              "low-precision FA(FA16-FP32) for all cases with non-zero mean values':")
         for p, c in summary["claim"].items():
             print(f"  {p}: holds on {c['holds']} of {c['cases']} cases")
     if "fp32" in args.precisions:
@@ -225,7 +227,8 @@ def main(argv=None) -> int:
     acc.add_argument("--shape", type=_positive, nargs=4, metavar=("B", "N", "S", "D"), default=list(accuracy.PAPER_SHAPE),
                      help="Q/K/V shape (default: the paper's 1 16 1280 128)")
     acc.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
-                     help="allocations to compare (default: all)")
+                     help="allocations to compare (default: all): "
+                     + "; ".join(f"{a.name}, {a.description}" for a in ALLOCATIONS.values()))
     acc.add_argument("--hard-seeds", type=_non_negative, default=None,
                      help="draws of each hard case (default 3, 5 with --full; 0 skips the hard sweep)")
     acc.add_argument("--hard-only", action="store_true", help="the hard sweep alone (no paper sweeps, no Table 4)")
@@ -233,6 +236,9 @@ def main(argv=None) -> int:
                      help="the hard cases' head dim D in place of their own (default: each case's own)")
     acc.add_argument("--block-kv", type=_block_kv, default=128,
                      help="the KV block of every allocation's loop, fp32's included (default 128)")
+    acc.add_argument("--block-q", type=_positive, default=128,
+                     help="the query tile of every allocation, which decides the KV blocks a tile visits under a "
+                     "band (default 128; the AscendC kernel's tile depends on D, docs/npu.md)")
     acc.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
     acc.add_argument("--no-plots", action="store_true", help="skip the PNG")
     acc.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -264,6 +270,8 @@ def main(argv=None) -> int:
     sc.set_defaults(func=_scan)
 
     args = parser.parse_args(argv)
+    # What the results record as their command: the call a reader types, whichever path or script ran it.
+    args.command = shlex.join(["python", "-m", "pasa_npu", *(sys.argv[1:] if argv is None else argv)])
     try:
         return args.func(args)
     except (ValueError, TypeError, OSError, ImportError) as e:

@@ -572,7 +572,7 @@ def calibrate(samples: int = 300, sweeps: int = 4, seed: int = 0) -> tuple[dict,
 BAND_FROM_ZERO = {"dma_head_cycles": 100.0, "vec_head_cycles": 10.0, "mmad_head_cycles": 30.0,
                   "dependent_fraction": 0.2}
 
-#: The issue's target shapes: (name, B, N, Nkv, S1, S2, D).
+#: The shapes the speed goals are stated on: (name, B, N, Nkv, S1, S2, D).
 TARGET_SHAPES = (
     ("Qwen2-7B prefill", 1, 28, 4, 5676, 5676, 128),
     ("video DiT (SVD), D = 64", 50, 5, 5, 9216, 9216, 64),
@@ -598,7 +598,7 @@ def band_variants(costs: dict) -> list[tuple[str, dict]]:
 
 
 def targets(costs: dict) -> dict:
-    """The issue's target metrics under ``costs``: fp32_frame's TFLOP/s on one head at S = 8k/16k/32k, its time
+    """The speed goals' metrics under ``costs``: fp32_frame's TFLOP/s on one head at S = 8k/16k/32k, its time
     over the fair baseline's (the PTO-structured FP32-softmax FlashAttention at its best tiling) and over the
     in-kernel FP32-softmax FlashAttention's (fp16_fp32, at the tiling its search picks) on the target shapes, and
     on decode over fp16_fp32's."""

@@ -188,12 +188,14 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     FP32. Returns ``(out, lse)``: out FP16 (B, N, S1, D), lse FP32 (B, N, S1) in the true scale. Inf/NaN
     produced by an overflow propagate exactly as the emulated hardware's would.
 
-    ``stats``: an optional dict that ``pasa_rs`` fills with its safety-net counters (added to any
-    counts already there, so one dict can gather a whole study): ``row_blocks``, the (query row,
-    KV block) passes, block 1's two passes counted; ``recomputed_row_blocks``, those that took FP32
-    S because FP16 S' left its range; ``tile_blocks`` and ``recomputed_tile_blocks``, the same for
-    (tile of ``block_q`` rows of one head, KV block), the unit the kernel recomputes. The other
-    allocations leave it unchanged. ``group_tile``: ``fp32_frame``'s tile is a KV head's whole group of query heads
+    ``stats``: an optional dict that ``pasa_rs`` and ``fp32_frame`` fill with their counters (added to any
+    counts already there, so one dict can gather a whole study): ``row_blocks``, the (query row, KV block)
+    passes (``pasa_rs``: block 1's first, learning pass not counted); ``pasa_rs``'s
+    ``recomputed_row_blocks``, those that took FP32 S because FP16 S' left its range, and
+    ``reshifted_row_blocks``, those shifted a second time; ``fp32_frame``'s ``moved_row_blocks``, those whose
+    frame moved (a row's first block with a key counts); ``tile_blocks`` and the ``..._tile_blocks`` of each,
+    the same for (tile of ``block_q`` rows of one head, KV block), the unit the kernel recomputes or closes
+    a segment in (docs/golden.md). The other allocations leave it unchanged. ``group_tile``: ``fp32_frame``'s tile is a KV head's whole group of query heads
     (``block_q`` rows of each), as the AscendC kernel packs decode, instead of ``block_q`` rows of one head.
     """
     alloc = get_allocation(precision)

@@ -20,6 +20,7 @@ class Allocation:
     state: type of the softmax and of the running row state m, l (and PASA's F).
     output: type of P·V out of the matrix unit and of the running output O.
     shifted: whether K is shifted by PASA's matrix M and recovered online (Algorithm 1).
+    description: one line on what the allocation is.
     overflow_free: finite results for every finite FP16 input at every scale fused_attention accepts
         (FP32 scores and state, or an overflow recompute inside the loop): its safety net has nothing to check.
     kernel_key: the AscendC kernel's tiling key for this allocation (a row of op_kernel/pasa_allocation.h's
@@ -29,6 +30,8 @@ class Allocation:
         rounding of S', the local softmax and the merge in ``state`` (P enters P·V in FP16); a block
         whose row max lands far from the shift is shifted again, and one whose S' leaves FP16's range
         is recomputed with FP32 S. Exclusive with ``shifted``.
+    framed: framed FlashAttention (``fp32_frame``, docs/golden.md): FP32 S, FP16 P against a per-row frame
+        moved only where a block's scores leave its range, O and l summed on the matrix unit across blocks.
     """
 
     name: str

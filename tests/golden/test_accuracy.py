@@ -85,11 +85,23 @@ def test_the_study_takes_a_head_dim_and_a_kv_block_for_every_allocation(tmp_path
     assert errs[64] != errs[128]  # fp32_frame's: the block is part of its result here
     seen = {}
     monkeypatch.setattr(accuracy, "run_study", lambda **kw: seen.update(kw) or list(rows.values()))
-    assert cli.main(["accuracy", "--hard-only", "--head-dim", "160", "--block-kv", "64", "--precisions", "fp32",
-                     "fp32_frame", "--no-plots", "--no-progress", "--out", str(tmp_path)]) == 0
-    assert seen["head_dim"] == 160 and seen["block_kv"] == 64
+    assert cli.main(["accuracy", "--hard-only", "--head-dim", "160", "--block-kv", "64", "--block-q", "96",
+                     "--precisions", "fp32", "fp32_frame", "--no-plots", "--no-progress", "--out", str(tmp_path)]) == 0
+    assert seen["head_dim"] == 160 and seen["block_kv"] == 64 and seen["block_q"] == 96
     meta = json.loads((tmp_path / "results.json").read_text())["metadata"]
-    assert meta["hard_head_dim"] == 160 and meta["block_kv"] == 64
+    assert meta["hard_head_dim"] == 160 and meta["block_kv"] == 64 and meta["block_q"] == 96
+    # the call that reproduces the run, not the path of whatever script ran it
+    assert meta["command"] == ("python -m pasa_npu accuracy --hard-only --head-dim 160 --block-kv 64 --block-q 96 "
+                               f"--precisions fp32 fp32_frame --no-plots --no-progress --out {tmp_path}")
+
+
+def test_every_allocation_of_a_case_runs_at_the_studys_query_tile(monkeypatch):
+    """--block-q reaches every allocation's golden call (it decides the KV blocks a tile visits under a band)."""
+    tiles = []
+    attention = golden.attention
+    monkeypatch.setattr(golden, "attention", lambda *a, **kw: tiles.append(kw["block_q"]) or attention(*a, **kw))
+    rows = accuracy.run_case(Case("causal", 10, 1), 0, 7, None, ("fp32", "fp32_frame"), s1=64, s2=256, block_q=32)
+    assert tiles == [32, 32] and len(rows) == 2
 
 
 def test_a_scale_the_shifted_allocations_refuse_leaves_them_out_of_the_draw():

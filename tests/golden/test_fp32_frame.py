@@ -18,7 +18,7 @@ from pasa_npu.precision import get_allocation
 torch = pytest.importorskip("torch")
 
 from pasa_npu.backends import reference  # noqa: E402
-from support import far_peak, sink_and_sea  # noqa: E402
+from support import assert_within_fp32, far_peak, run_draws, sink_and_sea  # noqa: E402
 
 # A drifting key level moves the frame up in every block; spread and resonance put scores at
 # ±60 000 and ±75 000; the band skips blocks; decode is one row. The whole hard sweep runs in
@@ -28,23 +28,8 @@ HARD = [Case("resonance", 180, 34), Case("drift", 10, 1), Case("spread", 0, 6000
 SEEDS = 3
 
 
-@pytest.fixture(scope="module")
-def hard_rows():
-    return {(c, r): {row["precision"]: row for row in accuracy.run_case(c, r, 0, None, ("fp32", "fp32_frame"))}
-            for c in HARD for r in range(SEEDS)}
-
-
-def test_hard_cases_within_the_targets_on_every_draw(hard_rows):
-    ratios = []
-    for (case, rep), rows in hard_rows.items():
-        fp32, frame = rows["fp32"], rows["fp32_frame"]
-        assert not fp32["overflow"] and fp32["zero_rows"] == 0, (case, rep)  # the premise
-        assert not frame["overflow"] and frame["zero_rows"] == 0, (case, rep)
-        ratio = frame["rmse"] / fp32["rmse"]
-        assert ratio <= 3, (case, rep, ratio)
-        assert frame["lse_err"] <= max(10 * fp32["lse_err"], 1e-3), (case, rep, frame["lse_err"], fp32["lse_err"])
-        ratios.append(ratio)
-    assert np.median(ratios) <= 1.5, ratios
+def test_hard_cases_within_the_targets_on_every_draw():
+    assert_within_fp32(run_draws(HARD, SEEDS, ALLOCATION), ALLOCATION, worst=3, median=1.5)
 
 
 #: One small shape per coverage class of the targets (the full sweep: `pasa-npu accuracy --hard-only`,
@@ -64,16 +49,7 @@ ALLOCATION = "fp32_frame"
 def test_coverage_classes_within_the_targets(case, s1, s2):
     """Every draw finite, no zero row, RMSE ≤ 3 × fp32's (1 × where fp32's is 0) and lse within
     max(10 × fp32's, 1e-3); the median ratio ≤ 1.5."""
-    ratios = []
-    for rep in range(SEEDS):
-        fp32, alloc = accuracy.run_case(case, rep, 0, None, ("fp32", ALLOCATION), s1=s1, s2=s2)
-        assert not fp32["overflow"] and fp32["zero_rows"] == 0, rep  # the premise
-        assert not alloc["overflow"] and alloc["zero_rows"] == 0, rep
-        ratio = accuracy._ratio(alloc["rmse"], fp32["rmse"])
-        assert ratio <= 3, (rep, ratio)
-        assert alloc["lse_err"] <= max(10 * fp32["lse_err"], 1e-3), (rep, alloc["lse_err"], fp32["lse_err"])
-        ratios.append(ratio)
-    assert np.median(ratios) <= 1.5, ratios
+    assert_within_fp32(run_draws([case], SEEDS, ALLOCATION, s1=s1, s2=s2), ALLOCATION, worst=3, median=1.5)
 
 
 def rising(rise, d=64, blocks=4, rows=3, seed=0):

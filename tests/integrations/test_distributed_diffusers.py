@@ -75,7 +75,8 @@ def _sdpa(q, k, v, **kw):
     return F.scaled_dot_product_attention(*(x.half().float().transpose(1, 2) for x in (q, k, v)), **kw).transpose(1, 2)
 
 
-@pytest.mark.parametrize("case", ["none", "bool key padding", "additive 4-D", "causal", "gqa"])
+@pytest.mark.parametrize("case", ["none", "bool key padding", "bool (S1, S2)", "bool (B, S1, S2)", "additive 4-D",
+                                  "causal", "gqa"])
 def test_dispatch_masks_causal_and_gqa_match_sdpa(case):
     q, k, v = _qkv(hkv=2 if case == "gqa" else 4, s1=9 if case == "causal" else 7)
     keep = torch.ones(2, 9, dtype=torch.bool)
@@ -83,6 +84,11 @@ def test_dispatch_masks_causal_and_gqa_match_sdpa(case):
     kw, sdpa_kw = {}, {}
     if case == "bool key padding":
         kw["attn_mask"], sdpa_kw["attn_mask"] = keep, keep[:, None, None, :]
+    elif case in ("bool (S1, S2)", "bool (B, S1, S2)"):  # FIA's own 2-D form, and the 3-D one lifted to 4-D
+        rows = torch.rand(2, 7, 9, generator=torch.Generator().manual_seed(1)) < 0.7
+        rows[..., 0] = True
+        rows = rows[0] if case == "bool (S1, S2)" else rows
+        kw["attn_mask"], sdpa_kw["attn_mask"] = rows, rows if rows.ndim == 2 else rows[:, None]
     elif case == "additive 4-D":
         additive = torch.where(keep, 0.0, -math.inf)[:, None, None, :]
         kw["attn_mask"], sdpa_kw["attn_mask"] = additive, additive

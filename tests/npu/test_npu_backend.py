@@ -377,6 +377,23 @@ def test_the_op_definition_takes_the_tilings_default_precision():
     assert 'Attr("precision").AttrType(OPTIONAL).String(pasa::kDefaultPrecision)' in text
 
 
+def test_the_op_definitions_fia_attributes_default_as_the_option_declaration():
+    """Each FIA attribute of the CANN op definition has the default options.DECLARED gives it (FIA's own)."""
+    import re
+    from pathlib import Path
+
+    from pasa_npu.options import DEFAULTS
+
+    text = (Path(__file__).resolve().parents[2] / "op_host" / "pasa_fused_attention_def.cpp").read_text()
+    attrs = dict(re.findall(r'this->Attr\("(\w+)"\)\.AttrType\(\w+\)\.(\w+\([^)]*\))', text))
+    fia = {name: value for name, value in attrs.items() if name not in ("beta", "precision")}  # PASA's own
+    assert set(fia) <= set(DEFAULTS) and len(fia) == 10, sorted(fia)
+    for name, value in fia.items():
+        kind, literal = re.fullmatch(r"(\w+)\((.*)\)", value).groups()
+        parsed = {"Int": int, "Float": float, "Bool": lambda x: x == "true", "String": lambda x: x.strip('"')}[kind]
+        assert parsed(literal) == DEFAULTS[name], (name, literal, DEFAULTS[name])
+
+
 def test_a_device_whose_kernel_cannot_take_the_call_warns_once_and_runs_the_reference(monkeypatch):
     from pasa_npu import backends
 

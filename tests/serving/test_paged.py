@@ -313,11 +313,13 @@ def test_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the compiled Triton kernel on 131072 "
                     "keys (CI runs the Triton paged cases above through the interpreter on small shapes)")
-def test_triton_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
-    """The Triton kernel's pasa_rs on the long paged decode, the caches read through the table on the GPU."""
+@pytest.mark.parametrize("precision", ["fp32_frame", "pasa_rs"])
+def test_triton_overflow_free_allocations_on_131072_paged_keys_are_as_accurate_as_fp32(precision):
+    """The Triton kernel's default and pasa_rs on the long paged decode, the caches read through the table on
+    the GPU."""
     (q, _, _, kc, vc, table, page, kw), fa32, ref = _long_paged_decode()
     out, lse = pasa_npu.fused_attention(q.cuda(), kc.cuda(), vc.cuda(), block_table=table.cuda(), block_size=page,
-                                        backend="triton", precision="pasa_rs", **kw)
+                                        backend="triton", precision=precision, **kw)
     _assert_as_accurate_as_fp32(out.cpu(), lse.cpu(), fa32, ref)
 
 
@@ -329,12 +331,13 @@ NPU_PRECISIONS = ["fp16_fp32", "pasa_fp32", "pasa", "pasa_rs", "fp32_frame"]
 
 
 @needs_host_model
-def test_npu_default_allocation_on_131072_paged_keys_is_as_accurate_as_fp32():
-    """The AscendC kernel's pasa_rs on the long paged decode: 1024 pages walked through the table (split-KV
-    over the AI cores, the splits merged through the true-scale lse), as accurate as FP32 FA."""
+@pytest.mark.parametrize("precision", ["fp32_frame", "pasa_rs"])
+def test_npu_overflow_free_allocations_on_131072_paged_keys_are_as_accurate_as_fp32(precision):
+    """The AscendC kernel's default and pasa_rs on the long paged decode: 1024 pages walked through the table
+    (split-KV over the AI cores, the splits merged through the true-scale lse), as accurate as FP32 FA."""
     (q, _, _, kc, vc, table, page, kw), fa32, ref = _long_paged_decode()
     out, lse = pasa_npu.fused_attention(q, kc, vc, block_table=table, block_size=page, backend="npu",
-                                        precision="pasa_rs", safety_net=False, **kw)
+                                        precision=precision, safety_net=False, **kw)
     _assert_as_accurate_as_fp32(out, lse, fa32, ref)
 
 

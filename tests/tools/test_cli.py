@@ -7,6 +7,7 @@ import pytest
 
 import pasa_npu
 from pasa_npu import accuracy, cli
+from pasa_npu.precision import ALLOCATIONS
 
 
 def _one_error_line(capsys, *words: str) -> str:
@@ -223,6 +224,9 @@ def test_accuracy_help_describes_the_hard_sweep(capsys):
         cli.main(["accuracy", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "hard sweep" in text and "resonance" in text and "--hard-seeds" in text and "--hard-only" in text
+    # every allocation it can compare, with the line that says what it is
+    for a in ALLOCATIONS.values():
+        assert f"{a.name}, {' '.join(a.description.split())}" in text, a.name
 
 
 def test_argparse_errors_are_one_line(capsys):

@@ -102,7 +102,8 @@ public:
     }
 
 private:
-    VecIter() = default;
+    VecIter(const std::string& api, Site site);
+    static VecIter Masked(const std::string& api, int64_t repeatTimes, uint32_t widestBytes, Site site);
     std::string api_;
     mutable uint32_t widest_ = 0;
     bool live_ = true;  // false once moved from: only the last owner counts the instruction

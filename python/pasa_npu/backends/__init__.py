@@ -29,8 +29,8 @@ Registered backends, in the order :func:`select` tries them for a device:
 * ``triton``: the Triton kernel for CUDA tensors (CPU tensors under ``TRITON_INTERPRET=1``). Default on
   CUDA when triton is installed and it computes the allocation.
 * ``reference``: the golden model's blockwise loop in PyTorch ops, every allocation, any device. An
-  emulator that rounds like the hardware would, not a fast path (a 1×16×8192² prefill takes over a
-  minute on a CPU core where PyTorch's SDPA takes a second). Default on the CPU.
+  emulator that rounds like the hardware would, not a fast path (docs/benchmarks/golden_speed.md times the
+  golden model's loop). Default on the CPU.
 """
 
 from __future__ import annotations

@@ -56,6 +56,10 @@ try:
     from . import triton_kernels as _k
 except ImportError:  # triton is optional: is_available() reports it
     triton = None
+try:
+    from . import gluon_kernels as _gk
+except ImportError:  # no triton, or one without Gluon's Hopper API: the classic kernel everywhere
+    _gk = None
 from .triton_launch import Launch, _raw_stream, launch
 
 
@@ -133,6 +137,51 @@ def _config(d_pad: int, blocked: bool, block_kv: int, rows: int, has_mask: bool 
     return block_m, block_n, warps, stages, ones
 
 
+#: The Gluon Hopper kernel (:mod:`pasa_npu.backends.gluon_kernels`): its allocations, head dims and query tile.
+GLUON_PRECISIONS: tuple[str, ...] = ("fp32", "fp32_frame")
+GLUON_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
+GLUON_ROWS = 128
+
+
+def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: tuple[int, int] | None,
+                plain: bool) -> int | None:
+    """The one rule that sends a call to the Gluon Hopper kernel instead of the classic one. It takes a call on an
+    sm_90 device (``capability`` (9, 0); None: no CUDA device) whose tensors are ``plain`` (:func:`_plain`: dense
+    Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink, page table or
+    varlen rows) with at least one full query tile of S1 rows, for ``fp32`` or ``fp32_frame`` at D 64, 128 or
+    256. Returns the kernel's KV block (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256,
+    where two K/V stages of 128 keys do not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None:
+    the classic kernel."""
+    if capability != (9, 0) or not plain or s1 < GLUON_ROWS or alloc.name not in GLUON_PRECISIONS \
+            or d not in GLUON_HEAD_DIMS:
+        return None
+    block_n = block_kv if alloc.framed else (128 if d <= 128 else 64)
+    return block_n if block_n in (64, 128) and (d <= 128 or block_n == 64) else None
+
+
+def memory_order(t: torch.Tensor) -> str | None:
+    """"BNSD" or "BSND": the memory order of a (B, N, S, D) tensor (the Gluon kernel reads it as a 2-D view of
+    D-wide rows, its row stride D or N·D); None for any other strides."""
+    b, n, s, d = t.shape
+    if t.stride() == (n * s * d, s * d, d, 1):
+        return "BNSD"
+    if t.stride() == (s * n * d, d, n * d, 1):
+        return "BSND"
+    return None
+
+
+def _plain(q, k, v, other: bool) -> bool:
+    """Whether a call's tensors are what the Gluon kernel reads (see :func:`gluon_block`); ``other``: the call
+    has a page table, varlen rows, a user mask or sinks."""
+    return not other and all(t.data_ptr() % 16 == 0 and memory_order(t) is not None for t in (q, k, v)) \
+        and memory_order(k) == memory_order(v)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
 def _num_splits(tiles: int, heads: int, n_blocks: int) -> int:
     """Split-KV for decode-like calls (one query tile per KV head, ``heads`` = B·Nkv programs): the
     power of two of splits that first gives every SM a program, with at least two KV blocks per split
@@ -164,11 +213,12 @@ def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool)
     return inva, diag - off, off
 
 
+
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
               scale: float, mask: torch.Tensor | None, band: tuple[int | None, int | None] | None = None,
               shift: str | None = None, config: tuple[int, int, int, int | None] | None = None,
               block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None,
-              sink: torch.Tensor | None = None):
+              sink: torch.Tensor | None = None, kernel: str | None = None):
     """q (B, N, S1, D) float16; k, v (B, Nkv, S2, D) float16 with N % Nkv == 0; mask None or bool
     broadcastable to (B, N, S1, S2), True = masked out; band None or (lo, hi); sink None or (N,) learnable
     sink logits. Returns out (B, N, S1, D) float16 and lse (B, N, S1) float32 true-scale (−∞ and out 0
@@ -183,12 +233,15 @@ def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, bloc
     device holds each batch's query length (rows past it are left unwritten), key length, band
     (lo, hi) (ignored unless ``band`` is not None, which then only says that there is a band) and first
     query row (TND only, see :class:`AttentionPlan`); a ``mask`` broadcasts to (B, N, S1,
-    max_blocks·page), by key position."""
+    max_blocks·page), by key position.
+
+    ``kernel``: None (the rule of :func:`gluon_block` picks), "classic" or "gluon" (a ValueError where the Gluon
+    kernel does not cover the call)."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     plan = AttentionPlan(q, k, v, precision=precision, beta=beta, block_kv=block_kv, scale=scale, mask=mask, band=band,
                          shift=shift, config=config, block_table=block_table, page=page, kv_info=kv_info,
-                         sink=sink is not None)
+                         sink=sink is not None, kernel=kernel)
     return plan(q, k, v, mask, block_table, sink)
 
 
@@ -223,7 +276,7 @@ class AttentionPlan:
                  block_table: torch.Tensor | None = None, page: int = 0, kv_info: torch.Tensor | None = None,
                  out_bsnd: bool = False, out_shape: tuple[int, ...] | None = None, lse: bool = True,
                  lse_none: float = -math.inf, sink: bool = False, varlen_rows: int | None = None,
-                 varlen_last: int | None = None, varlen_band=None):
+                 varlen_last: int | None = None, varlen_band=None, kernel: str | None = None):
         paged = block_table is not None
         varlen = varlen_rows is not None
         alloc = _check_call(q, k, v, precision, shift, scale, block_kv, paged)
@@ -264,9 +317,9 @@ class AttentionPlan:
                                                                tiles)
         self._prepass, self._centred = None, alloc.row_shifted
         if prepass:
-            kernel = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
+            pre = _k.centre_keys_kernel if alloc.row_shifted else _k.shift_keys_kernel
             scalars = (table_stride, s2, *k_str) + ((uk_off,) if alloc.row_shifted else (shift_a, shift_b))
-            self._prepass = Launch(kernel, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
+            self._prepass = Launch(pre, (n_blocks, b, nkv), scalars, num_warps=4, D=d, D_PAD=d_pad,
                                     BLOCK_N=block_n, PAGED=paged, PAGE=page if paged else 1)
         self._has_mask = mask is not None
         self._lse = lse
@@ -288,6 +341,11 @@ class AttentionPlan:
         self._store_lse = lse or (alloc.framed and tiles > 1)
         self._lse_off, self._lse_scratch = _align(self._partials), 0 if lse or not self._store_lse else b * n * s1
         fp32_end = self._lse_off + self._lse_scratch if self._lse_scratch else self._partials
+        # The Gluon kernel stores the lse where the classic one does, so that the plan's scratch and workspace are the
+        # same whichever kernel runs (with and without it, its fp32_frame prefill ran within the spread between runs,
+        # docs/benchmarks/gpu_gluon/README.md).
+        self._gluon = _gluon_plan(alloc, q, k, v, (b, n, nkv, s1, s2, d), block_kv, band, scale, self._store_lse,
+                                  lse_none, out_bsnd, paged or varlen or mask is not None or sink, config, kernel)
         # A device-lengths call builds its kv_info (B, 5) int32 in the scratch, after those.
         self._info_off = _align(fp32_end) if varlen and kv_info is None else None
         self._varlen = (varlen_band, s1, t, block_table.shape[1] * page, varlen_last) if varlen else None
@@ -322,6 +380,10 @@ class AttentionPlan:
         one made with its kv_info. ``out`` and ``lse``: contiguous tensors of the results' shapes (an lse
         may have a trailing dim of 1) to write instead of new ones; ``workspace``: a uint8 tensor of at
         least :attr:`workspace_bytes` on q's device to hold the scratch instead of new tensors."""
+        if self._gluon is not None:
+            out, lse, lse_store = self._results(q, out, lse, workspace)
+            self._gluon(q, k, v, out, lse_store)
+            return (out.transpose(1, 2) if self._bnsd_view else out), lse
         if workspace is not None and workspace.numel() < self.workspace_bytes:
             raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
                              "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
@@ -352,16 +414,7 @@ class AttentionPlan:
                                               torch.int32).view(-1, 5))
         mask = mask.view(torch.uint8) if self._has_mask else q
         sink = q if sink is None else sink
-        if out is None:
-            out = q.new_empty(self._out_alloc)
-        if self._lse:
-            lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
-        else:
-            lse = None
-        lse_store = lse
-        if self._lse_scratch:  # computed, not returned
-            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
-                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
+        out, lse, lse_store = self._results(q, out, lse, workspace)
         if self._prepass is not None:
             self._prepass((k, scratch, scratch, table, kv_info) if self._centred else (k, scratch, table, kv_info),
                           same_dtypes=True)
@@ -372,6 +425,48 @@ class AttentionPlan:
         if self._varlen is not None:
             _pad_rows(out, lse, self._varlen[4], lengths)
         return (out.transpose(1, 2) if self._bnsd_view else out), lse
+
+    def _results(self, q, out, lse, workspace) -> tuple:
+        """The output and lse tensors of a call (the caller's, or new ones; None for an lse not asked for), and where
+        the kernel stores its lse: the lse, or FP32 scratch (new, or in the workspace) where the plan computes one
+        the call does not ask for."""
+        if out is None:
+            out = q.new_empty(self._out_alloc)
+        if self._lse:
+            lse = q.new_empty(self._lse_shape, dtype=torch.float32) if lse is None else lse.view(self._lse_shape)
+        else:
+            lse = None
+        lse_store = lse
+        if self._lse_scratch:  # computed, not returned
+            lse_store = q.new_empty(self._lse_scratch, dtype=torch.float32) if workspace is None else \
+                _carve(workspace, 2 * self._scratch + 4 * self._lse_off, 4 * self._lse_scratch, torch.float32)
+        return out, lse, lse_store
+
+
+def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, scale: float, store_lse: bool,
+                lse_none: float, out_bsnd: bool, other: bool, config, kernel: str | None):
+    """The Gluon kernel's launch of a call (:class:`pasa_npu.backends.gluon_kernels.Attention`) where the rule
+    (:func:`gluon_block`, on an sm_90 device with Gluon) or ``kernel="gluon"`` sends it there, else None (the
+    classic kernel; ``kernel="classic"``, or a ``config``, keeps it there). ``other``: the call has a page table,
+    varlen rows, a user mask or sinks."""
+    if kernel not in (None, "classic", "gluon"):
+        raise ValueError(f"kernel must be None, 'classic' or 'gluon', got {kernel!r}")
+    b, n, nkv, s1, s2, d = shape
+    capability = _capability(q.device.index) if _gk is not None and not _INTERPRET and q.is_cuda else None
+    block_n = gluon_block(alloc, d, block_kv, s1, capability, _plain(q, k, v, other))
+    covered = block_n is not None
+    if kernel == "gluon" and not covered:
+        raise ValueError(f"kernel='gluon' does not cover this call (precision {alloc.name!r}, D = {d}, S1 = {s1}, "
+                         f"device capability {capability}; the rule: pasa_npu.backends.triton.gluon_block)")
+    if not covered or kernel == "classic" or (config is not None and kernel is None):
+        return None
+    lo_hi = None
+    if band is not None:
+        lo, hi = band
+        lo_hi = (-s1 if lo is None else max(int(lo), -s1), s2 if hi is None else min(int(hi), s2))
+    frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
+    return _gk.Attention(shape, block_n, lo_hi, (float(scale), frame_drop, float(lse_none)), framed=alloc.framed,
+                         store_lse=store_lse, out_bsnd=out_bsnd, stages=None if config is None else config[2])
 
 
 def _check_call(q, k, v, precision: str, shift: str | None, scale: float, block_kv: int, paged: bool) -> Allocation:

@@ -207,7 +207,7 @@ def _pasa_forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_c
             raise ValueError("is_causal cannot be combined with attn_mask")
         kwargs.update(sparse_mode=2, atten_mask=compressed_causal_mask(query.device))  # SDPA's is_causal: top-left
     else:
-        kwargs.update(atten_mask=_dispatch_mask(attn_mask, b, heads, s1, s2))
+        kwargs.update(atten_mask=_dispatch_mask(attn_mask, b, s1, s2))
     out, lse = fused_attention(query, key, value, input_layout="BSND", num_heads=heads, num_key_value_heads=kv_heads,
                                scale=1.0 / math.sqrt(d) if scale is None else float(scale),
                                softmax_lse_flag=return_lse, **kwargs)
@@ -218,18 +218,15 @@ def _pasa_backward_op(ctx, grad_out, *args, **kwargs):
     raise NotImplementedError("the pasa backend is inference only: pasa-npu's fused_attention has no backward")
 
 
-def _dispatch_mask(mask, b, heads, s1, s2):
-    """FIA's (1|B, 1|H, S1, S2) boolean mask (True = masked out) from a dispatcher mask: bool
-    (True = attend) or additive, of shape (B, S2), (S1, S2), (B, S1, S2) or 4-D broadcastable."""
+def _dispatch_mask(mask, b, s1, s2):
+    """FIA's boolean mask (True = masked out) from a dispatcher mask: bool (True = attend) or additive, of shape
+    (B, S2), (S1, S2), (B, S1, S2) or 4-D broadcastable. fused_attention takes (S1, S2) as it is and checks the
+    shape; a (B, S2) mask here is diffusers' per-sample key padding, and FIA's 4-D mask spans every query row."""
     mask = fia_mask(mask)
     if mask is None:
         return None
     if mask.ndim == 2 and tuple(mask.shape) == (b, s2):
-        mask = mask[:, None, None, :]  # diffusers' per-sample key padding
-    elif mask.ndim == 2:
-        mask = mask[None, None]
+        mask = mask[:, None, None, :]
     elif mask.ndim == 3:
         mask = mask[:, None]
-    elif mask.ndim != 4:
-        raise ValueError(f"attn_mask must be 2-, 3- or 4-D, got shape {tuple(mask.shape)}")
-    return mask.expand(mask.shape[0], mask.shape[1], s1, s2)
+    return mask.expand(mask.shape[0], mask.shape[1], s1, s2) if mask.ndim == 4 else mask
