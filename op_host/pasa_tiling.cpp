@@ -22,13 +22,16 @@ using pasa_kernel::Prepass;
 using pasa_kernel::ScaleRule;
 
 constexpr uint64_t kWsAlign = 512;  // GM workspace regions start on 512-byte boundaries
-// The stacked AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h): KV blocks per stack and stacks of S' computed
-// ahead, as catlass's FlashAttention inference kernel has them. The per-block conversation (pasa_rs) hands over
-// single blocks, one ahead: its AIC hears the AIVs' verdict on every block before that block's P V.
-constexpr uint32_t kKvStack = 4;
-constexpr uint32_t kPreLaunch = 2;
-// The fewest rows of an S tile in L0C beside fp32_frame's [O | l] for a query block beyond 64 rows (ChooseBlocks).
-constexpr uint32_t kMinScoreRows = 32;
+// The stacked AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h): KV blocks per stack (logical KV tiles of
+// kvStack x 128 keys, ramped at a task's ends, PasaStack) and stacks of S computed ahead, the first that fits the
+// UB (the AIVs keep per-slot row vectors), fastest first under the calibrated cost model (docs/cost_model.md,
+// "The handshake search"): 256-key tiles 3 ahead, then shorter rings. The per-block conversation (pasa_rs) hands
+// over single blocks, one ahead: its AIC hears the AIVs' verdict on every block before that block's P V.
+struct Ring {
+    uint32_t kvStack, preLaunch;
+};
+constexpr Ring kStackedRings[] = {{2, 3}, {1, 3}, {2, 2}, {1, 2}};
+constexpr Ring kPerBlockRing = {1, 1};
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -346,31 +349,31 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTra
 // AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
 // single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
 // smaller query block re-reads K and V). The work split may shorten the stacks (SplitWork).
-Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl) {
-    struct Ring {
-        uint32_t kvStack, preLaunch;
-    };
-    std::vector<Ring> rings;  // most blocks per flag first
-    if (a.handshake == Handshake::STACKED)
-        for (uint32_t stack = std::min<uint32_t>(kKvStack, CeilDiv(s.S2, BLOCK_KV)); stack >= 1; --stack)
-            rings.push_back({stack, kPreLaunch});
-    rings.push_back({1, 1});
+Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl,
+                  const HandshakePin& pin) {
+    std::vector<Ring> rings;  // fastest first
+    if (a.handshake == Handshake::STACKED) {
+        if (pin.kvStack > 0) rings.push_back({pin.kvStack, pin.preLaunch});
+        else rings.assign(std::begin(kStackedRings), std::end(kStackedRings));
+    }
+    rings.push_back(kPerBlockRing);
     // A query block beyond 128 rows (fp32_frame's) only where it makes fewer tasks than 128 rows do: with no fewer,
     // K and V are read as often and the AIVs take their rows in more tiles. fp32_frame also takes 96 rows, where the
     // AIVs' UB holds 48 rows of O but not 64 (D = 176 - 240). And where its [O | l] stays in L0C, a block of more
-    // than 64 rows only where S leaves L0C beside it in row chunks of at least kMinScoreRows: in chunks of 16 rows
+    // than 64 rows only where S leaves L0C beside it in row chunks of at least MIN_SCORE_ROWS: in chunks of 16 rows
     // (192 rows at D = 112 - 144, 96 at D = 256) S takes 6 - 12 Mmad and Fixpipe instructions per KV block, and the
     // AIC's cube, not the AIVs, bounds the task (docs/cost_model.md).
     const uint64_t headRows = (uint64_t)s.S1 * (DecodeBranch(s) && s.N > s.NKV ? s.N / s.NKV : 1);
     for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ || (bq == 96 && !a.sumsOnCube)) continue;
         if (bq > BLOCK_KV && CeilDiv(headRows, bq) >= CeilDiv(headRows, BLOCK_KV)) continue;
-        if (a.sumsOnCube && bq > 64 && pasa_kernel::PlanAicL0c(bq, s.D, a).scoreRows < kMinScoreRows) continue;
+        if (a.sumsOnCube && bq > 64 && pasa_kernel::PlanAicL0c(bq, s.D, a).scoreRows < pasa_kernel::MIN_SCORE_ROWS)
+            continue;
         for (const Ring& r : rings) {
-            t.kvStack = r.kvStack;
+            t.kvStack = std::min<uint32_t>(r.kvStack, CeilDiv(s.S2, BLOCK_KV));
             t.preLaunch = r.preLaunch;
             const Plan plan = MakePlan(bq, s.D, a, PasaSlotRing(t));
-            if (!Fits(plan, pl, s.D, a)) continue;
+            if (!Fits(plan, pl, s.D, a) || PasaSlotRing(t) > pasa_kernel::MAX_SLOT_RING) continue;
             t.blockQ = plan.blockQ;
             t.blockKv = BLOCK_KV;
             t.baseK = plan.baseK;
@@ -427,7 +430,7 @@ void SplitWork(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, co
     // after its first (preLaunch 1 and 2 run two stacks alike).
     if (a.handshake == Handshake::STACKED) {
         t.kvStack = std::min(t.kvStack, t.kvBlocksPerSplit);
-        const uint32_t stacks = CeilDiv(t.kvBlocksPerSplit, t.kvStack);
+        const uint32_t stacks = PasaStacks(t, t.kvBlocksPerSplit);
         t.preLaunch = std::max<uint32_t>(1, std::min<uint32_t>(t.preLaunch, stacks - 1));
     }
     const uint64_t tasks = baseTasks * t.kvSplits;
@@ -524,7 +527,7 @@ TilingResult ComputeTiling(const TilingInput& in) {
     PasaTilingData& t = r.data;
     FillShapes(t, in, s);
     FillAllocation(t, a, in);
-    Plan plan = ChooseBlocks(t, a, s, pl);
+    Plan plan = ChooseBlocks(t, a, s, pl, in.handshakePin);
     FillMasks(t, in, s);
     SplitWork(t, a, s, pl);
     plan = MakePlan(t.blockQ, s.D, a, PasaSlotRing(t));  // the ring SplitWork may have shortened

@@ -46,6 +46,13 @@ struct PlatformInfo {
              l0cSize = 128 * 1024;
 };
 
+// The cost model's handshake search (python/pasa_npu/cost_model.py, handshake_search): a stacked handshake of
+// kvStack KV blocks per stack, S preLaunch stacks ahead, in place of the tiling's own choice, where it fits (else
+// the per-block one). kvStack 0: the tiling's choice, as for every call of the op.
+struct HandshakePin {
+    uint32_t kvStack = 0, preLaunch = 0;
+};
+
 // Everything the op receives, at FIA's level (torch_npu.npu_fused_infer_attention_score).
 struct TilingInput {
     // Shapes of the tensors as given (3-D for "BSH" and "TND", 4-D for "BNSD"/"BSND").
@@ -79,6 +86,7 @@ struct TilingInput {
     std::vector<int64_t> learnableSinkShape;
     std::string precision = kDefaultPrecision;  // a name of KernelAllocations()
     PlatformInfo platform;
+    HandshakePin handshakePin;  // the cost model's only; the op leaves it empty
 };
 
 // What the kernel reads and writes in GM (pasa_fused_attention's arguments), for the launcher:

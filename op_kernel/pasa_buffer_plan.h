@@ -18,6 +18,10 @@ constexpr uint32_t AIV_TILE_ROWS = 64;          // rows of an AIV's score, P and
 constexpr uint32_t FRACTAL = 16;                // 16 x 16 FP16 fractals (512 bytes), the NZ strip width
 constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-pong buffers
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
+constexpr uint32_t MIN_SCORE_ROWS = 32;         // rows of an S chunk beside fp32_frame's [O | l] worth taking
+                                                // a query block beyond 64 rows for (op_host/pasa_tiling.cpp)
+constexpr uint32_t MAX_SLOT_RING = 16;          // block slots of the handshake's rings (PasaSlotRing) at most:
+                                                // fp32_frame's AIVs keep a frame version per slot in a fixed table
 
 // Row vectors every allocation's AIVs keep (pasa_vector_stage.h AivRows): of the state type m, m_new, l, the
 // block's max and row sum and two temporaries; FP32, four for the lse and the decisions' sums.
@@ -112,8 +116,10 @@ PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, c
 // chunks take the largest multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the
 // cube computes the next), else whose one does. A task's Q (its rows x D FP16) stays in an L0A half for the task where
 // it fits one; else each chunk's rows of Q are loaded from L1 into an L0A half beside the chunk's product, which they
-// must fit (scoreRows x D FP16). Either way S' is one Mmad call over D per chunk of rows and keys. scoreRows 0:
-// nothing fits.
+// must fit (scoreRows x D FP16). Either way S' is one Mmad call over D per chunk of rows and keys. Ping-pong chunks
+// of fewer than MIN_SCORE_ROWS rows come after the tile in two halves through one buffer (each half's Mmad waits for
+// the other's Fixpipe: at D = 256 and 96 rows that chain stays shorter than the block's K, V and P loads, which bind
+// the AIC; docs/cost_model.md). scoreRows 0: nothing fits.
 struct AicL0cPlan {
     uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
@@ -135,8 +141,11 @@ PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim,
     const bool queryInL0a = blockQ * headDim * 2 <= L0_HALF_BYTES;
     const uint32_t whole = (blockQ + FRACTAL - 1) / FRACTAL * FRACTAL;
     if (p.Take(whole, 2, headDim, queryInL0a) || p.Take(whole, 1, headDim, queryInL0a)) return p;
+    for (uint32_t rows = whole - FRACTAL; rows >= MIN_SCORE_ROWS; rows -= FRACTAL)
+        if (p.Take(rows, 2, headDim, queryInL0a)) return p;
+    if (p.Take((whole / 2 + FRACTAL - 1) / FRACTAL * FRACTAL, 1, headDim, queryInL0a)) return p;
     for (uint32_t buffers = 2; buffers >= 1; --buffers)
-        for (uint32_t rows = whole - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
+        for (uint32_t rows = (buffers == 2 ? MIN_SCORE_ROWS : whole) - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
             if (p.Take(rows, buffers, headDim, queryInL0a)) return p;
     return p;
 }

@@ -1,7 +1,7 @@
 // Shared definitions of the PASA kernel: flag ids, task decoding, GM workspace addressing.
 //
 // Data flow per task (b, n, query block, kv split), per KV block j (n = blockKv = 128 keys), the blocks
-// handed over in stacks of kvStack (the last one shorter), one flag per stack and direction:
+// handed over in stacks of up to kvStack (PasaStack), one flag per stack and direction:
 //   AIC  pre-pass (once per (b, kv head, j), before any task): K'_j = M K_j -> GM workspace (FP16)
 //   AIC  S'_j = Q K'_j^T            -> GM slot S(j)  (FP16 through Fixpipe)        flag S_READY per stack
 //   AIV  online softmax on S'_j      -> GM slot P(j)  (FP16)                        flag P_READY per stack
@@ -113,13 +113,11 @@ __aicore__ inline SeqSpan KeySpan(const PasaTilingData& t, GlobalTensor<int64_t>
     return SpanOf(t.hasActualSeqKv, IsTnd(t) && !t.hasBlockTable, lenKv, b, t.seqKv);
 }
 
-// Stack i of a task: its KV blocks [first, end) (task-relative), kvStack of them, the last stack shorter.
-struct KvStack {
-    uint32_t first, end;
-};
-__aicore__ inline uint32_t StacksOf(const PasaTilingData& t, const Task& k) { return CeilDivU(k.nBlocks, t.kvStack); }
+// Stack i of a task: its KV blocks [first, end) (task-relative) and its index (PasaStack: ramped at both ends).
+using KvStack = PasaKvStack;
+__aicore__ inline uint32_t StacksOf(const PasaTilingData& t, const Task& k) { return PasaStacks(t, k.nBlocks); }
 __aicore__ inline KvStack StackOf(const PasaTilingData& t, const Task& k, uint32_t i) {
-    return KvStack{i * t.kvStack, MinU((i + 1) * t.kvStack, k.nBlocks)};
+    return PasaStack(t, k.nBlocks, i);
 }
 
 // Byte offsets of one AI core's slots in the workspace: the S', P and PV rings, then M (PASA) or L (pasa_rs).

@@ -6,7 +6,7 @@
 //     one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more rows than an L0A
 //     half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
-//     the tile before that block), then per block j: at a close, the accumulator [O | l] (FP32, L0C) out to block
+//     the tile before that block; read once the pass's first S is queued, off the cube's path), then per block j: at a close, the accumulator [O | l] (FP32, L0C) out to block
 //     j's segment slot; then [O | l] += P_j [V_j | 1] (a fresh sum at a close and at block 0), one Mmad per
 //     chunk of at most 128 columns (even chunks) and per half of at most 128 rows (what an L0A half holds of P
 //     beside Q: a tile of 256 rows is summed as two NZ tiles of 128) over the block's 128 keys, so every element is
@@ -108,8 +108,8 @@ public:
         const uint32_t stacks = StacksOf(*t_, k), stack0 = stacksSummed_;
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
             const bool scores = i < stacks, sums = i >= t_->preLaunch;
-            const KvStack ss = scores ? StackOf(*t_, k, i) : KvStack{0, 0};
-            const KvStack ps = sums ? StackOf(*t_, k, i - t_->preLaunch) : KvStack{0, 0};
+            const KvStack ss = scores ? StackOf(*t_, k, i) : KvStack{0, 0, 0};
+            const KvStack ps = sums ? StackOf(*t_, k, i - t_->preLaunch) : KvStack{0, 0, 0};
             const uint32_t nSums = ps.end - ps.first;
             uint32_t nScores = ss.end - ss.first;
             if (scores && (!sums || i == t_->preLaunch)) {
@@ -117,9 +117,13 @@ public:
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
                 nScores = 0;
             }
-            const uint32_t closes = sums ? BeginSums(stack0 + i - t_->preLaunch) : 0;
+            if (sums) BeginSums();
+            // The close verdicts once the pass's first S is queued: the scalar unit's cache drop and GM read of
+            // their line then run while the cube and the Fixpipe work, not before them.
+            uint32_t closes = 0;
             for (uint32_t b = 0; b < (nScores > nSums ? nScores : nSums); ++b) {
                 if (b < nScores) Score(k, q1, q, mp, ss.first + b);
+                if (b == 0 && sums) closes = Verdicts(stack0 + i - t_->preLaunch);
                 if (b < nSums) Sum(k, mp, ps.first + b, (closes >> b) & 1u);
             }
             if (nScores > 0) CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
@@ -188,12 +192,10 @@ private:
         cube_->kL1_.FreeTensor(kt);
     }
 
-    // The launch's stack `stack` once the AIVs sent its P: the column of ones before the launch's first sum, and the
-    // stack's close verdicts (bit b: block b of the stack closes a segment).
-    __aicore__ inline uint32_t BeginSums(uint32_t stack) {
+    // A stack's P from the AIVs, and the column of ones before the launch's first sum.
+    __aicore__ inline void BeginSums() {
         CrossCoreWaitFlag(FLAG_P_READY);
         if (!onesLoaded_) LoadOnes();
-        return Verdicts(stack);
     }
 
     // Block j's [O | l] += P_j [V_j | 1], after the open segment's [O | l] went out at a close.
@@ -252,8 +254,9 @@ private:
         cube_->sums_.FreeTensor(segmentSums_);
     }
 
-    // The stack's close verdicts, the two AIVs' words ORed. The words were written by the AIVs' DMA after this
-    // core's scalar unit may have cached their line (a ring ago), so the line is dropped first.
+    // The close verdicts of the launch's stack `stack` (bit b: block b of the stack closes a segment), the two AIVs'
+    // words ORed. The words were written by the AIVs' DMA after this core's scalar unit may have cached their line
+    // (a ring ago), so the line is dropped first.
     __aicore__ inline uint32_t Verdicts(uint32_t stack) {
         GlobalTensor<uint32_t> line = slots_.verdict[VerdictWordIndex(*t_, stack, 0)];
         DataCacheCleanAndInvalid<uint32_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(line);

@@ -53,7 +53,7 @@ public:
         Learn(k, q, mp);
         for (uint32_t j = 0; j < k.nBlocks; ++j) {
             Block(k, q, mp, j);
-            stage.Pv(k, mp, KvStack{j, j + 1});
+            stage.Pv(k, mp, KvStack{j, j + 1, j});
         }
         cube_->qL1_.FreeTensor(q);
     }

@@ -102,7 +102,8 @@ public:
             if (TileBlock(k, j, r)) moved = true;
         }
         v.LeaveTile();
-        if (moved) verdict_ |= 1u << (j % t_->kvStack);
+        if (moved) verdict_ |= 1u << stackBlocks_;
+        ++stackBlocks_;
     }
 
     // The stack's moves to the AIC (before the stage's P_READY), one word of this AIV's in the verdict ring.
@@ -115,12 +116,13 @@ public:
         v_->lseQue.FreeTensor(w);
         ++stacksSent_;
         verdict_ = 0;
+        stackBlocks_ = 0;
     }
 
     // After the stack's PV_READY: the segments closed before its blocks, and after the task's last block the final
     // one, merged into the rows' O and l; then m = scale G_acc for the stage's lse.
     __aicore__ inline void MergeStack(const Task& k, const KvStack& st) {
-        const uint32_t closes = Closes(taskStack0_ + st.first / t_->kvStack);
+        const uint32_t closes = Closes(taskStack0_ + st.index);
         for (uint32_t j = st.first; j < st.end; ++j) {
             if (((closes >> (j - st.first)) & 1u) == 0) continue;
             if (v_->sub == 0) ++tileCloses_;
@@ -392,9 +394,10 @@ private:
     uint32_t lanes_ = LANES;            // lanes of this AIV's rows in its row vectors (64 or 128)
     int32_t tileLanes_ = LANES;         // lanes of a row tile (AivRows::tileRows)
     uint32_t version_[MAX_TILES] = {};  // per row tile, the current frame version of the task
-    uint32_t versionAt_[MAX_TILES][16] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
+    uint32_t versionAt_[MAX_TILES][MAX_SLOT_RING] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
                                               // force before block j
     uint32_t verdict_ = 0;              // the open stack's moves (bit b: its block b)
+    uint32_t stackBlocks_ = 0;          // blocks of the open stack so far
     uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first
     uint32_t movedRows_ = 0, tileCloses_ = 0;   // the status words 1 and 2
     bool merged_ = false;                       // a segment of the task merged already

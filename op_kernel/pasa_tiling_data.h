@@ -71,7 +71,8 @@ struct PasaTilingData {
     uint32_t numKvBlocks;      // ceil(S2 / blockKv)
     uint32_t baseK;            // head-dim chunk of one L0A/L0B buffer (<= 128)
     // ---- the AIC <-> AIV handshake (op_kernel/pasa_cube_stage.h) ----
-    uint32_t kvStack;          // KV blocks per handshake (a stack): the AIC signals S' once per stack, the AIVs P
+    uint32_t kvStack;          // KV blocks per handshake (a stack; PasaStack ramps a task's first and last ones):
+                               // the AIC signals S' once per stack, the AIVs P
     uint32_t preLaunch;        // stacks of S' the AIC computes ahead of the P V it waits for; its slots rotate
                                // over preLaunch + 1 stacks (pasa_rs: kvStack 1, preLaunch 1, its own conversation)
     uint32_t kShiftCols;       // columns of a K' row in the workspace: D, or D + 16 for pasa_rs (the column of 64)
@@ -195,6 +196,42 @@ PASA_HOST_AICORE inline uint32_t PasaCoreTaskId(const PasaTilingData& t, uint32_
 // before either reaches stack i (op_kernel/pasa_cube_stage.h says why); the AIVs keep the blocks' merge weights
 // in a ring of the same length.
 PASA_HOST_AICORE inline uint32_t PasaSlotRing(const PasaTilingData& t) { return (t.preLaunch + 1) * t.kvStack; }
+
+// The stacks of a task of nBlocks KV blocks (shared by the kernel's stages and the host tiling). A task of at most
+// kvStack blocks is one stack. A longer one ramps: stacks of 1, 2, 4, ... blocks below kvStack (2^r - 1 blocks in
+// the r ramp stacks), then kvStack each (the last of these shorter), then ..., 4, 2, 1, so that the AIVs' first
+// softmax waits for S of one block and the AIC's last P V for P of one block, not of kvStack, while the stacks
+// between keep one handshake per kvStack blocks; a task too short for both ramps (fewer than 2 (2^r - 1) blocks)
+// goes block by block. No stack has more than kvStack blocks, so the slot rings of PasaSlotRing hold as for even
+// stacks (stack i's blocks reuse the slots of blocks in stacks before i - preLaunch).
+struct PasaKvStack {
+    uint32_t first, end, index;  // blocks [first, end) of the task, the stack's index in it
+};
+PASA_HOST_AICORE inline uint32_t PasaRampStacks(const PasaTilingData& t) {
+    uint32_t r = 0;
+    while ((1u << r) < t.kvStack) ++r;
+    return r;
+}
+PASA_HOST_AICORE inline uint32_t PasaStacks(const PasaTilingData& t, uint32_t nBlocks) {
+    if (nBlocks <= t.kvStack) return nBlocks > 0 ? 1 : 0;
+    const uint32_t r = PasaRampStacks(t), ramp = (1u << r) - 1;
+    if (nBlocks < 2 * ramp) return nBlocks;
+    return 2 * r + (nBlocks - 2 * ramp + t.kvStack - 1) / t.kvStack;
+}
+PASA_HOST_AICORE inline PasaKvStack PasaStack(const PasaTilingData& t, uint32_t nBlocks, uint32_t i) {
+    const uint32_t n = nBlocks;
+    if (n <= t.kvStack) return PasaKvStack{0, n, 0};
+    const uint32_t r = PasaRampStacks(t), ramp = (1u << r) - 1;
+    if (n < 2 * ramp) return PasaKvStack{i, i + 1, i};
+    if (i < r) return PasaKvStack{(1u << i) - 1, (1u << (i + 1)) - 1, i};
+    const uint32_t middle = (n - 2 * ramp + t.kvStack - 1) / t.kvStack;
+    if (i < r + middle) {
+        const uint32_t first = ramp + (i - r) * t.kvStack;
+        return PasaKvStack{first, first + t.kvStack < n - ramp ? first + t.kvStack : n - ramp, i};
+    }
+    const uint32_t down = r - (i - r - middle);  // this stack holds 2^(down - 1) blocks, 2^down - 1 remain
+    return PasaKvStack{n - ((1u << down) - 1), n - ((1u << (down - 1)) - 1), i};
+}
 
 // Rows (flattened (b*N + n)*S1 + s) that AIV `aiv` combines when kvSplits > 1: [*first, *last).
 PASA_HOST_AICORE inline void PasaCombineRange(const PasaTilingData& t, uint32_t aiv, uint64_t* first, uint64_t* last) {

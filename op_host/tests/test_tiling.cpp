@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "pasa_tiling.h"
+#include "../../op_kernel/pasa_buffer_plan.h"
 
 namespace {
 
@@ -132,10 +133,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
     // fp32_frame takes the most query rows of 256, 128, 96, 64, ... whose accumulator [O | l] (FP32, D + 16 columns)
     // fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk); more than 64
-    // only where L0C also holds two S chunks of 32 rows or the whole S tile (with its rows of Q in an L0A half)
-    // beside it, and more than 128 only where that makes fewer query blocks than 128 would: on the A2's memories 256
-    // up to D = 80, 128 from D = 96 to 160, 96 from 176 to 240 (where the AIVs' UB takes fewer than 64 rows each),
-    // 64 at 256. The others take at most 128, and never 96.
+    // only where L0C also holds two S chunks of 32 rows, or the whole S tile (with its rows of Q in an L0A half), or
+    // the tile in two halves through one buffer, beside it, and more than 128 only where that makes fewer query
+    // blocks than 128 would: on the A2's memories 256 up to D = 80, 128 from D = 96 to 160, 96 from 176 to 256 (where
+    // the AIVs' UB takes fewer than 64 rows each; at 256 S in two halves through one buffer). The others take at most
+    // 128, and never 96.
     CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256));
     CHECK(t.blockQ != 96 || framed);
     if (framed) {
@@ -143,8 +145,10 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         uint32_t rows = 0;
         for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
             const uint64_t acc = (uint64_t)bq * (d.D + 16) * 4, tile = (uint64_t)bq * t.blockKv * 4;
+            const uint64_t half = (bq / 2 + 15) / 16 * 16;
             const bool largeChunks = acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize ||
-                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024);
+                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024) ||
+                                     (acc + half * t.blockKv * 4 <= pl.l0cSize && half * d.D * 2 <= 32 * 1024);
             if (rows == 0 && acc + 16ull * t.blockKv * 4 <= pl.l0cSize && (bq <= 64 || largeChunks) &&
                 (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
                 rows = bq;
@@ -157,7 +161,7 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
             if (d.D >= 96 && d.D <= 144 && headRows > 64) CHECK(t.blockQ == 128);
             if (d.D <= 144 && headRows <= 128) CHECK(t.blockQ == 128);
             if (d.D >= 176 && d.D <= 240 && headRows > 64) CHECK(t.blockQ == 96);
-            if (d.D == 256) CHECK(t.blockQ == 64);
+            if (d.D == 256 && headRows > 64) CHECK(t.blockQ == 96);
         }
     }
     // decode with GQA: a task's rows are its KV head's group of query heads
@@ -170,20 +174,21 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     // pasa_rs: psi is subtracted in the same Mmad call as Q^ K'^T wherever the augmented column fits
     if (rowShifted && t.kShiftCols <= 128 && t.blockQ <= 128) CHECK(t.baseK == t.kShiftCols);
 
-    // ---- the AIC <-> AIV handshake: stacks of at most 4 KV blocks, no longer than a task's blocks, S' at most 2
-    // stacks ahead; pasa_rs single blocks one ahead (its AIC hears every block's verdict before P V) ----------
+    // ---- the AIC <-> AIV handshake: stacks of at most 2 KV blocks (ramped at a task's ends), no longer than a
+    // task's blocks, S' at most 3 stacks ahead, the slot rings within MAX_SLOT_RING; pasa_rs single blocks one
+    // ahead (its AIC hears every block's verdict before P V) ----------------------------------------------------
     if (rowShifted) {
         CHECK(t.kvStack == 1 && t.preLaunch == 1);
     } else {
-        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(4, t.kvBlocksPerSplit));
-        // UB holds the longest stack beside every query block of head dims up to 128, but fp32_frame's 256 rows at
-        // D = 96, which fill it with stacks of 2 (the handshake shortens before the query block does)
-        if (d.D <= 128 && !(framed && d.D == 96))
-            CHECK(t.kvStack == std::min<uint32_t>(4, t.kvBlocksPerSplit));
-        if (framed && d.D == 96 && t.blockQ == 256) CHECK(t.kvStack == std::min<uint32_t>(2, t.kvBlocksPerSplit));
-        CHECK(t.preLaunch >= 1 && t.preLaunch <= 2);
-        // a second stack ahead only where a task can have three stacks or more
-        if (CeilDiv(t.kvBlocksPerSplit, t.kvStack) < 3) CHECK(t.preLaunch == 1);
+        CHECK(t.kvStack >= 1 && t.kvStack <= std::min<uint32_t>(2, t.kvBlocksPerSplit));
+        // UB holds the first handshake of the list (2 blocks, 3 ahead) beside every query block of head dims up to
+        // 128 (the handshake shortens before the query block does)
+        if (d.D <= 128) CHECK(t.kvStack == std::min<uint32_t>(2, t.kvBlocksPerSplit));
+        CHECK(t.preLaunch >= 1 && t.preLaunch <= 3);
+        // no more stacks ahead than a task can have after its first
+        const uint32_t stacks = PasaStacks(t, t.kvBlocksPerSplit);
+        CHECK(t.preLaunch == std::max<uint32_t>(1, std::min<uint32_t>(d.D <= 128 ? 3 : t.preLaunch, stacks - 1)));
+        CHECK(PasaSlotRing(t) <= pasa_kernel::MAX_SLOT_RING);
     }
     CHECK(PasaSlotRing(t) == (t.preLaunch + 1) * t.kvStack);
 
@@ -380,8 +385,32 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
 
 // ---- sections -------------------------------------------------------------------------------------
 
+// The stacks of a task (PasaStack): they cover its blocks in order, each of at most kvStack blocks, and a task
+// longer than kvStack starts and ends with a stack of one block.
+void CheckStacks() {
+    PasaTilingData t{};
+    for (uint32_t stack = 1; stack <= 8; ++stack)
+        for (uint32_t n = 0; n <= 64; ++n) {
+            t.kvStack = stack;
+            g_case = "stacks of " + std::to_string(stack) + " over " + std::to_string(n) + " blocks";
+            const uint32_t stacks = PasaStacks(t, n);
+            uint32_t next = 0;
+            for (uint32_t i = 0; i < stacks; ++i) {
+                const PasaKvStack st = PasaStack(t, n, i);
+                CHECK(st.index == i && st.first == next && st.end > st.first && st.end - st.first <= stack);
+                next = st.end;
+            }
+            CHECK(next == n);
+            if (n > stack) {
+                CHECK(PasaStack(t, n, 0).end == 1);
+                CHECK(PasaStack(t, n, stacks - 1).first == n - 1);
+            }
+        }
+}
+
 // D x S1 x S2 x GQA ratio x allocation, prefill and decode, lengths up to 128k.
 void SectionGrid() {
+    CheckStacks();
     const int64_t Ds[] = {64, 80, 96, 128, 192, 256};
     const int64_t S1s[] = {1, 17, 128, 129, 1000, 8192, 131072};
     const int64_t S2s[] = {1, 127, 128, 129, 4096, 131072};

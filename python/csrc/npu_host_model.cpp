@@ -373,6 +373,8 @@ py::tuple Run(const Call& c, const ascendc_model::CostTable* cost = nullptr, py:
         const char* word2 = framed ? "moved_tile_blocks" : "recomputed_row_blocks";
         for (size_t i = 0; i < coreCounters.size(); ++i) {
             py::dict d = CountersDict(coreCounters[i]);
+            d["kv_stack"] = t.kvStack;  // the handshake the launch ran (a pinned one where it fitted)
+            d["pre_launch"] = t.preLaunch;
             if (i >= r.blockDim) {  // an AIV
                 uint32_t words[3];
                 std::memcpy(words, ws.data() + pasa::StatusWordOffset(t, uint32_t(i - r.blockDim)), sizeof(words));
@@ -412,7 +414,8 @@ void DefCount(py::module_& m) {
         [](py::array q, py::array k, py::array v, std::optional<py::array> mask, std::optional<py::array> sq,
            std::optional<py::array> skv, std::optional<py::array> blockTable, std::optional<py::array> sink,
            const std::string& layout, int64_t n, int64_t nkv, double scale, double beta, int64_t sparse, int64_t pre,
-           int64_t next, const std::string& precision, int64_t blockSize, const py::dict& cost, uint32_t aiCores) {
+           int64_t next, const std::string& precision, int64_t blockSize, const py::dict& cost, uint32_t aiCores,
+           std::pair<uint32_t, uint32_t> handshake) {
             const ascendc_model::CostTable table = CostTableFrom(cost);
             py::list counters;
             Call call = MakeCall(q, k, v, mask, sq, skv, blockTable, sink, layout, n, nkv, scale, beta, sparse, pre,
@@ -421,11 +424,13 @@ void DefCount(py::module_& m) {
                 call.in.platform.aicNum = aiCores;
                 call.in.platform.aivNum = 2 * aiCores;
             }
+            call.in.handshakePin = pasa::HandshakePin{handshake.first, handshake.second};
             py::tuple res = Run(call, &table, &counters);
             return py::make_tuple(res[0], res[1], res[2], counters);
         },
         "run() that also counts what every core issues per pipe and runs the modelled clocks (cost model). "
-        "ai_cores > 0 tiles for that many AI cores instead of the A2's 24. "
+        "ai_cores > 0 tiles for that many AI cores instead of the A2's 24; handshake (kvStack, preLaunch) with "
+        "kvStack > 0 pins the stacked handshake where it fits (the cost model's handshake search). "
         "Returns (attention_out, softmax_lse, overflow, counters: one dict per core, AICs first; the AIVs' also "
         "hold pasa_rs's reshifted_row_blocks and recomputed_row_blocks).",
         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("atten_mask") = py::none(),
@@ -433,7 +438,8 @@ void DefCount(py::module_& m) {
         py::arg("block_table") = py::none(), py::arg("learnable_sink") = py::none(), py::kw_only(),
         py::arg("input_layout"), py::arg("num_heads"), py::arg("num_key_value_heads"), py::arg("scale"),
         py::arg("beta"), py::arg("sparse_mode"), py::arg("pre_tokens"), py::arg("next_tokens"), py::arg("precision"),
-        py::arg("block_size") = 0, py::arg("cost"), py::arg("ai_cores") = 0);
+        py::arg("block_size") = 0, py::arg("cost"), py::arg("ai_cores") = 0,
+        py::arg("handshake") = std::pair<uint32_t, uint32_t>{0, 0});
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ def _paged_inputs(batch, num_kv_heads, seq_kv, head_dim, layout, page_size, seed
 
 
 def _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, *, layout, precision, sparse_mode, costs,
-           ai_cores=0, page_size=0):
+           ai_cores=0, page_size=0, handshake=(0, 0)):
     q, k, v = _inputs(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, layout)
     paged = {}
     if page_size:
@@ -205,15 +205,19 @@ def _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, *, layout, p
         mask = np.triu(np.ones((2048, 2048), dtype=np.bool_), k=1)
     kw = dict(atten_mask=mask, num_heads=num_heads, num_key_value_heads=num_kv_heads, input_layout=layout,
               scale=1.0 / math.sqrt(head_dim), sparse_mode=sparse_mode, precision=precision, **paged)
-    _, _, counters = npu_host_model.count(q, k, v, cost=_core_costs(costs), ai_cores=ai_cores, **kw)
-    return counters, npu_host_model.tiling(q, k, v, **kw)
+    _, _, counters = npu_host_model.count(q, k, v, cost=_core_costs(costs), ai_cores=ai_cores, handshake=handshake,
+                                          **kw)
+    tiling = npu_host_model.tiling(q, k, v, **kw)
+    # the handshake the launch ran (the pinned one where it fitted)
+    return counters, {**tiling, "kvStack": counters[0]["kv_stack"], "preLaunch": counters[0]["pre_launch"]}
 
 
 def _schedule(tiling) -> str:
     """The AIC <-> AIV handshake the run used (op_kernel/pasa_cube_stage.h)."""
     def count(n, noun):
         return f"{n} {noun}{'s' if n > 1 else ''}"
-    return f"handshake: stacks of {count(tiling['kvStack'], 'KV block')}, S' {count(tiling['preLaunch'], 'stack')} ahead"
+    return (f"handshake: stacks of {count(tiling['kvStack'], 'KV block')} (ramped at a task's ends), "
+            f"S' {count(tiling['preLaunch'], 'stack')} ahead")
 
 
 def _core_costs(costs: dict) -> dict:
@@ -266,12 +270,13 @@ def _launch(core_clocks, tasks_per_core, gm_bytes, hbm_seconds, costs) -> np.nda
 
 def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int, head_dim: int, *,
           layout: str = "BNSD", precision: str = "fp32_frame", sparse_mode: int = 0, costs: dict | None = None,
-          full_run_limit: int = FULL_RUN_LIMIT, page_size: int = 0) -> Result:
+          full_run_limit: int = FULL_RUN_LIMIT, page_size: int = 0, handshake: tuple[int, int] = (0, 0)) -> Result:
     """Modelled time of ``fused_attention`` on the A2 for these FIA arguments (see the module docstring), at the
-    tiling the kernel's own search picks (op_host/pasa_tiling.cpp: the largest legal query block, the longest
-    handshake stack beside it). ``costs``: :data:`A2_COSTS` with any entries replaced (missing keys keep theirs).
-    ``page_size`` > 0: key and value in PageAttention caches of that page length, each sequence's pages
-    shuffled (full runs only)."""
+    tiling the kernel's own search picks (op_host/pasa_tiling.cpp: the largest legal query block, the first
+    handshake of its list that fits beside it). ``costs``: :data:`A2_COSTS` with any entries replaced (missing keys
+    keep theirs). ``page_size`` > 0: key and value in PageAttention caches of that page length, each sequence's
+    pages shuffled (full runs only). ``handshake`` = (kvStack, preLaunch), kvStack > 0: that stacked handshake in
+    place of the tiling's choice where it fits (:func:`handshake_search`)."""
     costs = {**A2_COSTS, **(costs or {})}
     if sparse_mode not in (0, 2, 3):
         raise ValueError("the cost model takes sparse_mode 0 (no mask), 2 or 3 (causal)")
@@ -279,7 +284,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     nq, nkb = -(-seq_q // bq), -(-seq_kv // 128)
     flops = attention_flops(batch, num_heads, seq_q, seq_kv, head_dim, sparse_mode)
     hbm = _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifted)
-    kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs)
+    kw = dict(layout=layout, precision=precision, sparse_mode=sparse_mode, costs=costs, handshake=handshake)
     if batch * num_heads * nq * nkb <= full_run_limit:
         counters, tiling = _count(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, **kw,
                                   page_size=page_size)
@@ -613,6 +618,39 @@ def targets(costs: dict) -> dict:
     return out
 
 
+#: The stacked handshakes the search compares: kvStack KV blocks a stack (logical KV tiles of 128, 256 and 512 keys,
+#: ramped at a task's ends) and S preLaunch stacks ahead. 1024-key tiles do not fit: with S 2 stacks ahead their
+#: slot rings would hold 24 blocks, beyond MAX_SLOT_RING (16, op_kernel/pasa_buffer_plan.h).
+HANDSHAKES = tuple((stack, ahead) for stack in (1, 2, 4) for ahead in (2, 3))
+#: The calls the handshake search compares on: the target shapes and one head at S = 8k, D = 128.
+SEARCH_SHAPES = TARGET_SHAPES + (("one head, S = 8k", 1, 1, 1, 8192, 8192, 128),)
+
+
+def handshake_search(costs: dict, precision: str = "fp32_frame") -> dict:
+    """Per call of :data:`SEARCH_SHAPES`, the calibrated seconds at each handshake of :data:`HANDSHAKES` (pinned, where
+    it fits) and at the tiling's own choice (key ``"tiling"``): the check that the kernel's list
+    (op_host/pasa_tiling.cpp kStackedRings) puts the fastest first."""
+    out = {}
+    for name, b, n, nkv, s1, s2, d in SEARCH_SHAPES:
+        row = {"tiling": model(b, n, nkv, s1, s2, d, precision=precision, costs=costs).seconds}
+        for hs in HANDSHAKES:
+            row[hs] = model(b, n, nkv, s1, s2, d, precision=precision, costs=costs, handshake=hs).seconds
+        out[name] = row
+    return out
+
+
+def _search_markdown(costs: dict) -> str:
+    lines = []
+    for precision in ("fp32_frame", KERNEL_FLASH):
+        rows = handshake_search(costs, precision)
+        lines += ["", f"| `{precision}`: time / the tiling's choice | " +
+                  " | ".join(f"{k * 128} keys, {a} ahead" for k, a in HANDSHAKES) + " |",
+                  "|---|" + "---|" * len(HANDSHAKES)]
+        for name, row in rows.items():
+            lines.append(f"| {name} | " + " | ".join(f"{row[hs] / row['tiling']:.3f}" for hs in HANDSHAKES) + " |")
+    return "\n".join(lines[1:])
+
+
 def _calibration_markdown(costs: dict, res: dict) -> str:
     lines = ["| estimate | fitted value | candidates |", "|---|---|---|"]
     lines += [f"| `{k}` | {costs[k]:g} | {', '.join(f'{v:g}' for v in vals)} |" for k, vals in FITTED.items()]
@@ -709,7 +747,8 @@ def main(argv=None) -> int:
     if args.calibrate:
         fitted, res = calibrate()
         changed = {k: fitted[k] for k in FITTED if fitted[k] != A2_COSTS[k]}
-        body = _calibration_markdown(fitted, res) + "\n\n" + _targets_markdown(fitted)
+        body = (_calibration_markdown(fitted, res) + "\n\n" + _targets_markdown(fitted) + "\n\n" +
+                _search_markdown(fitted))
         print(body)
         if changed:
             print(f"\nthe fit differs from A2_COSTS: {changed}")

@@ -68,19 +68,22 @@ def run_with_status(query, key, value, **fia_kwargs):
     return (out.numpy(), lse.numpy(), overflow) if numpy_kind else (out, lse, overflow)
 
 
-def count(query, key, value, *, cost: dict, ai_cores: int = 0, **fia_kwargs):
+def count(query, key, value, *, cost: dict, ai_cores: int = 0, handshake: tuple[int, int] = (0, 0), **fia_kwargs):
     """:func:`run` (the same arguments) on the cost model's counting host model: returns
     ``(attention_out, softmax_lse, counters)``, counters one dict per core (AICs first, then AIVs) with
-    what the core issued per pipe and its modelled clocks. ``cost`` holds the per-unit costs in cycles
-    (keys as in ``pasa_npu.cost_model.A2_COSTS``); ``ai_cores`` > 0 tiles for that many AI cores instead of
-    the A2's 24. A model, not a measurement: see docs/cost_model.md."""
+    what the core issued per pipe, its modelled clocks and the handshake it ran (``kv_stack``, ``pre_launch``).
+    ``cost`` holds the per-unit costs in cycles (keys as in ``pasa_npu.cost_model.A2_COSTS``); ``ai_cores`` > 0
+    tiles for that many AI cores instead of the A2's 24; ``handshake`` = (kvStack, preLaunch) with kvStack > 0
+    pins the stacked handshake in place of the tiling's choice where it fits (the cost model's handshake search).
+    A model, not a measurement: see docs/cost_model.md."""
     numpy_kind, tensors = _as_tensors(query, key, value, fia_kwargs)
     problem = _problem(tensors, fia_kwargs)
     if _npu.launches_nothing(problem):
         raise ValueError("count: empty query or key/value launch no kernel")
     call = _npu.kernel_call(problem)
     arrays, attrs = _npu.host_model_arguments(call)
-    out, lse, _, counters = _npu.host_model().count(*arrays, **attrs, cost=dict(cost), ai_cores=ai_cores)
+    out, lse, _, counters = _npu.host_model().count(*arrays, **attrs, cost=dict(cost), ai_cores=ai_cores,
+                                                 handshake=tuple(handshake))
     out = _npu.to_bnsd(torch.from_numpy(out), attrs["input_layout"], problem)
     out, lse = finish(problem, out, torch.from_numpy(lse).reshape(_npu.lse_shape(problem)))
     return (out.numpy(), lse.numpy(), counters) if numpy_kind else (out, lse, counters)

@@ -179,10 +179,10 @@ def test_decode_reads_k_and_v_once_per_kv_head():
 
 
 #: The stacked handshake's case: "fp16_fp32" (blockQ 64 at D = 64, no pre-pass flags), B = 2, S1 = 64, S2 = 1742,
-#: actual_seq_lengths_kv [1742, 200]: one task per batch, each on its own AI core. The tiling stacks 4 KV blocks
-#: per handshake and computes S' 2 stacks ahead (kvStack = min(4, 14 blocks), preLaunch = min(2, 4 stacks - 1)),
-#: so the slots rotate over 3 stacks. Task 0 has 14 blocks: stacks of 4, 4, 4, 2 (the fourth in the first's
-#: slots); task 1 has 2 blocks: one stack, fewer than the 2 the AIC computes ahead.
+#: actual_seq_lengths_kv [1742, 200]: one task per batch, each on its own AI core. The tiling stacks 2 KV blocks
+#: per handshake and computes S' 3 stacks ahead (kvStack = min(2, 14 blocks), preLaunch = min(3, 8 stacks - 1)),
+#: so the slots rotate over 4 stacks of 2. Task 0 has 14 blocks: stacks of 1, 2, 2, 2, 2, 2, 2, 1 (ramped at its
+#: ends); task 1 has 2 blocks: one stack, fewer than the 3 the AIC computes ahead.
 STACK_CASE_KEYS = [1742, 200]
 
 
@@ -198,13 +198,13 @@ def _stack_case_counts(cost):
 
 def test_one_handshake_per_stack_of_kv_blocks():
     """Per stack, the AIC sets S_READY once, waits for P once and sets PV_READY once; each AIV waits for S' and
-    for PV once and sets P once: ceil(blocks / 4) of each per task, 4 for 14 blocks, 1 for 2 (one per block
-    would be 14 and 2)."""
+    for PV once and sets P once: 8 of each for 14 blocks (1 + 6 x 2 + 1), 1 for 2 (one per block would be 14 and
+    2)."""
     tiling, counters = _stack_case_counts({})
-    assert (tiling["kvStack"], tiling["preLaunch"], tiling["blockQ"]) == (4, 2, 64)
+    assert (tiling["kvStack"], tiling["preLaunch"], tiling["blockQ"]) == (2, 3, 64)
     assert len(counters) == 2 * 3
     aics, aivs = counters[:2], counters[2:]
-    for core, stacks in enumerate((4, 1)):
+    for core, stacks in enumerate((8, 1)):
         assert aics[core]["cross_core_waits"] == stacks
         assert aics[core]["cross_core_sets"] == 2 * stacks
         for aiv in aivs[2 * core:2 * core + 2]:
@@ -213,12 +213,12 @@ def test_one_handshake_per_stack_of_kv_blocks():
 
 
 def test_flag_latency_counts_the_hops_of_the_stacked_handshake():
-    """Only the flag latency costs (100 cycles a hop). Task 0 (4 stacks, S' 2 stacks ahead): the AIC sets S'
-    of stacks 0-2 at 0; the AIVs get them at 100 and send P of each at 100; the AIC gets P_0 at 200, sets PV_0
-    and S'_3 at 200, and P_1, P_2 (sent at 100) let it set PV_1, PV_2 at 200; the AIVs get PV_0 and S'_3 at
-    300 and send P_3 at 300; the AIC sets PV_3 at 400 and the AIVs finish at 500: 5 hops, where one handshake
-    per block (14 blocks, S' one block ahead) took 15. Task 1 (one stack): S' at 0, P at 100, PV at 200, done
-    at 300."""
+    """Only the flag latency costs (100 cycles a hop). Task 0 (8 stacks, S' 3 stacks ahead): the AIC sets S'
+    of stacks 0-3 at 0; the AIVs get them at 100 and send P of each at 100; the AIC gets P_0 at 200, sets PV_0
+    and S'_4 at 200, and P_1 - P_3 (sent at 100) let it set PV_1 - PV_3 and S'_5 - S'_7 at 200; the AIVs get them
+    at 300 and send P_4 - P_7 at 300; the AIC sets PV_4 - PV_7 at 400 and the AIVs finish at 500: 5 hops, where
+    one handshake per block (14 blocks, S' one block ahead) took 15. Task 1 (one stack): S' at 0, P at 100, PV at
+    200, done at 300."""
     _, counters = _stack_case_counts({"flag_latency_cycles": 100.0})
     aics, aivs = counters[:2], counters[2:]
     assert [c["clock_overlap"] for c in aics] == [400, 200]
@@ -229,7 +229,8 @@ def test_flag_latency_counts_the_hops_of_the_stacked_handshake():
 def test_model_small_case_runs_in_full_and_reports_a_rate():
     r = cost_model.model(1, 2, 1, 256, 256, 64, precision="pasa")
     # 2 KV blocks: one stack of both, no second stack to compute ahead
-    assert r.method == "full run on the host model; handshake: stacks of 2 KV blocks, S' 1 stack ahead"
+    assert r.method == ("full run on the host model; handshake: stacks of 2 KV blocks (ramped at a task's ends), "
+                        "S' 1 stack ahead")
     assert 0 < r.seconds_overlap <= r.seconds_serial
     assert 0 < r.tflops_serial <= r.tflops_overlap < cost_model.PEAK_TFLOPS
 
@@ -295,21 +296,22 @@ def test_framed_aic_sums_beside_the_scores_in_large_s_chunks():
     (192 x 144 FP32) leaves L0C room for S only in chunks of 16 rows. Hand count per task of 16 KV blocks: S in
     three ping-pong chunks of at most 48 rows (3 Mmads, 3 Fixpipes a block), P [V | 1] as one Mmad for the ones strip
     and one for V (2 a block), and the final [O | l] out once (one Fixpipe: 128 rows are one half). And S of stack i
-    shares a segment with the sums of stack i - preLaunch: with 4 stacks of 4 blocks and S 2 stacks ahead, the AIC's
-    segments with cube work are per task 2 of S alone, 2 for the first stack with both (S before the P wait), 1 for
-    the other stack with both and 2 of sums alone: 7, where S and the sums in separate segments would make 8."""
+    shares a segment with the sums of stack i - preLaunch: with 9 stacks (1, 7 x 2, 1 blocks) and S 3 stacks ahead,
+    the AIC's segments with cube work are per task 3 of S alone, 2 for the first stack with both (S before the P
+    wait), 1 for each of the 5 other stacks with both and 3 of sums alone: 13, where S and the sums in separate
+    segments would make 18."""
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 384, 128)).astype(np.float16)
     k, v = (rng.standard_normal((1, 1, 2048, 128)).astype(np.float16) for _ in range(2))
     kw = dict(num_heads=1, input_layout="BNSD", scale=1 / math.sqrt(128), precision="fp32_frame")
     tiling = npu_host_model.tiling(q, k, v, **kw)
-    assert (tiling["blockQ"], tiling["kvStack"], tiling["preLaunch"]) == (128, 4, 2)
+    assert (tiling["blockQ"], tiling["kvStack"], tiling["preLaunch"]) == (128, 2, 3)
     _, _, counters = npu_host_model.count(q, k, v, cost={**cost_model._core_costs(cost_model.A2_COSTS),
                                                          "record_segments": 1}, ai_cores=1, **kw)
     aic, tasks, blocks = counters[0], 3, 16
     assert aic["mmad_calls"] == tasks * blocks * (3 + 2)
     assert aic["fix_calls"] == tasks * (blocks * 3 + 1)
-    assert sum(1 for seg in aic["segments"] if seg.get("M", 0) > 0) == tasks * 7
+    assert sum(1 for seg in aic["segments"] if seg.get("M", 0) > 0) == tasks * 13
 
 
 def test_fixpipe_has_its_own_rate():

@@ -282,6 +282,9 @@ CASES = {
     "frame_gqa_d128_bsnd": dict(b=1, n=8, nkv=2, s1=130, s2=260, d=128, layout="BSND", precision="fp32_frame"),
     "frame_d80_mqa": dict(b=2, n=4, nkv=1, s1=72, s2=200, d=80, layout="BNSD", precision="fp32_frame"),
     "frame_d256": dict(b=1, n=2, nkv=2, s1=70, s2=300, d=256, layout="BSH", precision="fp32_frame"),
+    # D = 256 in 96-row blocks: S in two halves of 48 rows through one L0C buffer, Q from L1 per half; frames move
+    "frame_d256_halves_moves": dict(b=1, n=1, nkv=1, s1=180, s2=400, d=256, layout="BNSD", precision="fp32_frame",
+                                    sigma=3.0),
     "frame_moves_d128": dict(b=1, n=2, nkv=1, s1=256, s2=1100, d=128, layout="BNSD", precision="fp32_frame",
                              sigma=3.0),
     "frame_moves_bias30": dict(b=1, n=2, nkv=2, s1=128, s2=640, d=64, layout="BSH", precision="fp32_frame",
@@ -327,8 +330,8 @@ CASES = {
     "rs_skip_varlen_causal": dict(b=3, n=2, nkv=1, s1=400, s2=520, d=64, layout="BSH", precision="pasa_rs",
                                   sparse_mode=3, lq=[400, 150, 0], lk=[520, 300, 0]),
     "flash_tasks_per_core_2": dict(b=2, n=4, nkv=2, s1=512, s2=384, d=64, layout="BSH", precision="fp16_fp32"),
-    # the stacked handshake (kvStack 4, S' 2 stacks ahead, slots over 3 stacks): 14 KV blocks in stacks of 4, 4,
-    # 4, 2, the fourth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
+    # the stacked handshake (kvStack 2, S' 3 stacks ahead, slots over 4 stacks): 14 KV blocks in stacks of 1, 2 x 6,
+    # 1, the fifth in the first's slots; with varlen, tasks of one stack, fewer than the stacks computed ahead
     "kv_stack_rotation_pasa": dict(b=1, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BNSD", precision="pasa"),
     "kv_stack_rotation_fp32": dict(b=1, n=2, nkv=2, s1=100, s2=1742, d=64, layout="BSH", precision="pasa_fp32"),
     "kv_stack_varlen_pasa": dict(b=3, n=2, nkv=1, s1=128, s2=1742, d=64, layout="BSND", precision="pasa",
