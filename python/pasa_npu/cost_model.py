@@ -63,18 +63,18 @@ A2_COSTS: dict[str, float] = {
     "mmad_head_cycles": 0.0,
     "l0a_bytes_per_cycle": 256.0,
     "l0b_bytes_per_cycle": 128.0,
-    "gm_bytes_per_cycle": 112.0,
+    "gm_bytes_per_cycle": 128.0,
     "fix_bytes_per_cycle": 56.0,
     "dma_head_cycles": 10.0,
     "vec_repeat_scale": 1.0,
-    "vec_head_cycles": 5.0,
+    "vec_head_cycles": 0.0,
     "ub_copy_bytes_per_cycle": 256.0,
     "scalar_cycles_per_access": 10.0,
-    "flag_latency_cycles": 1500.0,
+    "flag_latency_cycles": 1000.0,
     "barrier_cycles": 20.0,
     "dependent_fraction": 0.15,
     "launch_cycles": 15000.0,
-    "dispatch_cycles": 3000.0,
+    "dispatch_cycles": 5000.0,
     "l2_bytes_per_cycle": 8000.0,
 }
 
@@ -530,10 +530,13 @@ def calibration_residuals(costs: dict) -> dict:
 
 
 def _misfit(res: dict) -> float:
-    """Squared excess of each residual over its tolerance, plus a small pull of every residual towards 0."""
+    """Squared excess of each residual over its tolerance, plus a small pull of the measured points' residuals
+    towards 0. The stage cycles are those of PTO's kernel, whose softmax is not ours: they bound our kernel's stages
+    within their tolerance but do not pull them, or a kernel doing less work would move the estimates until it cost
+    PTO's cycles again. Among the estimates that meet every tolerance, the on-board points choose."""
     excess = [max(0.0, abs(v) / (STAGE_TOLERANCE if k.startswith("stage") else POINT_TOLERANCE) - 1) for k, v in
               res.items()]
-    return sum(e * e for e in excess) + 0.01 * sum(v * v for v in res.values())
+    return sum(e * e for e in excess) + 0.01 * sum(v * v for k, v in res.items() if not k.startswith("stage"))
 
 
 def calibrate(samples: int = 300, sweeps: int = 4, seed: int = 0) -> tuple[dict, dict]:

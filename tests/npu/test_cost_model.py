@@ -323,18 +323,25 @@ def test_fixpipe_has_its_own_rate():
 
 def test_calibrated_costs_reproduce_the_published_910b2_figures():
     # hw-native-sys/pto-isa kernels/manual/common/flash_atten: PTO's six measured points (within 15%) through the
-    # PTO-structured FlashAttention, and our kernel's QK and PV stages at PTO's tile (within 20%) against its
-    # simulator fit. Its softmax and O update stay above (docs/cost_model.md: documented vector costs alone exceed).
+    # PTO-structured FlashAttention, and our kernel's four stages at PTO's tile (within 20%) against its simulator fit.
     res = cost_model.calibration_residuals(cost_model.A2_COSTS)
+    assert len(res) == 10
     for key, r in res.items():
-        if key.startswith("PTO"):
-            assert abs(r) <= cost_model.POINT_TOLERANCE, (key, r)
-    assert abs(res["stage QK"]) <= cost_model.STAGE_TOLERANCE
-    assert abs(res["stage PV"]) <= cost_model.STAGE_TOLERANCE
+        tolerance = cost_model.STAGE_TOLERANCE if key.startswith("stage") else cost_model.POINT_TOLERANCE
+        assert abs(r) <= tolerance, (key, r)
     # the estimates never touch the documented costs
     for key, (kind, _) in cost_model.COST_SOURCES.items():
         if kind == "documented":
             assert key not in cost_model.FITTED
+
+
+def test_the_fit_bounds_our_stages_but_only_the_measured_points_pull():
+    """PTO's stage cycles are another kernel's: within tolerance our stages add nothing to the misfit (a faster kernel
+    does not move the estimates), beyond it they do; the measured points pull towards 0 inside their tolerance."""
+    base = {"stage QK": 0.05, "stage softmax": -0.1, "PTO S = 8k": 0.05, "PTO S = 32k": -0.02}
+    assert cost_model._misfit({**base, "stage softmax": 0.19}) == cost_model._misfit(base)
+    assert cost_model._misfit({**base, "stage softmax": 0.3}) > cost_model._misfit(base)
+    assert cost_model._misfit({**base, "PTO S = 8k": 0.1}) > cost_model._misfit(base)
 
 
 def test_flash_stages_count_the_structure_and_the_baseline_takes_its_best_tiling():
