@@ -702,7 +702,9 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
                   command: str = "") -> dict:
     """results.csv, results.json (metadata, rows, Table 4, the claim and the summary, in strict
     JSON), table4.csv and accuracy.png under ``out_dir``; ``head_dim``, ``block_kv`` and ``block_q`` as given to
-    :func:`run_study`; ``command``, the call that reproduces the run, recorded in the metadata. Returns the JSON's content (with NaN)."""
+    :func:`run_study`; ``command``, the call that reproduces the run, recorded in the metadata. Returns the JSON's
+    content (with NaN)."""
+    commit = source_commit()  # before this writes into the tree, where out_dir may lie
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -716,7 +718,7 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w.writerows(t4)
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
-            "pasa_npu": __version__, "commit": source_commit(), "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
+            "pasa_npu": __version__, "commit": commit, "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
             "hard_head_dim": head_dim, "block_kv": block_kv, "block_q": block_q,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
