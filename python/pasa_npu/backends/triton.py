@@ -154,9 +154,9 @@ def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: t
     Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink, page table or
     varlen rows) with at least one full query tile of S1 rows, for ``fp32`` or ``fp32_frame`` at D 64, 128 or
     256, and ``work`` (B·N·S1·S2·D) of at least :data:`GLUON_MIN_WORK`; None where the caller pins the Gluon
-    kernel (``kernel="gluon"``), which then takes a call of any size it covers. Returns the kernel's KV block (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256,
-    where two K/V stages of 128 keys do not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None:
-    the classic kernel."""
+    kernel (``kernel="gluon"``), which then takes a call of any size it covers. Returns the kernel's KV block
+    (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256, where two K/V stages of 128 keys do
+    not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None: the classic kernel."""
     if capability != (9, 0) or not plain or s1 < GLUON_ROWS or alloc.name not in GLUON_PRECISIONS \
             or d not in GLUON_HEAD_DIMS or (work is not None and work < GLUON_MIN_WORK):
         return None
@@ -216,7 +216,6 @@ def _shift_terms(beta: float | None, block_kv: int, scale: float, state16: bool)
     if state16:
         inva = float(torch.tensor(inva, dtype=torch.float16))
     return inva, diag - off, off
-
 
 
 def attention(q, k, v, *, precision: str, beta: float | None, block_q: int, block_kv: int,
@@ -385,13 +384,13 @@ class AttentionPlan:
         one made with its kv_info. ``out`` and ``lse``: contiguous tensors of the results' shapes (an lse
         may have a trailing dim of 1) to write instead of new ones; ``workspace``: a uint8 tensor of at
         least :attr:`workspace_bytes` on q's device to hold the scratch instead of new tensors."""
+        if workspace is not None and workspace.numel() < self.workspace_bytes:
+            raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
+                             "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
         if self._gluon is not None:
             out, lse, lse_store = self._results(q, out, lse, workspace)
             self._gluon(q, k, v, out, lse_store)
             return (out.transpose(1, 2) if self._bnsd_view else out), lse
-        if workspace is not None and workspace.numel() < self.workspace_bytes:
-            raise ValueError(f"workspace holds {workspace.numel()} bytes, this call needs {self.workspace_bytes}: "
-                             "size it with pasa_npu.fused_attention_workspace for the largest call it serves")
         scratch = parts = arrivals = q  # pointers not read where the plan has no such part
         # One part at most (the pre-pass tables or decode's partials) and no workspace: no bytes to carve (each tensor
         # op is host time of a call).
