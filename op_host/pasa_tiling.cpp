@@ -345,10 +345,11 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTra
            p.baseK >= 16 && l0cFits;
 }
 
-// The largest query block whose plan fits (up to the family's MAX_BLOCK_Q), with the longest stack of the handshake that fits beside it (the
-// AIVs keep alpha and gamma of every block slot): S' 2 stacks ahead in stacks of 4 blocks down to 1, then
-// single blocks one ahead, the first generation's ring, so that the handshake never costs query rows (a
-// smaller query block re-reads K and V). The work split may shorten the stacks (SplitWork).
+// The largest query block whose plan fits (up to the family's MAX_BLOCK_Q), with the first handshake of
+// kStackedRings that fits beside it (the AIVs keep row vectors of every block slot; at most MAX_SLOT_RING slots),
+// else single blocks one ahead, so that the handshake never costs query rows (a smaller query block re-reads K and
+// V). A pinned handshake (the cost model's search) stands in for the list. The work split may shorten the stacks
+// (SplitWork).
 Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s, const PlatformInfo& pl,
                   const HandshakePin& pin) {
     std::vector<Ring> rings;  // fastest first

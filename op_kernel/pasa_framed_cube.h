@@ -2,12 +2,12 @@
 // task, with the stacked handshake of pasa_cube_stage.h:
 //   * S_j = Q K_j^T, K straight from GM (a tail padded with copies of its last key, whose columns the AIVs mask),
 //     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows (ping-pong
-//     buffers) where the accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the task where it fits
-//     one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more rows than an L0A
-//     half holds of Q: K and V are read once for all of them);
+//     buffers) where the accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the
+//     task where it fits one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more
+//     rows than an L0A half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
-//     the tile before that block; read once the pass's first S is queued, off the cube's path), then per block j: at a close, the accumulator [O | l] (FP32, L0C) out to block
-//     j's segment slot; then [O | l] += P_j [V_j | 1] (a fresh sum at a close and at block 0), one Mmad per
+//     the tile before that block; read once the pass's first S is queued, off the cube's path), then per block j:
+//     at a close, the accumulator [O | l] (FP32, L0C) out to block j's segment slot; then [O | l] += P_j [V_j | 1] (a fresh sum at a close and at block 0), one Mmad per
 //     chunk of at most 128 columns (even chunks) and per half of at most 128 rows (what an L0A half holds of P
 //     beside Q: a tile of 256 rows is summed as two NZ tiles of 128) over the block's 128 keys, so every element is
 //     FP32(sum + FP32(exact product)),

@@ -394,8 +394,8 @@ private:
     uint32_t lanes_ = LANES;            // lanes of this AIV's rows in its row vectors (64 or 128)
     int32_t tileLanes_ = LANES;         // lanes of a row tile (AivRows::tileRows)
     uint32_t version_[MAX_TILES] = {};  // per row tile, the current frame version of the task
-    uint32_t versionAt_[MAX_TILES][MAX_SLOT_RING] = {};  // per row tile, block slot j % PasaSlotRing -> the frame version in
-                                              // force before block j
+    // per row tile, block slot j % PasaSlotRing -> the frame version in force before block j
+    uint32_t versionAt_[MAX_TILES][MAX_SLOT_RING] = {};
     uint32_t verdict_ = 0;              // the open stack's moves (bit b: its block b)
     uint32_t stackBlocks_ = 0;          // blocks of the open stack so far
     uint32_t stacksSent_ = 0, taskStack0_ = 0;  // stacks of the launch whose verdicts were written; the task's first

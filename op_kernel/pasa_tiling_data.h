@@ -212,11 +212,15 @@ PASA_HOST_AICORE inline uint32_t PasaRampStacks(const PasaTilingData& t) {
     while ((1u << r) < t.kvStack) ++r;
     return r;
 }
+// The kvStack-block stacks between the ramps of a task of n >= 2 (2^r - 1) blocks (the last of them may be shorter).
+PASA_HOST_AICORE inline uint32_t PasaMiddleStacks(const PasaTilingData& t, uint32_t n, uint32_t ramp) {
+    return (n - 2 * ramp + t.kvStack - 1) / t.kvStack;
+}
 PASA_HOST_AICORE inline uint32_t PasaStacks(const PasaTilingData& t, uint32_t nBlocks) {
     if (nBlocks <= t.kvStack) return nBlocks > 0 ? 1 : 0;
     const uint32_t r = PasaRampStacks(t), ramp = (1u << r) - 1;
     if (nBlocks < 2 * ramp) return nBlocks;
-    return 2 * r + (nBlocks - 2 * ramp + t.kvStack - 1) / t.kvStack;
+    return 2 * r + PasaMiddleStacks(t, nBlocks, ramp);
 }
 PASA_HOST_AICORE inline PasaKvStack PasaStack(const PasaTilingData& t, uint32_t nBlocks, uint32_t i) {
     const uint32_t n = nBlocks;
@@ -224,7 +228,7 @@ PASA_HOST_AICORE inline PasaKvStack PasaStack(const PasaTilingData& t, uint32_t 
     const uint32_t r = PasaRampStacks(t), ramp = (1u << r) - 1;
     if (n < 2 * ramp) return PasaKvStack{i, i + 1, i};
     if (i < r) return PasaKvStack{(1u << i) - 1, (1u << (i + 1)) - 1, i};
-    const uint32_t middle = (n - 2 * ramp + t.kvStack - 1) / t.kvStack;
+    const uint32_t middle = PasaMiddleStacks(t, n, ramp);
     if (i < r + middle) {
         const uint32_t first = ramp + (i - r) * t.kvStack;
         return PasaKvStack{first, first + t.kvStack < n - ramp ? first + t.kvStack : n - ramp, i};
