@@ -631,8 +631,8 @@ SEARCH_SHAPES = TARGET_SHAPES + (("one head, S = 8k", 1, 1, 1, 8192, 8192, 128),
 
 def handshake_search(costs: dict, precision: str = "fp32_frame") -> dict:
     """Per call of :data:`SEARCH_SHAPES`, the calibrated seconds at each handshake of :data:`HANDSHAKES` (pinned, where
-    it fits) and at the tiling's own choice (key ``"tiling"``): the check that the kernel's list
-    (op_host/pasa_tiling.cpp kStackedRings) puts the fastest first."""
+    it fits) and at the tiling's own choice (key ``"tiling"``): the check of the order of the kernel's list
+    (op_host/pasa_tiling.cpp kStackedRings)."""
     out = {}
     for name, b, n, nkv, s1, s2, d in SEARCH_SHAPES:
         row = {"tiling": model(b, n, nkv, s1, s2, d, precision=precision, costs=costs).seconds}
