@@ -390,8 +390,8 @@ def run_study(*, full: bool = False, shape=PAPER_SHAPE, seed: int = 0, precision
     shared with the sweeps) and the hard cases (``hard_seeds`` draws each, 0 to skip them; their
     shapes are their own, not ``shape``, with ``head_dim`` in place of their head dims where given).
     ``paper=False`` skips the sweeps and Table 4 (the hard cases alone). ``block_kv``, ``block_q``: every
-    allocation's KV block and query tile. Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases in that many spawned
-    processes (the caller's main module must be import-safe)."""
+    allocation's KV block and query tile. Returns one row per (case, draw, allocation). ``jobs`` > 1 runs cases
+    in that many spawned processes (the caller's main module must be import-safe)."""
     table4_seeds = (10 if full else 3) if table4_seeds is None else table4_seeds
     hard_seeds = (5 if full else 3) if hard_seeds is None else hard_seeds
     for name, val in (("table4_seeds", table4_seeds), ("hard_seeds", hard_seeds)):
@@ -461,7 +461,9 @@ def table4(rows: list[dict]) -> list[dict]:
 
 
 def claim(rows: list[dict]) -> dict[str, tuple[int, int]]:
-    """The paper's RMSE claim, for cases without overflow: 'PASA has a smaller RMSE than Partially low-precision FA(FA16-FP32) for all cases with non-zero mean values'. For each PASA allocation: (cases where it holds, cases compared)."""
+    """The paper's RMSE claim, for cases without overflow: 'PASA has a smaller RMSE than Partially low-precision
+    FA(FA16-FP32) for all cases with non-zero mean values'. For each PASA allocation: (cases where it holds, cases
+    compared)."""
     first = [r for r in rows if r["seed"] == 0 and r["dist"] in ("uniform", "hybrid")]  # the paper's cases
     fa = {(r["dist"], r["x0"], r["am"]): r["rmse"] for r in first if r["precision"] == "fp16_fp32"}
     result = {}
@@ -718,7 +720,8 @@ def write_outputs(rows: list[dict], out_dir: Path, *, full: bool, shape, seed: i
             w.writerows(t4)
     hard_seeds = len({r["seed"] for r in rows if r["dist"] in HARD_DISTRIBUTIONS})
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
-            "pasa_npu": __version__, "commit": commit, "grid": "full" if full else "quick", "shape": list(shape), "seed": seed, "hard_seeds": hard_seeds,
+            "pasa_npu": __version__, "commit": commit, "grid": "full" if full else "quick", "shape": list(shape),
+            "seed": seed, "hard_seeds": hard_seeds,
             "hard_head_dim": head_dim, "block_kv": block_kv, "block_q": block_q,
             "precisions": list(precisions), "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -37,7 +37,8 @@ def _accuracy(args) -> int:
     if not args.no_progress:
         _require("tqdm", "the accuracy study's progress bar", "--no-progress")
     print(f"pasa-npu accuracy: {'full' if args.full else 'quick'} grid, shape (B, N, S, D) = {tuple(args.shape)}, "
-          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}, query tile {args.block_q}"
+          f"seed {args.seed}, allocations {', '.join(args.precisions)}, KV block {args.block_kv}, "
+          f"query tile {args.block_q}"
           + (f", hard cases at D = {args.head_dim}" if args.head_dim else ""))
     t0 = time.time()
     rows = accuracy.run_study(full=args.full, shape=tuple(args.shape), seed=args.seed, precisions=args.precisions,

@@ -195,8 +195,9 @@ def attention(q, k, v, *, precision: str, scale: float, beta: float | None = Non
     ``reshifted_row_blocks``, those shifted a second time; ``fp32_frame``'s ``moved_row_blocks``, those whose
     frame moved (a row's first block with a key counts); ``tile_blocks`` and the ``..._tile_blocks`` of each,
     the same for (tile of ``block_q`` rows of one head, KV block), the unit the kernel recomputes or closes
-    a segment in (docs/golden.md). The other allocations leave it unchanged. ``group_tile``: ``fp32_frame``'s tile is a KV head's whole group of query heads
-    (``block_q`` rows of each), as the AscendC kernel packs decode, instead of ``block_q`` rows of one head.
+    a segment in (docs/golden.md). The other allocations leave it unchanged. ``group_tile``: ``fp32_frame``'s tile
+    is a KV head's whole group of query heads (``block_q`` rows of each), as the AscendC kernel packs decode, instead
+    of ``block_q`` rows of one head.
     """
     alloc = get_allocation(precision)
     if stats is not None and not isinstance(stats, dict):
