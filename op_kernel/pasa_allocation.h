@@ -129,7 +129,8 @@ struct FramedFamily : FamilyDefaults {
     static constexpr uint32_t PROB_BUFFERS = 1;
     static constexpr uint32_t MAX_BLOCK_Q = 256;  // where [O | l] and a chunk of S fit L0C (pasa_buffer_plan.h)
     static constexpr uint32_t WORK_COLS = 64;
-    // ones, fresh, known, low, peak, move, the segments' frame, the segment's l; a frame version per block slot, and one
+    // ones, fresh, known, low, peak, move, the segments' frame, the segment's l, and the frame versions: one per
+    // block slot and one more (pasa_softmax_framed.h Init)
     static constexpr uint32_t FP32_ROW_VECTORS = 9;
     static constexpr uint32_t FP32_ROW_VECTORS_PER_SLOT = 1;
     // blockwise.FRAME_UP, FRAME_DOWN, FRAME_DOWN_BLOCKS, FRAME_DROP_LIMIT (docs/golden.md "fp32_frame")

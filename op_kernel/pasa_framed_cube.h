@@ -7,11 +7,11 @@
 //     rows than an L0A half holds of Q: K and V are read once for all of them);
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
 //     the tile before that block; read once the pass's first S is queued, off the cube's path), then per block j:
-//     at a close, the accumulator [O | l] (FP32, L0C) out to block j's segment slot; then [O | l] += P_j [V_j | 1] (a fresh sum at a close and at block 0), one Mmad per
-//     chunk of at most 128 columns (even chunks) and per half of at most 128 rows (what an L0A half holds of P
-//     beside Q: a tile of 256 rows is summed as two NZ tiles of 128) over the block's 128 keys, so every element is
-//     FP32(sum + FP32(exact product)),
-//     the golden model's rounding (the columns are independent: V's chunks and the ones strip in separate calls);
+//     at a close, the accumulator [O | l] (FP32, L0C) out to block j's segment slot; then [O | l] += P_j [V_j | 1]
+//     (a fresh sum at a close and at block 0), one Mmad per chunk of at most 128 columns (even chunks) and per half
+//     of at most 128 rows (what an L0A half holds of P beside Q: a tile of 256 rows is summed as two NZ tiles of
+//     128) over the block's 128 keys, so every element is FP32(sum + FP32(exact product)), the golden model's
+//     rounding (the columns are independent: V's chunks and the ones strip in separate calls);
 //     the column of ones is an NZ strip of 128 x 16 in L1 (column 0 = 1, the others 0) that the core loads once,
 //     before its first P V, from the strip its AIVs wrote (FLAG_M_READY);
 //   * after the task's last block the accumulator goes to the final segment slot. PV_READY says that the stack's
