@@ -320,7 +320,7 @@ Plan MakePlan(uint32_t bq, uint32_t d, const AllocationTraits& a, uint32_t ring)
     // columns, so that for D <= 112 the augmented column is in the same Mmad call as Q^ K'^T and psi is subtracted
     // before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
     p.baseK = std::min<uint32_t>(cols, pasa_kernel::L0_HALF_BYTES / (2 * std::max<uint32_t>(bq, BLOCK_KV))) / 16 * 16;
-    p.l0a = 2 * pasa_kernel::L0_HALF_BYTES;
+    p.l0a = pasa_kernel::PlanAicL0a(bq, d, a).Total();
     p.l0b = 2 * pasa_kernel::L0_HALF_BYTES;
     const pasa_kernel::AicL0cPlan l0c = pasa_kernel::PlanAicL0c(bq, d, a);
     p.l0c = l0c.Total();

@@ -109,44 +109,75 @@ PASA_HOST_AICORE inline AicL1Plan PlanAicL1(uint32_t blockQ, uint32_t headDim, c
                      BLOCK_KV * a.valueExtraCols * 2};
 }
 
-// One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x BLOCK_KV FP32, and,
-// where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them,
-// S' then computed in row chunks of scoreRows if a whole tile does not fit beside it. A whole tile takes two buffers
-// where they fit, else one: its Fixpipe then drains while the cube sums the block's P V (pasa_framed_cube.h). Row
-// chunks take the largest multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the
-// cube computes the next), else whose one does. A task's Q (its rows x D FP16) stays in an L0A half for the task where
-// it fits one; else each chunk's rows of Q are loaded from L1 into an L0A half beside the chunk's product, which they
-// must fit (scoreRows x D FP16). Either way S' is one Mmad call over D per chunk of rows and keys. Ping-pong chunks
-// of fewer than MIN_SCORE_ROWS rows come after the tile in two halves through one buffer (each half's Mmad waits for
-// the other's Fixpipe: at D = 256 and 96 rows that chain stays shorter than the block's K, V and P loads, which bind
-// the AIC; docs/cost_model.md). scoreRows 0: nothing fits.
+// One AIC's L0A. fp32_frame keeps a task's Q (its rows x D FP16) in a buffer of its own for the task, so that every
+// S tile reads its rows of Q in place (pasa_framed_cube.h); P takes the rest of L0A in pieces of probRows rows x 128
+// keys FP16, as many rows as fit (at most the block's), in two buffers where two pieces fit, else one; probRows 0: Q
+// leaves no room beside it for a piece of 16 rows. The other allocations: two ping-pong halves (probRows unused).
+struct AicL0aPlan {
+    uint32_t queryBytes, operandBuffers, operandBytes, probRows;
+    PASA_HOST_AICORE inline uint64_t Total() const { return queryBytes + (uint64_t)operandBuffers * operandBytes; }
+};
+PASA_HOST_AICORE inline AicL0aPlan PlanAicL0a(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
+    if (!a.sumsOnCube) return AicL0aPlan{0, 2, L0_HALF_BYTES, 0};
+    constexpr uint32_t L0A_BYTES = 2 * L0_HALF_BYTES, PROB_ROW_BYTES = BLOCK_KV * 2;
+    const uint32_t whole = (blockQ + FRACTAL - 1) / FRACTAL * FRACTAL, query = whole * headDim * 2;
+    if (query + FRACTAL * PROB_ROW_BYTES > L0A_BYTES) return AicL0aPlan{query, 0, 0, 0};
+    const uint32_t rest = L0A_BYTES - query;
+    uint32_t rows = rest / PROB_ROW_BYTES / FRACTAL * FRACTAL;
+    if (rows > whole) rows = whole;
+    const uint32_t buffers = 2 * rows * PROB_ROW_BYTES <= rest ? 2 : 1;
+    return AicL0aPlan{query, buffers, rows * PROB_ROW_BYTES, rows};
+}
+
+// Keys of K (D columns FP16) an L0B half holds, at most a block's, in whole fractals.
+PASA_HOST_AICORE inline uint32_t KeysPerL0bHalf(uint32_t headDim) {
+    const uint32_t keys = L0_HALF_BYTES / (headDim * 2) / FRACTAL * FRACTAL;
+    return keys < BLOCK_KV ? keys : BLOCK_KV;
+}
+
+// One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x scoreKeys FP32, and,
+// where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them, S'
+// then computed in tiles of what fits beside it. An S tile's keys fit an L0B half of K (so each K chunk is loaded once
+// for all the tile's rows) and its rows read the task's Q where it stays in L0A (PlanAicL0a; no tiles where it cannot).
+// In order: the whole block's tile in two buffers (its Fixpipe drains while the cube sums the block's P V,
+// pasa_framed_cube.h), else in one; where K is wider than an L0B half (D > 128), tiles of all the rows over even
+// chunks of the keys, as few as L0C and L0B allow, in one buffer; else row chunks of all the keys, the largest
+// multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the cube computes the next),
+// then, below MIN_SCORE_ROWS, the tile in two halves through one buffer (each half's Mmad waits for the other's
+// Fixpipe), then smaller chunks. scoreRows 0: nothing fits.
 struct AicL0cPlan {
-    uint32_t accBytes, scoreRows, scoreBuffers, scoreBufferBytes;
+    uint32_t accBytes, scoreRows, scoreKeys, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
-    // Takes S' tiles of `rows` rows in `buffers` buffers where they fit beside the accumulator (and a chunk's Q
-    // beside them in an L0A half); whether it did.
-    PASA_HOST_AICORE inline bool Take(uint32_t rows, uint32_t buffers, uint32_t headDim, bool queryInL0a) {
+    // Takes S' tiles of rows x keys in `buffers` buffers where they fit beside the accumulator and the keys fit an
+    // L0B half of K; whether it did.
+    PASA_HOST_AICORE inline bool Take(uint32_t rows, uint32_t keys, uint32_t buffers, uint32_t headDim) {
         constexpr uint32_t L0C_BYTES = 2 * L0C_HALF_BYTES;
-        if (!queryInL0a && rows * headDim * 2 > L0_HALF_BYTES) return false;
-        if (accBytes + buffers * rows * BLOCK_KV * 4 > L0C_BYTES) return false;
+        if (keys > KeysPerL0bHalf(headDim) || accBytes + buffers * rows * keys * 4 > L0C_BYTES) return false;
         scoreRows = rows;
+        scoreKeys = keys;
         scoreBuffers = buffers;
-        scoreBufferBytes = rows * BLOCK_KV * 4;
+        scoreBufferBytes = rows * keys * 4;
         return true;
     }
 };
 PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim, const PolicyTraits& a) {
-    if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, 2, L0C_HALF_BYTES};
-    AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0};
-    const bool queryInL0a = blockQ * headDim * 2 <= L0_HALF_BYTES;
+    if (!a.sumsOnCube) return AicL0cPlan{0, blockQ, BLOCK_KV, 2, L0C_HALF_BYTES};
+    AicL0cPlan p{blockQ * (headDim + a.valueExtraCols) * 4, 0, 0, 0, 0};
+    if (PlanAicL0a(blockQ, headDim, a).probRows == 0) return p;
     const uint32_t whole = (blockQ + FRACTAL - 1) / FRACTAL * FRACTAL;
-    if (p.Take(whole, 2, headDim, queryInL0a) || p.Take(whole, 1, headDim, queryInL0a)) return p;
+    if (p.Take(whole, BLOCK_KV, 2, headDim) || p.Take(whole, BLOCK_KV, 1, headDim)) return p;
+    const uint32_t l0cKeys = p.accBytes < 2 * L0C_HALF_BYTES ? (2 * L0C_HALF_BYTES - p.accBytes) / (whole * 4) : 0;
+    const uint32_t maxKeys = l0cKeys < KeysPerL0bHalf(headDim) ? l0cKeys / FRACTAL * FRACTAL : KeysPerL0bHalf(headDim);
+    if (KeysPerL0bHalf(headDim) < BLOCK_KV && maxKeys >= FRACTAL) {
+        const uint32_t chunks = (BLOCK_KV + maxKeys - 1) / maxKeys;
+        if (p.Take(whole, (BLOCK_KV / FRACTAL + chunks - 1) / chunks * FRACTAL, 1, headDim)) return p;
+    }
     for (uint32_t rows = whole - FRACTAL; rows >= MIN_SCORE_ROWS; rows -= FRACTAL)
-        if (p.Take(rows, 2, headDim, queryInL0a)) return p;
-    if (p.Take((whole / 2 + FRACTAL - 1) / FRACTAL * FRACTAL, 1, headDim, queryInL0a)) return p;
+        if (p.Take(rows, BLOCK_KV, 2, headDim)) return p;
+    if (p.Take((whole / 2 + FRACTAL - 1) / FRACTAL * FRACTAL, BLOCK_KV, 1, headDim)) return p;
     for (uint32_t buffers = 2; buffers >= 1; --buffers)
         for (uint32_t rows = (buffers == 2 ? MIN_SCORE_ROWS : whole) - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
-            if (p.Take(rows, buffers, headDim, queryInL0a)) return p;
+            if (p.Take(rows, BLOCK_KV, buffers, headDim)) return p;
     return p;
 }
 

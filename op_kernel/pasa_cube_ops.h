@@ -20,13 +20,14 @@ enum class BLayout {
 
 class CubeOps {
 public:
-    // L1 and L0C as pasa_buffer_plan.h plans them; L0A and L0B as two ping-pong halves each.
-    __aicore__ inline void Init(TPipe* pipe, const AicL1Plan& l1, const AicL0cPlan& l0c) {
+    // L1, L0A and L0C as pasa_buffer_plan.h plans them; L0B as two ping-pong halves.
+    __aicore__ inline void Init(TPipe* pipe, const AicL1Plan& l1, const AicL0aPlan& l0a, const AicL0cPlan& l0c) {
         pipe->InitBuffer(qL1_, 1, l1.qBytes);
         pipe->InitBuffer(kL1_, 2, l1.kBytes);
         pipe->InitBuffer(vL1_, 2, l1.vBytes);
         pipe->InitBuffer(pL1_, 2, l1.pBytes);
-        pipe->InitBuffer(l0a_, 2, L0_HALF_BYTES);
+        if (l0a.queryBytes > 0) pipe->InitBuffer(queryL0a_, 1, l0a.queryBytes);
+        pipe->InitBuffer(l0a_, l0a.operandBuffers, l0a.operandBytes);
         pipe->InitBuffer(l0b_, 2, L0_HALF_BYTES);
         pipe->InitBuffer(l0c_, l0c.scoreBuffers, l0c.scoreBufferBytes);
         if (l0c.accBytes > 0) pipe->InitBuffer(sums_, 1, l0c.accBytes);
@@ -39,6 +40,7 @@ public:
     TQue<TPosition::A1, 1> pL1_;   // P (M of PASA's pre-pass, a stripe of L in pasa_rs's)
     TQue<TPosition::CO1, 1> sums_;  // fp32_frame's [O | l], summed across the blocks of a segment
     TQue<TPosition::B1, 1> valueExtraL1_;  // fp32_frame's column of ones beside every V tile (128 x 16, NZ)
+    TQue<TPosition::A2, 1> queryL0a_;      // fp32_frame's Q, held in L0A for a task
 
     // rows x cols FP16 from GM (row stride srcStride elements) into a fresh L1 tile of `que` in NZ
     // with rowsPad rows; rows [rows, rowsPad) repeat row rows-1 so that no operand row is garbage
@@ -115,15 +117,19 @@ public:
         return l0c_.DeQue<float>();
     }
 
-    // Rows [row0, row0 + m) of A (NZ in L1 with mp rows), columns [k0, k0 + kLen), into a fresh L0A buffer (zZ),
-    // enqueued: DeQue it from l0a_ before the product.
+    // Rows [row0, row0 + m) of A (NZ in L1 with mp rows), columns [k0, k0 + kLen), into a fresh L0A buffer (zZ) of
+    // `que` (the operand halves unless said), enqueued: DeQue it from that queue before the product.
     __aicore__ inline LocalTensor<half> LoadA(const LocalTensor<half>& a, uint32_t mp, uint32_t row0, uint32_t m,
                                               uint32_t k0, uint32_t kLen) {
-        LocalTensor<half> a2 = l0a_.AllocTensor<half>();
+        return LoadA(l0a_, a, mp, row0, m, k0, kLen);
+    }
+    __aicore__ inline LocalTensor<half> LoadA(TQue<TPosition::A2, 1>& que, const LocalTensor<half>& a, uint32_t mp,
+                                              uint32_t row0, uint32_t m, uint32_t k0, uint32_t kLen) {
+        LocalTensor<half> a2 = que.AllocTensor<half>();
         for (uint32_t mb = 0; mb < m / FRACTAL; ++mb)
             LoadFractals(a2[mb * kLen * FRACTAL], a, (k0 / FRACTAL) * (mp / FRACTAL) + row0 / FRACTAL + mb,
                          kLen / FRACTAL, mp / FRACTAL, false);
-        l0a_.EnQue(a2);
+        que.EnQue(a2);
         return a2;
     }
 

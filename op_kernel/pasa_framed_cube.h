@@ -76,11 +76,14 @@ public:
         probs_.Init(*t, workspace, core);
         cols_ = t->headDim + Policy::VALUE_EXTRA_COLS;
         // V in chunks of at most 128 columns (an L0B half with the 128 keys), as even as 16 columns allow; the ones
-        // strip in the other half
+        // strip a chunk of its own
         const uint32_t chunks = CeilDivU(t->headDim, BLOCK_KV);
         pvChunk_ = CeilDivU(t->headDim / FRACTAL, chunks) * FRACTAL;
-        oneChunk_ = chunks == 1;
-        scoreRows_ = PlanAicL0c(t->blockQ, t->headDim, TraitsOf<Policy>()).scoreRows;
+        chunks_ = chunks + 1;
+        const AicL0cPlan l0c = PlanAicL0c(t->blockQ, t->headDim, TraitsOf<Policy>());
+        scoreRows_ = l0c.scoreRows;
+        scoreKeys_ = l0c.scoreKeys;
+        probRows_ = PlanAicL0a(t->blockQ, t->headDim, TraitsOf<Policy>()).probRows;
     }
 
     // After the tasks: the AIVs' FLAG_M_READY is waited as often as it is set, also by a core whose tasks had no
@@ -90,18 +93,15 @@ public:
         else cube_->valueExtraL1_.FreeTensor(ones1_);
     }
 
-    // Q stays in one L0A half for the task where the tile's mp x D FP16 fit one; P takes the other.
+    // Q stays in its own L0A buffer for the task (the tile's mp x D FP16, PlanAicL0a); P takes the rest of L0A.
     template <class Stage>
     __aicore__ inline void Run(const Task& k, Stage&) {
         const uint32_t mp = Align16(k.tileRows);
         LocalTensor<half> q1 = cube_->LoadRows(cube_->qL1_, qGm_[TileQOffset(*t_, k)], k.rowsValid, mp,
                                                t_->headDim, k.qRowStride);
-        queryInL0a_ = mp * t_->headDim * 2 <= L0_HALF_BYTES;
-        LocalTensor<half> q;
-        if (queryInL0a_) {
-            q = cube_->LoadA(q1, mp, 0, mp, 0, t_->headDim);
-            q = cube_->L0A().DeQue<half>();
-        }
+        LocalTensor<half> q = cube_->LoadA(cube_->queryL0a_, q1, mp, 0, mp, 0, t_->headDim);
+        q = cube_->queryL0a_.DeQue<half>();
+        cube_->qL1_.FreeTensor(q1);
         // Stack i's S and stack i - preLaunch's sums in one pass, block by block, after the P wait: the Fixpipe drains
         // a block's S while the cube sums a block. Not in the task's first such pass: there the AIVs, which have
         // only preLaunch stacks of S so far, would wait for stack i's S behind the P wait, so S goes first.
@@ -113,7 +113,7 @@ public:
             const uint32_t nSums = ps.end - ps.first;
             uint32_t nScores = ss.end - ss.first;
             if (scores && (!sums || i == t_->preLaunch)) {
-                for (uint32_t j = ss.first; j < ss.end; ++j) Score(k, q1, q, mp, j);
+                for (uint32_t j = ss.first; j < ss.end; ++j) Score(k, q, mp, j);
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
                 nScores = 0;
             }
@@ -122,7 +122,7 @@ public:
             // their line then run while the cube and the Fixpipe work, not before them.
             uint32_t closes = 0;
             for (uint32_t b = 0; b < (nScores > nSums ? nScores : nSums); ++b) {
-                if (b < nScores) Score(k, q1, q, mp, ss.first + b);
+                if (b < nScores) Score(k, q, mp, ss.first + b);
                 if (b == 0 && sums) closes = Verdicts(stack0 + i - t_->preLaunch);
                 if (b < nSums) Sum(k, mp, ps.first + b, (closes >> b) & 1u);
             }
@@ -133,8 +133,7 @@ public:
             }
         }
         stacksSummed_ = stack0 + stacks;
-        if (queryInL0a_) cube_->L0A().FreeTensor(q);
-        cube_->qL1_.FreeTensor(q1);
+        cube_->queryL0a_.FreeTensor(q);
     }
 
 private:
@@ -147,48 +146,28 @@ private:
                                  Policy::VALUE_EXTRA_COLS);
     }
 
-    // S_j of the tile's mp rows, FP32, into block j's S slot: in row chunks of scoreRows_, each one Mmad call over
-    // all of D per chunk of keys that fits an L0B half with it (the golden model's one rounding of the exact sum).
-    // Where the keys fit one chunk, K is loaded into L0B once for every row chunk. q1: Q in L1 (NZ, mp rows); q: Q in
-    // L0A (zZ, mp rows) where it stays there for the task, else each chunk's rows are loaded from q1.
-    __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q1, const LocalTensor<half>& q, uint32_t mp,
-                                 uint32_t j) {
+    // S_j of the tile's mp rows, FP32, into block j's S slot, in the L0C plan's tiles of scoreRows_ x scoreKeys_: per
+    // chunk of scoreKeys_ keys, K loaded into an L0B half once, then per chunk of rows one Mmad over all of D (the
+    // golden model's one rounding of the exact sum) and its Fixpipe to the slot's rows and columns. q: Q in L0A (zZ, mp
+    // rows: a row chunk's fractals follow each other).
+    __aicore__ inline void Score(const Task& k, const LocalTensor<half>& q, uint32_t mp, uint32_t j) {
         const uint32_t d = t_->headDim, jb = k.kvBlock0 + j;
         const uint32_t keys = MinU(BLOCK_KV, k.seqKv - jb * BLOCK_KV);
-        const uint32_t keyChunk = MinU(BLOCK_KV, L0_HALF_BYTES / (d * 2) / FRACTAL * FRACTAL);
         LocalTensor<half> kt = kRows_.Load(*cube_, cube_->kL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
-        LocalTensor<half> kAll;
-        if (keyChunk == BLOCK_KV) {
-            kAll = cube_->LoadB(kt, BLayout::TRANSPOSED, BLOCK_KV, BLOCK_KV, 0, 0, d);
-            kAll = cube_->L0B().DeQue<half>();
-        }
-        for (uint32_t r0 = 0; r0 < mp; r0 += scoreRows_) {
-            const uint32_t m = MinU(scoreRows_, mp - r0);
-            LocalTensor<float> c = cube_->L0C().AllocTensor<float>();
-            LocalTensor<half> a2;
-            if (queryInL0a_) {
-                a2 = q[r0 * d];  // zZ: the row chunk's fractals follow each other
-            } else {
-                a2 = cube_->LoadA(q1, mp, r0, m, 0, d);
-                a2 = cube_->L0A().DeQue<half>();
+        for (uint32_t n0 = 0; n0 < BLOCK_KV; n0 += scoreKeys_) {
+            const uint32_t n = MinU(scoreKeys_, BLOCK_KV - n0);
+            LocalTensor<half> b2 = cube_->LoadB(kt, BLayout::TRANSPOSED, BLOCK_KV, n, n0, 0, d);
+            b2 = cube_->L0B().DeQue<half>();
+            for (uint32_t r0 = 0; r0 < mp; r0 += scoreRows_) {
+                const uint32_t m = MinU(scoreRows_, mp - r0);
+                LocalTensor<float> c = cube_->L0C().AllocTensor<float>();
+                cube_->Multiply(c, q[r0 * d], b2, m, n, d, true, false);  // one call: the Fixpipe waits on it
+                cube_->L0C().EnQue(c);
+                c = cube_->L0C().DeQue<float>();
+                cube_->template ToGm<float>(slots_.Score(j)[(uint64_t)r0 * BLOCK_KV + n0], c, m, m, n, BLOCK_KV);
             }
-            if (keyChunk == BLOCK_KV) {
-                cube_->Multiply(c, a2, kAll, m, BLOCK_KV, d, true, false);  // one call: the Fixpipe waits on it
-            } else {
-                for (uint32_t n0 = 0; n0 < BLOCK_KV; n0 += keyChunk) {
-                    const uint32_t n = MinU(keyChunk, BLOCK_KV - n0);
-                    LocalTensor<half> b2 = cube_->LoadB(kt, BLayout::TRANSPOSED, BLOCK_KV, n, n0, 0, d);
-                    b2 = cube_->L0B().DeQue<half>();
-                    cube_->Multiply(c[n0 * m], a2, b2, m, n, d, true, false);  // other columns each
-                    cube_->L0B().FreeTensor(b2);
-                }
-            }
-            if (!queryInL0a_) cube_->L0A().FreeTensor(a2);
-            cube_->L0C().EnQue(c);
-            c = cube_->L0C().DeQue<float>();
-            cube_->template ToGm<float>(slots_.Score(j)[(uint64_t)r0 * BLOCK_KV], c, m, m, BLOCK_KV, BLOCK_KV);
+            cube_->L0B().FreeTensor(b2);
         }
-        if (keyChunk == BLOCK_KV) cube_->L0B().FreeTensor(kAll);
         cube_->kL1_.FreeTensor(kt);
     }
 
@@ -198,7 +177,13 @@ private:
         if (!onesLoaded_) LoadOnes();
     }
 
-    // Block j's [O | l] += P_j [V_j | 1], after the open segment's [O | l] went out at a close.
+    // Block j's [O | l] += P_j [V_j | 1], after the open segment's [O | l] went out at a close: per piece of probRows_
+    // rows of P (an L0A buffer), one Mmad per column chunk of [V | 1] (the ones strip, then V's chunks), each over the
+    // block's 128 keys. The chunks stay in the two L0B halves from piece to piece (ValueChunk); where they are more
+    // than two, every other piece takes them in reverse, so that it starts with the two the previous piece left
+    // there. The calls write other columns or other rows; the next block's first call accumulates into the first
+    // piece, so where that is the only one its last call orders them (elsewhere the block's last call wrote other
+    // rows).
     __aicore__ inline void Sum(const Task& k, uint32_t mp, uint32_t j, bool close) {
         if (j == 0) {
             segmentSums_ = cube_->sums_.AllocTensor<float>();
@@ -211,44 +196,53 @@ private:
         LocalTensor<half> p = cube_->LoadRows(cube_->pL1_, probs_.Prob(j), k.tileRows, mp, BLOCK_KV, BLOCK_KV);
         // padded V rows repeat the last key's value, the ones strip holds 1 there too; their P columns are 0
         LocalTensor<half> v = vRows_.Load(*cube_, cube_->vL1_, k.b, k.kvHead, k.kvStart + jb * BLOCK_KV, keys);
-        const bool init = j == 0 || close;
-        // V in one chunk and the ones strip stay in the L0B halves for every row half. Per half, the ones' call
-        // first, then V's: the calls write other columns, and the last one orders them before the next block's
-        LocalTensor<half> b2, ones2;
-        for (uint32_t h0 = 0; h0 < mp; h0 += PV_ROWS) {
-            const uint32_t m = MinU(PV_ROWS, mp - h0);
-            const bool last = h0 + PV_ROWS >= mp;
+        const bool init = j == 0 || close, onePiece = mp <= probRows_;
+        for (uint32_t h0 = 0, piece = 0; h0 < mp; h0 += probRows_, ++piece) {
+            const uint32_t m = MinU(probRows_, mp - h0);
             LocalTensor<half> a2 = cube_->LoadA(p, mp, h0, m, 0, BLOCK_KV);
             a2 = cube_->L0A().DeQue<half>();
-            const LocalTensor<float> acc = segmentSums_[h0 * cols_];  // the half's NZ tile of m rows
-            if (h0 == 0 || !oneChunk_) {
-                ones2 = cube_->LoadB(ones1_, BLayout::ROWS, BLOCK_KV, Policy::VALUE_EXTRA_COLS, 0, 0, BLOCK_KV);
-                ones2 = cube_->L0B().DeQue<half>();
-            }
-            cube_->Multiply(acc[t_->headDim * m], a2, ones2, m, Policy::VALUE_EXTRA_COLS, BLOCK_KV, init, false);
-            if (!oneChunk_ || last) cube_->L0B().FreeTensor(ones2);
-            for (uint32_t n0 = 0; n0 < t_->headDim; n0 += pvChunk_) {
-                const uint32_t n = MinU(pvChunk_, t_->headDim - n0);
-                if (h0 == 0 || !oneChunk_) {
-                    b2 = cube_->LoadB(v, BLayout::ROWS, BLOCK_KV, n, n0, 0, BLOCK_KV);
-                    b2 = cube_->L0B().DeQue<half>();
-                }
-                cube_->Multiply(acc[n0 * m], a2, b2, m, n, BLOCK_KV, init, n0 + n >= t_->headDim);
-                if (!oneChunk_ || last) cube_->L0B().FreeTensor(b2);
+            const LocalTensor<float> acc = segmentSums_[h0 * cols_];  // the piece's NZ tile of m rows
+            const bool reverse = (piece & 1) != 0 && chunks_ > 2;
+            for (uint32_t i = 0; i < chunks_; ++i) {
+                const uint32_t c = reverse ? chunks_ - 1 - i : i;
+                const uint32_t n0 = c == 0 ? t_->headDim : (c - 1) * pvChunk_;
+                const uint32_t n = c == 0 ? Policy::VALUE_EXTRA_COLS : MinU(pvChunk_, t_->headDim - n0);
+                cube_->Multiply(acc[n0 * m], a2, ValueChunk(v, c, n0, n), m, n, BLOCK_KV, init,
+                                onePiece && i + 1 == chunks_);
             }
             cube_->L0A().FreeTensor(a2);
         }
+        for (uint32_t h = 0; h < 2; ++h)
+            if (heldChunk_[h] != NO_CHUNK) cube_->L0B().FreeTensor(heldB2_[h]);
+        heldChunk_[0] = heldChunk_[1] = NO_CHUNK;
         cube_->pL1_.FreeTensor(p);
         cube_->vL1_.FreeTensor(v);
     }
 
+    // [V | 1]'s column chunk c (0: the ones strip; else V's columns [n0, n0 + n)) in an L0B half: the half that holds
+    // it, else loaded into a free half or, both held, the one used less recently. Sum frees them after the block.
+    __aicore__ inline LocalTensor<half> ValueChunk(const LocalTensor<half>& v, uint32_t c, uint32_t n0, uint32_t n) {
+        uint32_t h = heldChunk_[0] == c ? 0 : 1;
+        if (heldChunk_[h] != c) {
+            h = heldChunk_[0] == NO_CHUNK ? 0 : heldChunk_[1] == NO_CHUNK ? 1 : 1 - recentHalf_;
+            if (heldChunk_[h] != NO_CHUNK) cube_->L0B().FreeTensor(heldB2_[h]);
+            heldB2_[h] = c == 0 ? cube_->LoadB(ones1_, BLayout::ROWS, BLOCK_KV, n, 0, 0, BLOCK_KV)
+                                : cube_->LoadB(v, BLayout::ROWS, BLOCK_KV, n, n0, 0, BLOCK_KV);
+            heldB2_[h] = cube_->L0B().DeQue<half>();
+            heldChunk_[h] = c;
+        }
+        recentHalf_ = h;
+        return heldB2_[h];
+    }
+
     // The accumulator's mp rows of [O | l] to GM (rows of D + 16 FP32, of which O and l are written: the other
-    // columns of the ones strip hold zeros), one Fixpipe per row half, and the accumulator freed.
+    // columns of the ones strip hold zeros), one Fixpipe per piece of P's rows (Sum's NZ tiles), and the accumulator
+    // freed.
     __aicore__ inline void CloseSegment(const GlobalTensor<float>& dst, uint32_t mp) {
         cube_->sums_.EnQue(segmentSums_);
         segmentSums_ = cube_->sums_.DeQue<float>();
-        for (uint32_t h0 = 0; h0 < mp; h0 += PV_ROWS) {
-            const uint32_t m = MinU(PV_ROWS, mp - h0);
+        for (uint32_t h0 = 0; h0 < mp; h0 += probRows_) {
+            const uint32_t m = MinU(probRows_, mp - h0);
             cube_->CopyOut(dst[(uint64_t)h0 * cols_], segmentSums_[h0 * cols_], m, m, t_->headDim + 1, cols_);
         }
         cube_->sums_.FreeTensor(segmentSums_);
@@ -263,8 +257,7 @@ private:
         return line.GetValue(0) | line.GetValue(VerdictWordIndex(*t_, 0, 1));
     }
 
-    // Rows of P an L0A half holds (128 keys of FP16), the other half holding Q or a chunk of it.
-    static constexpr uint32_t PV_ROWS = L0_HALF_BYTES / (BLOCK_KV * 2);
+    static constexpr uint32_t NO_CHUNK = 0xFFFFFFFFu;
 
     const PasaTilingData* t_;
     CubeOps* cube_;
@@ -274,9 +267,12 @@ private:
     SlotTensors<float> probs_;  // the P ring of the stage's slots
     LocalTensor<float> segmentSums_;  // [O | l] of the open segment, in L0C
     LocalTensor<half> ones1_;         // the column of ones in L1 (NZ, 128 x 16), once loaded
-    uint32_t cols_ = 0, pvChunk_ = 0, scoreRows_ = 0;
-    bool oneChunk_ = false;  // V in one L0B chunk
-    bool queryInL0a_ = false;  // the task's Q in an L0A half (else loaded per row chunk of S)
+    uint32_t cols_ = 0, pvChunk_ = 0;
+    uint32_t chunks_ = 0;  // column chunks of [V | 1]: the ones strip and V's
+    uint32_t scoreRows_ = 0, scoreKeys_ = 0, probRows_ = 0;  // the L0C plan's S tiles, the L0A plan's pieces of P
+    LocalTensor<half> heldB2_[2];  // Sum's chunks of [V | 1] in the L0B halves
+    uint32_t heldChunk_[2] = {NO_CHUNK, NO_CHUNK};
+    uint32_t recentHalf_ = 0;
     uint32_t stacksSummed_ = 0;  // stacks of the launch summed so far: the verdict ring's index
     bool onesLoaded_ = false;
 };

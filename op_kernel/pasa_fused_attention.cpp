@@ -31,6 +31,7 @@ __aicore__ inline void RunAttention(const PasaTilingData& t, GM_ADDR query, GM_A
         const uint32_t core = GetBlockIdx();
         CubeOps cube;
         cube.Init(&pipe, PlanAicL1(t.blockQ, t.headDim, TraitsOf<Policy>()),
+                  PlanAicL0a(t.blockQ, t.headDim, TraitsOf<Policy>()),
                   PlanAicL0c(t.blockQ, t.headDim, TraitsOf<Policy>()));
         if constexpr (Policy::PREPASS == Prepass::SHIFT_MATRIX) ShiftPrepass(t, cube, key, blockTable, ws, lenKv, core);
         if constexpr (Policy::PREPASS == Prepass::CENTRED_KEYS)
