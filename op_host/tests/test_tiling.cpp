@@ -132,12 +132,12 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.blockKv == 128);  // the n of M = (I - beta/n J) * scale the beta solver assumes
     CHECK(t.blockQ >= 16 && t.blockQ % 16 == 0 && t.blockQ <= alloc.maxBlockQ);
     // fp32_frame takes the most query rows of 256, 128, 96, 64, ... whose accumulator [O | l] (FP32, D + 16 columns)
-    // fits L0C beside an S chunk of 16 rows (Q, where it does not fit an L0A half, is loaded per chunk); more than 64
-    // only where L0C also holds two S chunks of 32 rows, or the whole S tile (with its rows of Q in an L0A half), or
-    // the tile in two halves through one buffer, beside it, and more than 128 only where that makes fewer query
-    // blocks than 128 would: on the A2's memories 256 up to D = 80, 128 from D = 96 to 160, 96 from 176 to 256 (where
-    // the AIVs' UB takes fewer than 64 rows each; at 256 S in two halves through one buffer). The others take at most
-    // 128, and never 96.
+    // fits L0C beside an S chunk of 16 rows, and whose Q (FP16) L0A holds beside a piece of P of 16 rows; more than 64
+    // only where L0C also holds two S chunks of 32 rows, or the whole S tile, or (K wider than an L0B half, D > 128)
+    // a tile of all the rows over 16 keys, or the tile in two halves through one buffer, beside it, and more than 128
+    // only where that makes fewer query blocks than 128 would: on the A2's memories 256 up to D = 80, 128 from D = 96
+    // to 160, 96 from 176 to 256 (where the AIVs' UB takes fewer than 64 rows each; at 256 S in tiles of all 96 rows
+    // over 64 keys). The others take at most 128, and never 96.
     CHECK(t.blockQ <= 128 || (framed && t.blockQ == 256));
     CHECK(t.blockQ != 96 || framed);
     if (framed) {
@@ -146,10 +146,11 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
         for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
             const uint64_t acc = (uint64_t)bq * (d.D + 16) * 4, tile = (uint64_t)bq * t.blockKv * 4;
             const uint64_t half = (bq / 2 + 15) / 16 * 16;
-            const bool largeChunks = acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize ||
-                                     (acc + tile <= pl.l0cSize && (uint64_t)bq * d.D * 2 <= 32 * 1024) ||
-                                     (acc + half * t.blockKv * 4 <= pl.l0cSize && half * d.D * 2 <= 32 * 1024);
-            if (rows == 0 && acc + 16ull * t.blockKv * 4 <= pl.l0cSize && (bq <= 64 || largeChunks) &&
+            const bool queryHeld = (uint64_t)bq * d.D * 2 + 16ull * t.blockKv * 2 <= 64 * 1024;
+            const bool largeChunks = acc + 2ull * 32 * t.blockKv * 4 <= pl.l0cSize || acc + tile <= pl.l0cSize ||
+                                     (d.D > 128 && acc + (uint64_t)bq * 16 * 4 <= pl.l0cSize) ||
+                                     acc + half * t.blockKv * 4 <= pl.l0cSize;
+            if (rows == 0 && queryHeld && acc + 16ull * t.blockKv * 4 <= pl.l0cSize && (bq <= 64 || largeChunks) &&
                 (bq <= 128 || CeilDiv(headRows, bq) < CeilDiv(headRows, 128)))
                 rows = bq;
         }
@@ -203,17 +204,19 @@ void CheckPlan(const pasa::TilingInput& in, const Dims& d) {
     CHECK(t.l0cBytes <= pl.l0cSize);
     // What the plan must at least hold (a plan that under-counts would "fit" trivially): L1 keeps a
     // Q block and double-buffered K and V blocks in FP16; one L0A/L0B ping-pong half holds a
-    // (rows x baseK) FP16 operand chunk; one L0C half holds an FP32 S' tile and an FP32 PV tile, or, where
-    // the cube sums O and l, L0C holds the segment's FP32 accumulator [O | l] beside at least one FP32 S chunk
-    // of 16 rows.
+    // (rows x baseK) FP16 operand chunk, or, where the cube sums O and l, L0A holds the task's Q (FP16) beside a
+    // piece of P of 16 rows; one L0C half holds an FP32 S' tile and an FP32 PV tile, or, where the cube sums O and
+    // l, L0C holds the segment's FP32 accumulator [O | l] beside at least one FP32 S chunk of 16 rows.
     const uint64_t l1Min = (uint64_t)t.blockQ * d.D * 2 + 2ull * t.blockKv * d.D * 2 * 2;
     CHECK(t.l1Bytes >= l1Min);
     const uint64_t rowsMax = std::max(t.blockQ, t.blockKv);
-    CHECK(2ull * rowsMax * t.baseK * 2 <= t.l0aBytes && 2ull * rowsMax * t.baseK * 2 <= t.l0bBytes);
-    if (framed)
+    if (framed) {
+        CHECK((uint64_t)t.blockQ * d.D * 2 + 16ull * t.blockKv * 2 <= t.l0aBytes);
         CHECK((uint64_t)t.blockQ * (d.D + 16) * 4 + 16ull * t.blockKv * 4 <= t.l0cBytes);
-    else
+    } else {
+        CHECK(2ull * rowsMax * t.baseK * 2 <= t.l0aBytes && 2ull * rowsMax * t.baseK * 2 <= t.l0bBytes);
         CHECK(2ull * t.blockQ * std::max<uint64_t>(t.blockKv, d.D) * 4 <= t.l0cBytes);
+    }
     // UB per AIV: at least the double-buffered S' tile (FP16) of its half of the rows and its O rows
     // in the state type.
     const uint64_t aivRows = t.blockQ / 2, st = fp32 ? 4 : 2;
