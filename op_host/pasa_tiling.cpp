@@ -316,9 +316,10 @@ Plan MakePlan(uint32_t bq, uint32_t d, const AllocationTraits& a, uint32_t ring)
     p.ub = pasa_kernel::PlanAivUb(bq / 2, d, ring, a).Total();
     const uint32_t cols = d + a.keyExtraCols;
     p.l1 = pasa_kernel::PlanAicL1(bq, d, a).Total();
-    // L0A/L0B: two halves each; the head-dim chunk of S' = Q K'^T fits both operands in one. pasa_rs: over D + 16
-    // columns, so that for D <= 112 the augmented column is in the same Mmad call as Q^ K'^T and psi is subtracted
-    // before the one rounding to FP32 (golden: FP32(Q^ K'^T - psi)).
+    // L0A/L0B: two halves each (fp32_frame's L0A: the task's Q and pieces of P, PlanAicL0a); the head-dim chunk of
+    // S' = Q K'^T fits both operands in one. pasa_rs: over D + 16 columns, so that for D <= 112 the augmented column
+    // is in the same Mmad call as Q^ K'^T and psi is subtracted before the one rounding to FP32 (golden:
+    // FP32(Q^ K'^T - psi)).
     p.baseK = std::min<uint32_t>(cols, pasa_kernel::L0_HALF_BYTES / (2 * std::max<uint32_t>(bq, BLOCK_KV))) / 16 * 16;
     p.l0a = pasa_kernel::PlanAicL0a(bq, d, a).Total();
     p.l0b = 2 * pasa_kernel::L0_HALF_BYTES;
@@ -337,7 +338,7 @@ bool Fits(const Plan& p, const PlatformInfo& pl, uint32_t d, const AllocationTra
     const uint64_t strip = (uint64_t)BLOCK_KV * FRACTAL * 2, rm = p.blockQ / 2;
     if (a.prepass == Prepass::CENTRED_KEYS && rm * BLOCK_KV * 2 < strip) return false;
     // L0C: S' (bq x n), P V (bq x D) and the pre-pass (n x 128) each fit a half; where the sums stay on the cube,
-    // the accumulator and at least an S' tile of 16 rows
+    // the accumulator and at least an S' tile of 16 rows (none where L0A cannot hold the task's Q, PlanAicL0c)
     const bool l0cFits = a.sumsOnCube ? p.scoreRows > 0
                                       : (uint64_t)p.blockQ * d * 4 <= pasa_kernel::L0C_HALF_BYTES &&
                                             (uint64_t)p.blockQ * BLOCK_KV * 4 <= pasa_kernel::L0C_HALF_BYTES;
@@ -361,9 +362,9 @@ Plan ChooseBlocks(PasaTilingData& t, const AllocationTraits& a, const Shapes& s,
     // A query block beyond 128 rows (fp32_frame's) only where it makes fewer tasks than 128 rows do: with no fewer,
     // K and V are read as often and the AIVs take their rows in more tiles. fp32_frame also takes 96 rows, where the
     // AIVs' UB holds 48 rows of O but not 64 (D = 176 - 240). And where its [O | l] stays in L0C, a block of more
-    // than 64 rows only where S leaves L0C beside it in row chunks of at least MIN_SCORE_ROWS: in chunks of 16 rows
-    // (192 rows at D = 112 - 144, 96 at D = 256) S takes 6 - 12 Mmad and Fixpipe instructions per KV block, and the
-    // AIC's cube, not the AIVs, bounds the task (docs/cost_model.md).
+    // than 64 rows only where S leaves L0C beside it in tiles of at least MIN_SCORE_ROWS rows: in chunks of 16 rows
+    // (192 rows at D = 112 - 144) S takes 6 - 12 Mmad and Fixpipe instructions per KV block, and the AIC's cube, not
+    // the AIVs, bounds the task (docs/cost_model.md).
     const uint64_t headRows = (uint64_t)s.S1 * (DecodeBranch(s) && s.N > s.NKV ? s.N / s.NKV : 1);
     for (uint32_t bq : {256u, 128u, 96u, 64u, 32u, 16u}) {
         if (bq > a.maxBlockQ || (bq == 96 && !a.sumsOnCube)) continue;

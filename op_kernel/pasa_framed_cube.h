@@ -1,17 +1,18 @@
 // fp32_frame on the AIC (FramedFamily in pasa_allocation.h; python/pasa_npu/blockwise.py _query_block_frame), per
 // task, with the stacked handshake of pasa_cube_stage.h:
 //   * S_j = Q K_j^T, K straight from GM (a tail padded with copies of its last key, whose columns the AIVs mask),
-//     unscaled, FP32 through the Fixpipe into block j's S slot; in row chunks of the L0C plan's scoreRows (ping-pong
-//     buffers) where the accumulator leaves room for fewer rows than the tile's; the tile's Q in an L0A half for the
-//     task where it fits one, else each chunk's rows of Q loaded from L1 beside its product (so a tile may have more
-//     rows than an L0A half holds of Q: K and V are read once for all of them);
+//     unscaled, FP32 through the Fixpipe into block j's S slot, in the L0C plan's tiles of scoreRows x scoreKeys
+//     beside the accumulator (the whole block's where it fits; at D > 128 all the rows over chunks of keys, each K
+//     chunk loaded into L0B once a block; else row chunks, ping-pong); the task's Q stays in a buffer of its own in
+//     L0A (PlanAicL0a), which every tile reads in place, so a tile may have more rows than an L0A half holds of Q:
+//     K and V are read once for all of them;
 //   * once the AIVs sent a stack's P: the stack's close verdicts (each AIV's word, ORed: a frame moved in a row of
 //     the tile before that block; read once the pass's first S is queued, off the cube's path), then per block j:
 //     at a close, the accumulator [O | l] (FP32, L0C) out to block j's segment slot; then [O | l] += P_j [V_j | 1]
-//     (a fresh sum at a close and at block 0), one Mmad per chunk of at most 128 columns (even chunks) and per half
-//     of at most 128 rows (what an L0A half holds of P beside Q: a tile of 256 rows is summed as two NZ tiles of
-//     128) over the block's 128 keys, so every element is FP32(sum + FP32(exact product)), the golden model's
-//     rounding (the columns are independent: V's chunks and the ones strip in separate calls);
+//     (a fresh sum at a close and at block 0), one Mmad per chunk of at most 128 columns (even chunks) and per piece
+//     of the L0A plan's probRows rows (what L0A holds of P beside Q: the accumulator is one NZ tile per piece) over
+//     the block's 128 keys, so every element is FP32(sum + FP32(exact product)), the golden model's rounding (the
+//     columns are independent: V's chunks and the ones strip in separate calls);
 //     the column of ones is an NZ strip of 128 x 16 in L1 (column 0 = 1, the others 0) that the core loads once,
 //     before its first P V, from the strip its AIVs wrote (FLAG_M_READY);
 //   * after the task's last block the accumulator goes to the final segment slot. PV_READY says that the stack's

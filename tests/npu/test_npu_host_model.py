@@ -282,8 +282,9 @@ CASES = {
     "frame_gqa_d128_bsnd": dict(b=1, n=8, nkv=2, s1=130, s2=260, d=128, layout="BSND", precision="fp32_frame"),
     "frame_d80_mqa": dict(b=2, n=4, nkv=1, s1=72, s2=200, d=80, layout="BNSD", precision="fp32_frame"),
     "frame_d256": dict(b=1, n=2, nkv=2, s1=70, s2=300, d=256, layout="BSH", precision="fp32_frame"),
-    # D = 256 in 96-row blocks: S in two halves of 48 rows through one L0C buffer, Q from L1 per half; frames move
-    "frame_d256_halves_moves": dict(b=1, n=1, nkv=1, s1=180, s2=400, d=256, layout="BNSD", precision="fp32_frame",
+    # D = 256 in 96-row blocks: S in tiles of 96 rows x 64 keys through one L0C buffer, P V in pieces of 64 + 32 rows
+    # (Q held in L0A); frames move
+    "frame_d256_pieces_moves": dict(b=1, n=1, nkv=1, s1=180, s2=400, d=256, layout="BNSD", precision="fp32_frame",
                                     sigma=3.0),
     "frame_moves_d128": dict(b=1, n=2, nkv=1, s1=256, s2=1100, d=128, layout="BNSD", precision="fp32_frame",
                              sigma=3.0),
@@ -311,7 +312,7 @@ CASES = {
                                         precision="fp32_frame", split=True, sigma=3.0),
     "frame_tasks_per_core_3": dict(b=2, n=8, nkv=2, s1=256, s2=256, d=64, layout="BSH", precision="fp32_frame",
                                    sigma=2.0),
-    # query blocks whose Q does not fit an L0A half (reloaded per chunk of S): 256 rows at D = 80, 128 at D = 144;
+    # query blocks whose Q does not fit an L0A half (its own L0A buffer): 256 rows at D = 80, 128 at D = 144;
     # D = 96 takes 128 rows (at 256 its S would leave L0C in 16-row chunks), each with a tail tile
     "frame_rows128_d96_gqa_moves": dict(b=1, n=4, nkv=2, s1=300, s2=700, d=96, layout="BNSD",
                                         precision="fp32_frame", sigma=3.0),
@@ -778,14 +779,18 @@ def test_framed_hard_inputs_equal_golden_with_its_counters(kind):
 @pytest.mark.parametrize("d, block_q", [(80, 256), (144, 128), (192, 96)])
 def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_q):
     """fp32_frame's query blocks whose Q (block_q x D FP16) does not fit an L0A half: the tiling takes them (K and V
-    read once for all their rows: the cube loads Q per chunk of S, pasa_framed_cube.h), and the kernel equals the
-    golden model at that block_q bit for bit, with its counts of moved (row, KV block) and closed (tile, KV block)
-    pairs. Per AIV the rows come in two tiles of 64 at 256 rows (one at 128 and 96), and the keys' level drifts up along
-    the sequence: the first half tile's rows see their scores rise (their frames move up in almost every block, more
-    often than the frame versions' ring is long), the second's fall (their frames move down after 8 blocks far
-    below), so a move or a count of low blocks written into the other tile's lanes of the row state, or a chunk of S
-    computed from the wrong rows of Q, changes the output or the counts. A tail of 136 rows follows (at 256, two
-    blocks make fewer than 128-row blocks would, the tiling's condition for taking the larger ones)."""
+    read once for all their rows: Q stays in a buffer of its own in L0A, P takes the rest in pieces of rows,
+    pasa_buffer_plan.h PlanAicL0a), and the kernel equals the golden model at that block_q bit for bit, with its
+    counts of moved (row, KV block) and closed (tile, KV block) pairs. Per AIV the rows come in two tiles of 64 at
+    256 rows (one at 128 and 96), and the keys' level drifts up along the sequence: the first half tile's rows see
+    their scores rise (their frames move up in almost every block, more often than the frame versions' ring is
+    long), the second's fall (their frames move down after 8 blocks far below), so a move or a count of low blocks
+    written into the other tile's lanes of the row state, or a chunk of S computed from the wrong rows of Q, changes
+    the output or the counts. A tail of 136 rows follows (at 256, two
+    blocks make fewer than 128-row blocks would, the tiling's condition for taking the larger ones). From L1 the
+    cube loads Q once per task, P and K once per block (at D = 144 and 192 S is taken in tiles of 64 keys over all
+    the rows), V once per block, and the ones strip once per block and again for a second piece of P where [V | 1]
+    has three column chunks for the two L0B halves (D > 128)."""
     rng = np.random.default_rng(d)
     heads, s1, s2 = 2, block_q + 136, 2048
     rising = (np.arange(s1) % block_q % (block_q // 2) < block_q // 4)[:, None]
@@ -815,6 +820,11 @@ def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_
     tiles = [min(block_q, s1 - r0) for r0 in range(0, s1, block_q)] * heads
     want = sum(-(-r // 16) * 16 * (d + blocks * 128) * 2 for r in tiles) + len(tiles) * kv
     assert sum(c["mte2_bytes"] for c in aics) == want + len(aics) * 128 * 16 * 2
+    prob_rows = min(block_q, (64 * 1024 - block_q * d * 2) // (128 * 2) // 16 * 16)  # what L0A holds beside Q
+    mps = [-(-r // 16) * 16 for r in tiles]
+    assert sum(c["l0a_bytes"] for c in aics) == sum(mp * d * 2 + blocks * mp * 128 * 2 for mp in mps)
+    ones = [1 + (d > 128 and mp > prob_rows) for mp in mps]
+    assert sum(c["l0b_bytes"] for c in aics) == sum(blocks * (2 * 128 * d * 2 + n * 128 * 16 * 2) for n in ones)
 
 
 @pytest.mark.parametrize("block_kv", [16, 32, 64, 128, 256])
