@@ -137,14 +137,14 @@ PASA_HOST_AICORE inline uint32_t KeysPerL0bHalf(uint32_t headDim) {
 
 // One AIC's L0C: S' (and P V, and the pre-passes' products) in scoreBuffers tiles of scoreRows x scoreKeys FP32, and,
 // where the sums stay on the cube, the accumulator [O | l] of blockQ x (D + VALUE_EXTRA_COLS) FP32 beside them, S'
-// then computed in tiles of what fits beside it. An S tile's keys fit an L0B half of K (so each K chunk is loaded once
-// for all the tile's rows) and its rows read the task's Q where it stays in L0A (PlanAicL0a; no tiles where it cannot).
-// In order: the whole block's tile in two buffers (its Fixpipe drains while the cube sums the block's P V,
+// then computed in tiles of what fits beside it: a tile's keys fit an L0B half of K (so each K chunk is loaded once
+// for all the tile's rows) and its rows read the task's Q where it stays in L0A (PlanAicL0a; no tiles where it
+// cannot). In order: the whole block's tile in two buffers (its Fixpipe drains while the cube sums the block's P V,
 // pasa_framed_cube.h), else in one; where K is wider than an L0B half (D > 128), tiles of all the rows over even
 // chunks of the keys, as few as L0C and L0B allow, in one buffer; else row chunks of all the keys, the largest
-// multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the cube computes the next),
-// then, below MIN_SCORE_ROWS, the tile in two halves through one buffer (each half's Mmad waits for the other's
-// Fixpipe), then smaller chunks. scoreRows 0: nothing fits.
+// multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the cube computes the next;
+// the tiling takes a block of more than 64 rows only where they are at least MIN_SCORE_ROWS). scoreRows 0: nothing
+// fits.
 struct AicL0cPlan {
     uint32_t accBytes, scoreRows, scoreKeys, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
@@ -168,16 +168,12 @@ PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim,
     if (p.Take(whole, BLOCK_KV, 2, headDim) || p.Take(whole, BLOCK_KV, 1, headDim)) return p;
     const uint32_t l0cKeys = p.accBytes < 2 * L0C_HALF_BYTES ? (2 * L0C_HALF_BYTES - p.accBytes) / (whole * 4) : 0;
     const uint32_t maxKeys = l0cKeys < KeysPerL0bHalf(headDim) ? l0cKeys / FRACTAL * FRACTAL : KeysPerL0bHalf(headDim);
-    if (KeysPerL0bHalf(headDim) < BLOCK_KV && maxKeys >= FRACTAL) {
+    if (KeysPerL0bHalf(headDim) < BLOCK_KV && maxKeys >= FRACTAL) {  // as even as 16 keys allow
         const uint32_t chunks = (BLOCK_KV + maxKeys - 1) / maxKeys;
         if (p.Take(whole, (BLOCK_KV / FRACTAL + chunks - 1) / chunks * FRACTAL, 1, headDim)) return p;
     }
-    for (uint32_t rows = whole - FRACTAL; rows >= MIN_SCORE_ROWS; rows -= FRACTAL)
+    for (uint32_t rows = whole - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
         if (p.Take(rows, BLOCK_KV, 2, headDim)) return p;
-    if (p.Take((whole / 2 + FRACTAL - 1) / FRACTAL * FRACTAL, BLOCK_KV, 1, headDim)) return p;
-    for (uint32_t buffers = 2; buffers >= 1; --buffers)
-        for (uint32_t rows = (buffers == 2 ? MIN_SCORE_ROWS : whole) - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
-            if (p.Take(rows, BLOCK_KV, buffers, headDim)) return p;
     return p;
 }
 
