@@ -20,6 +20,8 @@ constexpr uint32_t L0_HALF_BYTES = 32 * 1024;   // one of the two L0A/L0B ping-p
 constexpr uint32_t L0C_HALF_BYTES = 64 * 1024;  // one of the two L0C ping-pong buffers
 constexpr uint32_t MIN_SCORE_ROWS = 32;         // rows of an S chunk beside fp32_frame's [O | l] worth taking
                                                 // a query block beyond 64 rows for (op_host/pasa_tiling.cpp)
+constexpr uint32_t MIN_SCORE_KEYS = 32;         // keys of fp32_frame's ping-pong S tiles over chunks of keys at
+                                                // least (fewer: one buffer of more keys)
 constexpr uint32_t MAX_SLOT_RING = 16;          // block slots of the handshake's rings (PasaSlotRing) at most:
                                                 // fp32_frame's AIVs keep a frame version per slot in a fixed table
 
@@ -141,7 +143,9 @@ PASA_HOST_AICORE inline uint32_t KeysPerL0bHalf(uint32_t headDim) {
 // for all the tile's rows) and its rows read the task's Q where it stays in L0A (PlanAicL0a; no tiles where it
 // cannot). In order: the whole block's tile in two buffers (its Fixpipe drains while the cube sums the block's P V,
 // pasa_framed_cube.h), else in one; where K is wider than an L0B half (D > 128), tiles of all the rows over even
-// chunks of the keys, as few as L0C and L0B allow, in one buffer; else row chunks of all the keys, the largest
+// chunks of the keys, as few as L0C and L0B allow, in two buffers where tiles of MIN_SCORE_KEYS fit them (ping-pong:
+// a tile's Fixpipe drains while the cube computes the next; in one buffer the next tile's Mmad would wait for it),
+// else in one; else row chunks of all the keys, the largest
 // multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the cube computes the next;
 // the tiling takes a block of more than 64 rows only where they are at least MIN_SCORE_ROWS). scoreRows 0: nothing
 // fits.
@@ -167,10 +171,12 @@ PASA_HOST_AICORE inline AicL0cPlan PlanAicL0c(uint32_t blockQ, uint32_t headDim,
     const uint32_t whole = (blockQ + FRACTAL - 1) / FRACTAL * FRACTAL;
     if (p.Take(whole, BLOCK_KV, 2, headDim) || p.Take(whole, BLOCK_KV, 1, headDim)) return p;
     const uint32_t l0cKeys = p.accBytes < 2 * L0C_HALF_BYTES ? (2 * L0C_HALF_BYTES - p.accBytes) / (whole * 4) : 0;
-    const uint32_t maxKeys = l0cKeys < KeysPerL0bHalf(headDim) ? l0cKeys / FRACTAL * FRACTAL : KeysPerL0bHalf(headDim);
-    if (KeysPerL0bHalf(headDim) < BLOCK_KV && maxKeys >= FRACTAL) {  // as even as 16 keys allow
-        const uint32_t chunks = (BLOCK_KV + maxKeys - 1) / maxKeys;
-        if (p.Take(whole, (BLOCK_KV / FRACTAL + chunks - 1) / chunks * FRACTAL, 1, headDim)) return p;
+    for (uint32_t buffers = 2; KeysPerL0bHalf(headDim) < BLOCK_KV && buffers >= 1; --buffers) {
+        const uint32_t fit = l0cKeys / buffers / FRACTAL * FRACTAL;
+        const uint32_t maxKeys = fit < KeysPerL0bHalf(headDim) ? fit : KeysPerL0bHalf(headDim);
+        if (maxKeys < (buffers == 2 ? MIN_SCORE_KEYS : FRACTAL)) continue;
+        const uint32_t chunks = (BLOCK_KV + maxKeys - 1) / maxKeys;  // as even as 16 keys allow
+        if (p.Take(whole, (BLOCK_KV / FRACTAL + chunks - 1) / chunks * FRACTAL, buffers, headDim)) return p;
     }
     for (uint32_t rows = whole - FRACTAL; rows >= FRACTAL; rows -= FRACTAL)
         if (p.Take(rows, BLOCK_KV, 2, headDim)) return p;

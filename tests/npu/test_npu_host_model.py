@@ -282,8 +282,8 @@ CASES = {
     "frame_gqa_d128_bsnd": dict(b=1, n=8, nkv=2, s1=130, s2=260, d=128, layout="BSND", precision="fp32_frame"),
     "frame_d80_mqa": dict(b=2, n=4, nkv=1, s1=72, s2=200, d=80, layout="BNSD", precision="fp32_frame"),
     "frame_d256": dict(b=1, n=2, nkv=2, s1=70, s2=300, d=256, layout="BSH", precision="fp32_frame"),
-    # D = 256 in 96-row blocks: S in tiles of 96 rows x 64 keys through one L0C buffer, P V in pieces of 64 + 32 rows
-    # (Q held in L0A); frames move
+    # D = 256 in 96-row blocks: S in ping-pong tiles of 96 rows x 32 keys, P V in pieces of 64 + 32 rows (Q held in
+    # L0A); frames move
     "frame_d256_pieces_moves": dict(b=1, n=1, nkv=1, s1=180, s2=400, d=256, layout="BNSD", precision="fp32_frame",
                                     sigma=3.0),
     "frame_moves_d128": dict(b=1, n=2, nkv=1, s1=256, s2=1100, d=128, layout="BNSD", precision="fp32_frame",
@@ -788,8 +788,8 @@ def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_
     written into the other tile's lanes of the row state, or a chunk of S computed from the wrong rows of Q, changes
     the output or the counts. A tail of 136 rows follows (at 256, two
     blocks make fewer than 128-row blocks would, the tiling's condition for taking the larger ones). From L1 the
-    cube loads Q once per task, P and K once per block (at D = 144 and 192 S is taken in tiles of 64 keys over all
-    the rows), V once per block, and the ones strip once per block and again for a second piece of P where [V | 1]
+    cube loads Q once per task, P and K once per block (at D = 144 and 192 S is taken in ping-pong tiles of all the
+    rows over 48 and 64 keys), V once per block, and the ones strip once per block and again for a second piece of P where [V | 1]
     has three column chunks for the two L0B halves (D > 128)."""
     rng = np.random.default_rng(d)
     heads, s1, s2 = 2, block_q + 136, 2048
