@@ -786,11 +786,11 @@ def test_framed_query_blocks_beyond_l0a_equal_golden_with_its_counters(d, block_
     their scores rise (their frames move up in almost every block, more often than the frame versions' ring is
     long), the second's fall (their frames move down after 8 blocks far below), so a move or a count of low blocks
     written into the other tile's lanes of the row state, or a chunk of S computed from the wrong rows of Q, changes
-    the output or the counts. A tail of 136 rows follows (at 256, two
-    blocks make fewer than 128-row blocks would, the tiling's condition for taking the larger ones). From L1 the
-    cube loads Q once per task, P and K once per block (at D = 144 and 192 S is taken in ping-pong tiles of all the
-    rows over 48 and 64 keys), V once per block, and the ones strip once per block and again for a second piece of P where [V | 1]
-    has three column chunks for the two L0B halves (D > 128)."""
+    the output or the counts. A tail of 136 rows follows (at 256, two blocks make fewer than 128-row blocks would,
+    the tiling's condition for taking the larger ones). From L1 the cube loads Q once per task, P and K once per
+    block (at D = 144 and 192 S is taken in ping-pong tiles of all the rows over 48 and 64 keys), V once per block,
+    and the ones strip once per block and again for a second piece of P where [V | 1] has three column chunks for
+    the two L0B halves (D > 128)."""
     rng = np.random.default_rng(d)
     heads, s1, s2 = 2, block_q + 136, 2048
     rising = (np.arange(s1) % block_q % (block_q // 2) < block_q // 4)[:, None]
