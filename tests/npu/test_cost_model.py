@@ -356,3 +356,40 @@ def test_flash_stages_count_the_structure_and_the_baseline_takes_its_best_tiling
     legal = [t for t in cost_model.FLASH_TILINGS if cost_model._fits(t, 128)]
     assert cost_model.FlashTiling(128, 256, 4) in legal and tiling in legal
     assert seconds == min(cost_model.flash_attention_seconds(1, 4, 4096, 4096, 128, tiling=t) for t in legal)
+
+
+def test_the_pipe_bound_is_each_cores_busiest_pipe_and_no_clock_beats_it():
+    # Only the cube and a flag latency cost: every core's bound is its cube cycles (the AIVs' is 0), so the launch's
+    # bound is the AIC's 768 fractal-cycles, where its clocks also wait 300+ cycles for the handshake's hops.
+    costs = {**{k: 0.0 for k in cost_model.A2_COSTS if k != "l2_bytes_per_cycle"}, "l2_bytes_per_cycle": 1e9,
+             "cube_cycles_per_fractal": 1.0, "flag_latency_cycles": 100.0}
+    r = cost_model.model(1, 1, 1, 128, 128, 64, precision="pasa", costs=costs)
+    assert r.seconds_bound == pytest.approx(max(768 / cost_model.CLOCK_HZ, r.hbm_bound_seconds))
+    assert r.seconds_bound < r.seconds_overlap
+    # At the calibrated costs, full and scaled runs: the bound lies below the overlap clock, which lies below the model.
+    for limit in (cost_model.FULL_RUN_LIMIT, 0):
+        r = cost_model.model(1, 4, 2, 512, 512, 128, precision="fp32_frame", full_run_limit=limit)
+        assert 0 < r.seconds_bound <= r.seconds_overlap <= r.seconds
+
+
+def test_the_baselines_pipe_bound_sums_each_cores_pipes_over_the_block():
+    # Only the cube costs: a 128-row block over 1024 keys is 4 tiles of QK and PV, 8 x 16 x 8 fractals each per
+    # 256 keys; the AIVs are free, so the bound is the cube's 2 x 4 x 1024 cycles, below the block's own clock.
+    costs = {**{k: 0.0 for k in cost_model.A2_COSTS}, "cube_cycles_per_fractal": 1.0, "gm_bytes_per_cycle": 1e9,
+             "fix_bytes_per_cycle": 1e9, "l0a_bytes_per_cycle": 1e9, "l0b_bytes_per_cycle": 1e9,
+             "flag_latency_cycles": 100.0}
+    t = cost_model.FlashTiling(128, 256, 4)
+    bound, _ = cost_model._flash_block_bound(t, 128, 1024, costs)
+    assert bound == pytest.approx(2 * 4 * 1024, rel=1e-6)
+    assert cost_model._flash_block(t, 128, 1024, costs)[0] > bound
+    seconds, tiling = cost_model.best_flash_attention(1, 4, 4096, 4096, 128, bound=True)
+    legal = [t for t in cost_model.FLASH_TILINGS if cost_model._fits(t, 128)]
+    assert seconds == min(cost_model.flash_attention_seconds(1, 4, 4096, 4096, 128, tiling=t, bound=True)
+                          for t in legal)
+    assert seconds <= cost_model.best_flash_attention(1, 4, 4096, 4096, 128)[0]
+
+
+def test_goals_compare_each_metric_the_way_its_target_is_stated():
+    assert cost_model._meets("TFLOP/s S = 8k", 123) and not cost_model._meets("TFLOP/s S = 8k", 122.9)
+    assert cost_model._meets("D = 256, 4k / baseline", 0.9) and not cost_model._meets("D = 256, 4k / baseline", 0.91)
+    assert not cost_model._meets("decode, 4096 keys / fp16_fp32", 1.001)
