@@ -314,6 +314,27 @@ def test_framed_aic_sums_beside_the_scores_in_large_s_chunks():
     assert sum(1 for seg in aic["segments"] if seg.get("M", 0) > 0) == tasks * 13
 
 
+def test_framed_decode_hands_off_no_more_often_than_flash_attention():
+    """Decode (B = 1, N = 4, Nkv = 1: a 16-row tile of the GQA group's 4 heads, S2 = 4096: 32 KV blocks in 17 stacks,
+    S 3 stacks ahead) on one AI core, with only a flag latency of 1 cycle priced: each core's clock is then the number
+    of cross-core hand-offs on its longest chain. fp32_frame's AIC sends a decode tile's S of stack i before it waits
+    for P of stack i - 3, as fp16_fp32's does, so its AIVs' chain is no longer (11 hand-offs each); with S behind that
+    wait (the order of larger tiles, whose S the Fixpipe drains while the cube sums) it would grow by two every 3
+    stacks instead of every 4 (13)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 1, 128)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 1, 4096, 128)).astype(np.float16) for _ in range(2))
+    hand_offs = {}
+    for precision in ("fp32_frame", "fp16_fp32"):
+        _, _, counters = npu_host_model.count(q, k, v, cost={"flag_latency_cycles": 1.0}, ai_cores=1, num_heads=4,
+                                              num_key_value_heads=1, input_layout="BNSD", precision=precision)
+        assert (counters[0]["kv_stack"], counters[0]["pre_launch"]) == (2, 3)
+        hand_offs[precision] = [c["clock_model"] for c in counters]
+    frame, flash = hand_offs["fp32_frame"], hand_offs["fp16_fp32"]
+    assert min(flash) > 0
+    assert all(f <= b for f, b in zip(frame, flash)), (frame, flash)
+
+
 def test_fixpipe_has_its_own_rate():
     counters = _count({"gm_bytes_per_cycle": 64, "fix_bytes_per_cycle": 16})
     aic = counters[0]
