@@ -20,7 +20,8 @@
 // The two interleave: once stack i - preLaunch's P is in, S of stack i and the sums of stack i - preLaunch go block
 // by block, so that the Fixpipe drains a block's S (the AIC's largest transfer) while the cube sums the other
 // block, and S_READY and PV_READY follow together; the slots' reuse is as safe as in pasa_cube_stage.h, each S now
-// written after a later P wait.
+// written after a later P wait. A tile of one fractal row (decode) keeps pasa_cube_stage.h's order instead: S of
+// stack i before the P wait of stack i - preLaunch (Run says why).
 // The verdict words come in a ring of 2 preLaunch + 2 stacks counted over the launch (pasa_softmax_framed.h says
 // why that many): this AIC counts the stacks it sums, as the AIVs count the stacks they send.
 #ifndef PASA_FRAMED_CUBE_H
@@ -106,6 +107,12 @@ public:
         // Stack i's S and stack i - preLaunch's sums in one pass, block by block, after the P wait: the Fixpipe drains
         // a block's S while the cube sums a block. Not in the task's first such pass: there the AIVs, which have
         // only preLaunch stacks of S so far, would wait for stack i's S behind the P wait, so S goes first.
+        // Nor on a tile of one fractal row (decode: one head's query, or a GQA group's heads): its S is 8 KB a block,
+        // too little Fixpipe work for the overlap to gain, and the AIVs' softmax of so few rows is short, so they
+        // wait for S. Behind the P wait, S of stack i would follow P of stack i - preLaunch (not i - preLaunch - 1):
+        // over a task the AIVs' chain of hand-offs grows by two every preLaunch stacks instead of every
+        // preLaunch + 1, and the task's last S comes a pass of sums later. There S goes first in every pass.
+        const bool scoresFirst = mp <= FRACTAL;
         const uint32_t stacks = StacksOf(*t_, k), stack0 = stacksSummed_;
         for (uint32_t i = 0; i < stacks + t_->preLaunch; ++i) {
             const bool scores = i < stacks, sums = i >= t_->preLaunch;
@@ -113,7 +120,7 @@ public:
             const KvStack ps = sums ? StackOf(*t_, k, i - t_->preLaunch) : KvStack{0, 0, 0};
             const uint32_t nSums = ps.end - ps.first;
             uint32_t nScores = ss.end - ss.first;
-            if (scores && (!sums || i == t_->preLaunch)) {
+            if (scores && (!sums || i == t_->preLaunch || scoresFirst)) {
                 for (uint32_t j = ss.first; j < ss.end; ++j) Score(k, q, mp, j);
                 CrossCoreSetFlag<0x2, PIPE_FIX>(FLAG_S_READY);
                 nScores = 0;

@@ -32,6 +32,7 @@ inputs (Q, K, V ~ N(0, 1)), reshifts included; inputs that need more passes cost
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import math
 import sys
@@ -124,7 +125,9 @@ class Result:
 
     ``seconds`` is the calibrated model: the launch, the busiest core's model clock with its tasks' dispatch, or
     the aggregate GM/L2 traffic at ``l2_bytes_per_cycle`` or the unique HBM traffic where either takes longer.
-    ``seconds_overlap`` and ``seconds_serial`` are the same launch with the core clocks at their two extremes."""
+    ``seconds_overlap`` and ``seconds_serial`` are the same launch with the core clocks at their two extremes.
+    ``seconds_bound`` is the same launch with each core's clock at its busiest pipe's cycles over the whole run:
+    no schedule of the kernel's instructions, however deep its pipelining, takes less."""
     seconds_overlap: float
     seconds_serial: float
     flops: float
@@ -136,6 +139,7 @@ class Result:
     l2_bound_seconds: float = 0.0
     gm_bytes: float = 0.0   # GM traffic of all DMA engines (MTE2, MTE3, Fixpipe), bytes
     tiling: dict = dataclasses.field(default_factory=dict)
+    seconds_bound: float = 0.0
 
     @property
     def tflops(self) -> float:
@@ -229,8 +233,9 @@ CLOCKS = ("clock_overlap", "clock_serial", "clock_model")
 
 
 def _clocks(counters) -> np.ndarray:
-    """Per core, its three clocks (overlap, serial, model) with a dispatch added per task: AICs then AIVs."""
-    return np.array([[c[k] for k in CLOCKS] for c in counters])
+    """Per core (AICs, then AIVs), its three clocks (overlap, serial, model) and its pipe bound (its busiest pipe's
+    cycles over the run: no flag waits, every pipe overlapping that one)."""
+    return np.array([[c[k] for k in CLOCKS] + [max(c["pipe_cycles"].values())] for c in counters])
 
 
 def _gm_bytes(counters) -> float:
@@ -261,8 +266,8 @@ def _hbm_seconds(batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, shifte
 
 
 def _launch(core_clocks, tasks_per_core, gm_bytes, hbm_seconds, costs) -> np.ndarray:
-    """Seconds of the launch on the three clocks: launch + the busiest core (its clock and a dispatch per task),
-    or the launch's GM/L2 traffic at the aggregate rate, or its unique HBM traffic, whichever is longer."""
+    """Seconds of the launch on each clock of :func:`_clocks`: launch + the busiest core (its clock and a dispatch
+    per task), or the launch's GM/L2 traffic at the aggregate rate, or its unique HBM traffic, whichever is longer."""
     busiest = np.max(core_clocks + costs["dispatch_cycles"] * np.asarray(tasks_per_core)[:, None], axis=0)
     l2 = gm_bytes / costs["l2_bytes_per_cycle"]
     return (costs["launch_cycles"] + np.maximum(busiest, max(l2, hbm_seconds * CLOCK_HZ))) / CLOCK_HZ
@@ -295,7 +300,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
         secs = _launch(_clocks(counters), tasks, gm, hbm, costs)
         return Result(secs[0], secs[1], flops, _busiest(counters, True), _busiest(counters, False),
                       f"full run on the host model; {_schedule(tiling)}", hbm, secs[2],
-                      gm / costs["l2_bytes_per_cycle"] / CLOCK_HZ, gm, tiling)
+                      gm / costs["l2_bytes_per_cycle"] / CLOCK_HZ, gm, tiling, secs[3])
     if seq_q == 1:
         raise ValueError("decode shapes too large for a full run are not scaled (split-KV changes the schedule)")
     if page_size:
@@ -340,8 +345,8 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
             total = total + (per_task(nb) if nb else 0)
         core_totals.append(total)
     core_totals = np.array(core_totals)
-    gm = float(core_totals[:, 3].sum())
-    secs = _launch(core_totals[:, :3], [len(ids) for ids in core_tasks], gm, hbm, costs)
+    gm = float(core_totals[:, -1].sum())
+    secs = _launch(core_totals[:, :-1], [len(ids) for ids in core_tasks], gm, hbm, costs)
     # The pipes of one task (2 tasks less 1 task): the AIC, and the busier AIV.
     aic = {p: c2[0]["pipe_cycles"][p] - c1[0]["pipe_cycles"][p] for p in PIPES}
     aiv = {p: max(c2[i]["pipe_cycles"][p] - c1[i]["pipe_cycles"][p] for i in (1, 2)) for p in PIPES}
@@ -351,7 +356,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
               f"{fixed_kind} times; full launch = {block_dim} cores x at most {per_core} tasks{prepass}; "
               f"pipe cycles are one task's ({nkb} KV blocks); {_schedule(tiling)}")
     return Result(secs[0], secs[1], flops, aic, aiv, method, hbm, secs[2], gm / costs["l2_bytes_per_cycle"] / CLOCK_HZ,
-                  gm, tiling)
+                  gm, tiling, secs[3])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -407,14 +412,20 @@ def kernel_stages(costs: dict, precision: str = "fp32_frame") -> dict:
 @dataclasses.dataclass(frozen=True, order=True)
 class FlashTiling:
     """PTO's FlashAttention structure (kernels/manual/common/flash_atten of hw-native-sys/pto-isa): blocks of
-    ``rows`` query rows, logical KV tiles of ``tile`` keys in cube sub-tiles of 128, ``preload`` tiles of QK ahead."""
+    ``rows`` query rows, logical KV tiles of ``tile`` keys in cube sub-tiles of 128, ``preload`` tiles of QK ahead;
+    the softmax's row max and row sum by ``WholeReduceMax``/``WholeReduceSum`` (7 cycles a row, as PTO's published
+    stage cycles imply) or, ``block_reductions``, by ``BlockReduceMax``/``BlockReduceSum`` as fp32_frame takes them
+    (a row's 64 lanes in 1 cycle, then its 8 partial results: 9/8 of a cycle a row)."""
     rows: int = 128
     tile: int = 256
     preload: int = 4
+    block_reductions: bool = False
 
 
-#: The tilings the fair baseline searches (PTO's own search ranges; rows beyond 128 do not fit L0C's S tile).
-FLASH_TILINGS = tuple(FlashTiling(r, t, p) for r in (64, 128) for t in (256, 512, 1024) for p in (2, 4, 6))
+#: The tilings the fair baseline searches (PTO's own search ranges; rows beyond 128 do not fit L0C's S tile), with
+#: either row reduction.
+FLASH_TILINGS = tuple(FlashTiling(r, t, p, b) for r in (64, 128) for t in (256, 512, 1024) for p in (2, 4, 6)
+                      for b in (False, True))
 
 
 def _fits(t: FlashTiling, d: int) -> bool:
@@ -427,40 +438,48 @@ def _fits(t: FlashTiling, d: int) -> bool:
     return l1 <= 512 * 1024 and ub <= 184 * 1024 and t.rows * 128 * 4 * 2 <= 128 * 1024
 
 
-def _stage(pipes: dict, instructions: dict, costs: dict) -> float:
-    """Cycles of one stage from its per-pipe work and instruction counts, priced as the host model prices them."""
+def _stage_pipes(pipes: dict, instructions: dict, costs: dict) -> dict:
+    """One stage's cycles per pipe from its per-pipe work and instruction counts, priced as the host model prices
+    them."""
     head = {"M": costs["mmad_head_cycles"], "MTE2": costs["dma_head_cycles"], "MTE3": costs["dma_head_cycles"],
             "FIX": costs["dma_head_cycles"], "V": costs["vec_head_cycles"], "MTE1": 0.0}
-    seg = {p: c + head[p] * instructions.get(p, 0) for p, c in pipes.items() if c}
-    return _segment_cycles(seg, costs)
+    return {p: c + head[p] * instructions.get(p, 0) for p, c in pipes.items() if c}
 
 
 def flash_stages(t: FlashTiling, d: int, costs: dict, keys: int | None = None) -> dict:
     """Cycles of the four stages of one logical tile (``keys`` keys, default ``t.tile``) of the PTO-structured
-    FlashAttention, counted from its structure: QK and PV in 128-key cube sub-tiles with FP32 S and FP32 P V through
-    GM, the softmax of FP32 S into FP16 P and the O update in FP32 on each AIV's half of the rows."""
+    FlashAttention (:func:`flash_stage_pipes`), each a segment on the model clock."""
+    return {k: _segment_cycles(seg, costs) for k, seg in flash_stage_pipes(t, d, costs, keys).items()}
+
+
+def flash_stage_pipes(t: FlashTiling, d: int, costs: dict, keys: int | None = None) -> dict:
+    """Cycles per pipe of the four stages of one logical tile (``keys`` keys, default ``t.tile``) of the
+    PTO-structured FlashAttention, counted from its structure: QK and PV in 128-key cube sub-tiles with FP32 S and
+    FP32 P V through GM, the softmax of FP32 S into FP16 P and the O update in FP32 on each AIV's half of the rows."""
     n = keys or t.tile
     r, h, sub = t.rows, t.rows // 2, -(-n // 128)
     gm, fix = costs["gm_bytes_per_cycle"], costs["fix_bytes_per_cycle"]
     l0a, l0b = costs["l0a_bytes_per_cycle"], costs["l0b_bytes_per_cycle"]
     frac = costs["cube_cycles_per_fractal"]
     mm = (r // 16) * (-(-n // 16)) * (d // 16) * frac
-    qk = _stage({"MTE2": n * d * 2 / gm, "MTE1": sub * r * d * 2 / l0a + n * d * 2 / l0b, "M": mm,
-                 "FIX": r * n * 4 / fix}, {"MTE2": sub, "M": sub, "FIX": sub}, costs)
-    pv = _stage({"MTE2": (r * n * 2 + n * d * 2) / gm, "MTE1": r * n * 2 / l0a + n * d * 2 / l0b, "M": mm,
-                 "FIX": r * d * 4 / fix}, {"MTE2": 2 * sub, "M": sub, "FIX": 1}, costs)
+    qk = _stage_pipes({"MTE2": n * d * 2 / gm, "MTE1": sub * r * d * 2 / l0a + n * d * 2 / l0b, "M": mm,
+                       "FIX": r * n * 4 / fix}, {"MTE2": sub, "M": sub, "FIX": sub}, costs)
+    pv = _stage_pipes({"MTE2": (r * n * 2 + n * d * 2) / gm, "MTE1": r * n * 2 / l0a + n * d * 2 / l0b, "M": mm,
+                       "FIX": r * d * 4 / fix}, {"MTE2": 2 * sub, "M": sub, "FIX": 1}, costs)
     # Softmax of h rows x n FP32 scores (64 lanes a repeat): scale, the row max folded in halves to 64 lanes and one
-    # WholeReduceMax (7 cycles a repeat), subtract, exp (2 cycles a repeat), the row sum alike, cast to FP16; the
-    # row state (m, l, the rescale factor: 6 single-repeat ops a row vector).
+    # reduction of them (WholeReduceMax: 7 cycles a repeat; or two BlockReduceMax: 1 cycle a repeat, then 8 lanes a
+    # row), subtract, exp (2 cycles a repeat), the row sum alike, cast to FP16; the row state (m, l, the rescale
+    # factor: 6 single-repeat ops a row vector).
     reps = h * n / 64
     folds = reps - h
-    vec = (reps + folds + 7 * h + reps + 2 * reps + folds + 7 * h + reps) * costs["vec_repeat_scale"] + 6 * h / 64 * 8
-    softmax = _stage({"MTE2": h * n * 4 / gm, "V": vec, "MTE3": h * n * 2 / gm},
-                     {"MTE2": sub, "V": 8 * sub + 6, "MTE3": sub}, costs)
+    reduce = h + h / 8 if t.block_reductions else 7 * h
+    vec = (reps + folds + reduce + reps + 2 * reps + folds + reduce + reps) * costs["vec_repeat_scale"] + 6 * h / 64 * 8
+    softmax = _stage_pipes({"MTE2": h * n * 4 / gm, "V": vec, "MTE3": h * n * 2 / gm},
+                           {"MTE2": sub, "V": (10 if t.block_reductions else 8) * sub + 6, "MTE3": sub}, costs)
     # O update: O = O * alpha + P V over h x d FP32 (a broadcast, a multiply, an add).
     gu_reps = h * d / 64
-    gu = _stage({"MTE2": h * d * 4 / gm, "V": (2 * gu_reps + h / 8) * costs["vec_repeat_scale"]},
-                {"MTE2": 1, "V": 3}, costs)
+    gu = _stage_pipes({"MTE2": h * d * 4 / gm, "V": (2 * gu_reps + h / 8) * costs["vec_repeat_scale"]},
+                      {"MTE2": 1, "V": 3}, costs)
     return {"QK": qk, "softmax": softmax, "PV": pv, "O update": gu}
 
 
@@ -489,35 +508,59 @@ def _flash_block(t: FlashTiling, d: int, kv: int, costs: dict) -> tuple[float, f
             qk_and_softmax(i + ahead)
         cube = max(cube, p_done[i] + lat) + st[sizes[i]]["PV"]
         vec = max(vec, cube + lat) + st[sizes[i]]["O update"]
-    out = t.rows // 2 * d * 2 / costs["gm_bytes_per_cycle"] + costs["dma_head_cycles"]  # O in FP16, each AIV
-    gm_bytes = t.rows * d * 2 * 2 + sum(t.rows * n * (4 + 4 + 2 + 2) + 2 * n * d * 2 + 2 * t.rows * d * 4
-                                       for n in sizes)
-    return max(cube, vec + out), gm_bytes
+    return max(cube, vec + _flash_output(t, d, costs)), _flash_gm_bytes(t, d, sizes)
+
+
+def _flash_output(t: FlashTiling, d: int, costs: dict) -> float:
+    """Cycles of a block's output: O in FP16 to GM, each AIV its half of the rows."""
+    return t.rows // 2 * d * 2 / costs["gm_bytes_per_cycle"] + costs["dma_head_cycles"]
+
+
+def _flash_gm_bytes(t: FlashTiling, d: int, sizes: list) -> float:
+    """GM bytes of a block over logical tiles of ``sizes`` keys: Q in and O out, and per tile S, P, K, V and P V."""
+    return t.rows * d * 2 * 2 + sum(t.rows * n * (4 + 4 + 2 + 2) + 2 * n * d * 2 + 2 * t.rows * d * 4
+                                    for n in sizes)
+
+
+def _flash_block_bound(t: FlashTiling, d: int, kv: int, costs: dict) -> tuple[float, float]:
+    """The pipe bound of :func:`_flash_block`: the block's cycles if every hand-off were free and every pipe of a
+    core overlapped its busiest one (the AIC's QK and PV, an AIV's softmax, O updates and output), and its GM bytes."""
+    tiles = -(-kv // t.tile)
+    sizes = [min(t.tile, kv - i * t.tile) for i in range(tiles)]
+    aic, aiv = collections.Counter(), collections.Counter({"MTE3": _flash_output(t, d, costs)})
+    for n in sizes:
+        st = flash_stage_pipes(t, d, costs, n)
+        for counter, stages in ((aic, ("QK", "PV")), (aiv, ("softmax", "O update"))):
+            for stage in stages:
+                counter.update(st[stage])
+    return max(max(aic.values()), max(aiv.values())), _flash_gm_bytes(t, d, sizes)
 
 
 def flash_attention_seconds(batch, num_heads, seq_q, seq_kv, head_dim, costs: dict | None = None,
-                            tiling: FlashTiling = FlashTiling(), cores: int = AI_CORES) -> float:
+                            tiling: FlashTiling = FlashTiling(), cores: int = AI_CORES, bound: bool = False) -> float:
     """Modelled seconds of the PTO-structured FlashAttention (FP32 S through GM, FP16 P, the O update on the AIVs)
     for a call without a mask: its blocks of ``tiling.rows`` query rows dealt evenly over the cores, each core's
     blocks back to back with a dispatch each, the launch, and the aggregate GM/L2 bound, as :func:`model` prices
-    the kernel."""
+    the kernel. ``bound``: each block at its pipe bound (:func:`_flash_block_bound`), as
+    :attr:`Result.seconds_bound` prices the kernel."""
     costs = {**A2_COSTS, **(costs or {})}
     blocks = batch * num_heads * -(-seq_q // tiling.rows)
     per_core = -(-blocks // cores)
-    block, gm = _flash_block(tiling, head_dim, seq_kv, costs)
+    block, gm = (_flash_block_bound if bound else _flash_block)(tiling, head_dim, seq_kv, costs)
     busiest = per_core * (block + costs["dispatch_cycles"])
     l2 = blocks * gm / costs["l2_bytes_per_cycle"]
     hbm = _hbm_seconds(batch, num_heads, num_heads, seq_q, seq_kv, head_dim, shifted=False) * CLOCK_HZ
     return (costs["launch_cycles"] + max(busiest, l2, hbm)) / CLOCK_HZ
 
 
-def best_flash_attention(batch, num_heads, seq_q, seq_kv, head_dim, costs: dict | None = None):
+def best_flash_attention(batch, num_heads, seq_q, seq_kv, head_dim, costs: dict | None = None, bound: bool = False):
     """The fair baseline: the PTO-structured FlashAttention at the fastest of its legal tilings
-    (:data:`FLASH_TILINGS`), as (seconds, tiling)."""
+    (:data:`FLASH_TILINGS`), as (seconds, tiling); ``bound``: the lowest pipe bound of any of them."""
     legal = [t for t in FLASH_TILINGS if _fits(t, head_dim)]
     if not legal:
         raise ValueError(f"head_dim {head_dim}: no tiling of the FlashAttention structure fits the A2's buffers")
-    return min((flash_attention_seconds(batch, num_heads, seq_q, seq_kv, head_dim, costs, t), t) for t in legal)
+    return min((flash_attention_seconds(batch, num_heads, seq_q, seq_kv, head_dim, costs, t, bound=bound), t)
+               for t in legal)
 
 
 def calibration_residuals(costs: dict) -> dict:
@@ -600,24 +643,49 @@ def band_variants(costs: dict) -> list[tuple[str, dict]]:
     return out
 
 
+#: The speed goals: metric of :func:`targets` -> (">=" or "<=", threshold).
+GOALS = {**{f"TFLOP/s S = {s // 1024}k": (">=", t) for s, t in zip(SINGLE_HEAD, (123, 159, 188))},
+         **{f"{name} / baseline": ("<=", 0.90) for name, *_ in TARGET_SHAPES},
+         f"{DECODE_SHAPE[0]} / fp16_fp32": ("<=", 1.0)}
+#: Suffixes of a goal's metric with fp32_frame at its pipe bound (:attr:`Result.seconds_bound`: what no schedule of
+#: its instructions beats), the baseline as modelled (FRAME_AT_BOUND), and with the baseline at its lowest pipe bound
+#: too (``best_flash_attention(bound=True)``, fp16_fp32's ``seconds_bound``; AT_BOUNDS: the allocations' work alone).
+FRAME_AT_BOUND = ", fp32_frame at its pipe bound"
+AT_BOUNDS = ", both at their pipe bounds"
+
+
+def _meets(metric: str, value: float) -> bool:
+    op, threshold = GOALS[metric]
+    return value >= threshold if op == ">=" else value <= threshold
+
+
 def targets(costs: dict) -> dict:
     """The speed goals' metrics under ``costs``: fp32_frame's TFLOP/s on one head at S = 8k/16k/32k, its time
     over the fair baseline's (the PTO-structured FP32-softmax FlashAttention at its best tiling) and over the
     in-kernel FP32-softmax FlashAttention's (fp16_fp32, at the tiling its search picks) on the target shapes, and
-    on decode over fp16_fp32's."""
+    on decode over fp16_fp32's; for each goal (:data:`GOALS`) also its metric with every kernel at its pipe bound
+    with fp32_frame at its pipe bound (key + :data:`FRAME_AT_BOUND`) and, for a ratio, with both at theirs (key +
+    :data:`AT_BOUNDS`)."""
     out = {}
     for s in SINGLE_HEAD:
         r = model(1, 1, 1, s, s, 128, precision="fp32_frame", costs=costs)
         out[f"TFLOP/s S = {s // 1024}k"] = r.tflops
+        out[f"TFLOP/s S = {s // 1024}k" + FRAME_AT_BOUND] = r.flops / r.seconds_bound / 1e12
         out[f"baseline TFLOP/s S = {s // 1024}k"] = r.flops / best_flash_attention(1, 1, s, s, 128, costs)[0] / 1e12
     for name, b, n, nkv, s1, s2, d in TARGET_SHAPES:
-        frame = model(b, n, nkv, s1, s2, d, precision="fp32_frame", costs=costs).seconds
+        frame = model(b, n, nkv, s1, s2, d, precision="fp32_frame", costs=costs)
         flash = model(b, n, nkv, s1, s2, d, precision="fp16_fp32", costs=costs).seconds
-        out[f"{name} / baseline"] = frame / best_flash_attention(b, n, s1, s2, d, costs)[0]
-        out[f"{name} / fp16_fp32"] = frame / flash
+        baseline = best_flash_attention(b, n, s1, s2, d, costs)[0]
+        out[f"{name} / baseline"] = frame.seconds / baseline
+        out[f"{name} / baseline" + FRAME_AT_BOUND] = frame.seconds_bound / baseline
+        out[f"{name} / baseline" + AT_BOUNDS] = (frame.seconds_bound /
+                                                 best_flash_attention(b, n, s1, s2, d, costs, bound=True)[0])
+        out[f"{name} / fp16_fp32"] = frame.seconds / flash
     name, b, n, nkv, s1, s2, d = DECODE_SHAPE
-    out[f"{name} / fp16_fp32"] = (model(b, n, nkv, s1, s2, d, precision="fp32_frame", costs=costs).seconds /
-                                  model(b, n, nkv, s1, s2, d, precision="fp16_fp32", costs=costs).seconds)
+    frame, flash = (model(b, n, nkv, s1, s2, d, precision=p, costs=costs) for p in ("fp32_frame", "fp16_fp32"))
+    out[f"{name} / fp16_fp32"] = frame.seconds / flash.seconds
+    out[f"{name} / fp16_fp32" + FRAME_AT_BOUND] = frame.seconds_bound / flash.seconds
+    out[f"{name} / fp16_fp32" + AT_BOUNDS] = frame.seconds_bound / flash.seconds_bound
     return out
 
 
@@ -675,21 +743,30 @@ def _calibration_markdown(costs: dict, res: dict) -> str:
 
 def _targets_markdown(costs: dict) -> str:
     base = targets(costs)
-    bands = [targets(c) for _, c in band_variants(costs)]
-    goal = {"TFLOP/s S = 8k": ">= 123", "TFLOP/s S = 16k": ">= 159", "TFLOP/s S = 32k": ">= 188",
-            "decode, 4096 keys / fp16_fp32": "<= 1.0"}
+    bands = [(name, targets(c)) for name, c in band_variants(costs)]
     lines = ["| metric | calibrated model | band (each estimate x0.5, x2) | target | measured by others |",
              "|---|---|---|---|---|"]
     for k, v in base.items():
-        lo, hi = min(b[k] for b in bands + [base]), max(b[k] for b in bands + [base])
-        target = goal.get(k, "<= 0.90" if k.endswith("/ baseline") else "—")
+        values = [v] + [b[k] for _, b in bands]
+        goal = GOALS.get(k.removesuffix(AT_BOUNDS).removesuffix(FRAME_AT_BOUND))
+        target = f"{goal[0]} {goal[1]:g}" if goal else "—"
         other = "—"
-        if k.startswith("TFLOP/s") or k.startswith("baseline TFLOP/s"):
+        if k.startswith("TFLOP/s") and k in GOALS:
             s = int(k.split("= ")[1][:-1]) * 1024
             f = 4.0 * s * s * 128
-            other = (f"PTO {f / PTO_MEASURED_US[s] / 1e6:.1f}, torch_npu {f / TORCH_NPU_MEASURED_US[s] / 1e6:.1f}"
-                     if not k.startswith("baseline") else "—")
-        lines.append(f"| {k} | {v:.3g} | {lo:.3g} – {hi:.3g} | {target} | {other} |")
+            other = f"PTO {f / PTO_MEASURED_US[s] / 1e6:.1f}, torch_npu {f / TORCH_NPU_MEASURED_US[s] / 1e6:.1f}"
+        lines.append(f"| {k} | {v:.3g} | {min(values):.3g} – {max(values):.3g} | {target} | {other} |")
+    # Each goal at its band's worst end (the fit where the whole band meets it): the model, fp32_frame at its pipe
+    # bound, and both kernels at theirs; a value that misses the goal in bold.
+    lines += ["", "| goal | target | band's worst end | calibrated model | fp32_frame at its pipe bound | "
+              "both at their pipe bounds |", "|---|---|---|---|---|---|"]
+    for k, (op, threshold) in GOALS.items():
+        name, worst = max(bands, key=lambda nb: nb[1][k] if op == "<=" else -nb[1][k])
+        if _meets(k, worst[k]):
+            name, worst = "none: the fit", base
+        cells = ["—" if v is None else f"{v:.3g}" if _meets(k, v) else f"**{v:.3g}**"
+                 for v in (worst[k], worst[k + FRAME_AT_BOUND], worst.get(k + AT_BOUNDS))]
+        lines.append(f"| {k} | {op} {threshold:g} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -720,11 +797,12 @@ def _row(name, shape, precision, r: Result) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pasa_npu.cost_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--paper", action="store_true",
-                    help="the paper's shapes, every allocation the kernel has, and their time over fp16_fp32's (markdown)")
+                    help="the paper's shapes, every allocation the kernel has, and their time over fp16_fp32's "
+                         "(markdown)")
     ap.add_argument("--pipes", action="store_true", help="also print the cycles per pipe behind each row")
     ap.add_argument("--calibrate", action="store_true",
-                    help="fit the estimates to the published 910B2 figures and print the residuals and the targets with "
-                         "their sensitivity band (markdown; minutes)")
+                    help="fit the estimates to the published 910B2 figures and print the residuals and the targets "
+                         "with their sensitivity band and pipe bounds (markdown; minutes)")
     ap.add_argument("--write", metavar="PATH", help="with --calibrate: replace the calibration section of PATH "
                                                     "(docs/cost_model.md)")
     ap.add_argument("--batch", type=int, default=1)
@@ -779,8 +857,9 @@ def main(argv=None) -> int:
                   page_size=0 if args.paper else args.page_size)
         results[name, prec] = r
         print(_row(name, shape, prec, r))
-        print(f"|  | method: {r.method}; unique HBM traffic alone: {r.hbm_bound_seconds * 1e3:.3f} ms; all GM traffic at "
-              f"the aggregate rate: {r.l2_bound_seconds * 1e3:.3f} ms | | | | | |")
+        print(f"|  | method: {r.method}; unique HBM traffic alone: {r.hbm_bound_seconds * 1e3:.3f} ms; all GM "
+              f"traffic at the aggregate rate: {r.l2_bound_seconds * 1e3:.3f} ms; at the pipe bound: "
+              f"{r.seconds_bound * 1e3:.3f} ms | | | | | |")
         if args.pipes:
             for side, pipes in (("AIC", r.aic_pipe_cycles), ("AIV", r.aiv_pipe_cycles)):
                 cells = ", ".join(f"{p} {pipes[p]:.0f}" for p in PIPES if pipes.get(p))

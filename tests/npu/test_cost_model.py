@@ -314,6 +314,27 @@ def test_framed_aic_sums_beside_the_scores_in_large_s_chunks():
     assert sum(1 for seg in aic["segments"] if seg.get("M", 0) > 0) == tasks * 13
 
 
+def test_framed_decode_hands_off_no_more_often_than_flash_attention():
+    """Decode (B = 1, N = 4, Nkv = 1: a 16-row tile of the GQA group's 4 heads, S2 = 4096: 32 KV blocks in 17 stacks,
+    S 3 stacks ahead) on one AI core, with only a flag latency of 1 cycle priced: each core's clock is then the number
+    of cross-core hand-offs on its longest chain. fp32_frame's AIC sends a decode tile's S of stack i before it waits
+    for P of stack i - 3, as fp16_fp32's does, so its AIVs' chain is no longer (11 hand-offs each); with S behind that
+    wait (the order of larger tiles, whose S the Fixpipe drains while the cube sums) it would grow by two every 3
+    stacks instead of every 4 (13)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 1, 128)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 1, 4096, 128)).astype(np.float16) for _ in range(2))
+    hand_offs = {}
+    for precision in ("fp32_frame", "fp16_fp32"):
+        _, _, counters = npu_host_model.count(q, k, v, cost={"flag_latency_cycles": 1.0}, ai_cores=1, num_heads=4,
+                                              num_key_value_heads=1, input_layout="BNSD", precision=precision)
+        assert (counters[0]["kv_stack"], counters[0]["pre_launch"]) == (2, 3)
+        hand_offs[precision] = [c["clock_model"] for c in counters]
+    frame, flash = hand_offs["fp32_frame"], hand_offs["fp16_fp32"]
+    assert min(flash) > 0
+    assert all(f <= b for f, b in zip(frame, flash)), (frame, flash)
+
+
 def test_fixpipe_has_its_own_rate():
     counters = _count({"gm_bytes_per_cycle": 64, "fix_bytes_per_cycle": 16})
     aic = counters[0]
@@ -356,3 +377,40 @@ def test_flash_stages_count_the_structure_and_the_baseline_takes_its_best_tiling
     legal = [t for t in cost_model.FLASH_TILINGS if cost_model._fits(t, 128)]
     assert cost_model.FlashTiling(128, 256, 4) in legal and tiling in legal
     assert seconds == min(cost_model.flash_attention_seconds(1, 4, 4096, 4096, 128, tiling=t) for t in legal)
+
+
+def test_the_pipe_bound_is_each_cores_busiest_pipe_and_no_clock_beats_it():
+    # Only the cube and a flag latency cost: every core's bound is its cube cycles (the AIVs' is 0), so the launch's
+    # bound is the AIC's 768 fractal-cycles, where its clocks also wait 300+ cycles for the handshake's hops.
+    costs = {**{k: 0.0 for k in cost_model.A2_COSTS if k != "l2_bytes_per_cycle"}, "l2_bytes_per_cycle": 1e9,
+             "cube_cycles_per_fractal": 1.0, "flag_latency_cycles": 100.0}
+    r = cost_model.model(1, 1, 1, 128, 128, 64, precision="pasa", costs=costs)
+    assert r.seconds_bound == pytest.approx(max(768 / cost_model.CLOCK_HZ, r.hbm_bound_seconds))
+    assert r.seconds_bound < r.seconds_overlap
+    # At the calibrated costs, full and scaled runs: the bound lies below the overlap clock, which lies below the model.
+    for limit in (cost_model.FULL_RUN_LIMIT, 0):
+        r = cost_model.model(1, 4, 2, 512, 512, 128, precision="fp32_frame", full_run_limit=limit)
+        assert 0 < r.seconds_bound <= r.seconds_overlap <= r.seconds
+
+
+def test_the_baselines_pipe_bound_sums_each_cores_pipes_over_the_block():
+    # Only the cube costs: a 128-row block over 1024 keys is 4 tiles of QK and PV, 8 x 16 x 8 fractals each per
+    # 256 keys; the AIVs are free, so the bound is the cube's 2 x 4 x 1024 cycles, below the block's own clock.
+    costs = {**{k: 0.0 for k in cost_model.A2_COSTS}, "cube_cycles_per_fractal": 1.0, "gm_bytes_per_cycle": 1e9,
+             "fix_bytes_per_cycle": 1e9, "l0a_bytes_per_cycle": 1e9, "l0b_bytes_per_cycle": 1e9,
+             "flag_latency_cycles": 100.0}
+    t = cost_model.FlashTiling(128, 256, 4)
+    bound, _ = cost_model._flash_block_bound(t, 128, 1024, costs)
+    assert bound == pytest.approx(2 * 4 * 1024, rel=1e-6)
+    assert cost_model._flash_block(t, 128, 1024, costs)[0] > bound
+    seconds, tiling = cost_model.best_flash_attention(1, 4, 4096, 4096, 128, bound=True)
+    legal = [t for t in cost_model.FLASH_TILINGS if cost_model._fits(t, 128)]
+    assert seconds == min(cost_model.flash_attention_seconds(1, 4, 4096, 4096, 128, tiling=t, bound=True)
+                          for t in legal)
+    assert seconds <= cost_model.best_flash_attention(1, 4, 4096, 4096, 128)[0]
+
+
+def test_goals_compare_each_metric_the_way_its_target_is_stated():
+    assert cost_model._meets("TFLOP/s S = 8k", 123) and not cost_model._meets("TFLOP/s S = 8k", 122.9)
+    assert cost_model._meets("D = 256, 4k / baseline", 0.9) and not cost_model._meets("D = 256, 4k / baseline", 0.91)
+    assert not cost_model._meets("decode, 4096 keys / fp16_fp32", 1.001)
