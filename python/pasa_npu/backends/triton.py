@@ -144,7 +144,7 @@ GLUON_ROWS = 128
 #: The least work (B·N·S1·S2·D, QKᵀ's multiply-adds before any band) that the rule sends to the Gluon kernel
 #: unasked: its launch takes more host time a call than the classic kernel's, which a smaller call's GPU time does
 #: not cover (docs/benchmarks/gpu_gluon, "Where the Gluon kernel starts to pay").
-GLUON_MIN_WORK = 2**32
+GLUON_MIN_WORK = 2**33
 
 
 def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: tuple[int, int] | None,
