@@ -37,12 +37,17 @@ torch.cuda.synchronize()
 '
 ncu --clock-control none --kernel-name regex:'attention_kernel|cudnn|sdpa|fmha' --set full --import-source no \
     -f -o "$out/profile" python3 -c "$code" > "$out/ncu_log.txt" 2>&1 || true
-ncu --import "$out/profile.ncu-rep" --page details > "$out/ncu.txt" 2>&1 || true
-ncu --import "$out/profile.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1 || true
-ncu --import "$out/profile.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/ncu_source.csv.gz" || true
+rep="$out/profile.ncu-rep"
+ncu --import "$rep" --page details > "$out/ncu.txt" 2>&1 || true
+ncu --import "$rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1 || true
+ncu --import "$rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/ncu_source.csv.gz" || true
 for f in $(find ~/.triton/cache -name 'attention_kernel.cubin'); do
-  echo "$f HGMMA=$(cuobjdump -sass "$f" | grep -c HGMMA) MUFU=$(cuobjdump -sass "$f" | grep -c MUFU) LDGSTS=$(cuobjdump -sass "$f" | grep -c LDGSTS) LDL=$(cuobjdump -sass "$f" | grep -c LDL)"
+  sass=$(cuobjdump -sass "$f")
+  echo "$f HGMMA=$(grep -c HGMMA <<< "$sass") MUFU=$(grep -c MUFU <<< "$sass") LDGSTS=$(grep -c LDGSTS <<< "$sass")" \
+    "LDL=$(grep -c LDL <<< "$sass")"
   cuobjdump -res-usage "$f" | grep -E "Function|REG" || true
 done > "$out/sass_counts.txt"
 tail -5 "$out/ncu_log.txt"
-grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc A|Shared Memory Configuration Size|Dynamic Shared|Local Memory Spill" "$out/ncu.txt" || true
+headline="^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy"
+headline+="|Issue Slots Busy|Executed Ipc A|Shared Memory Configuration Size|Dynamic Shared|Local Memory Spill"
+grep -E "$headline" "$out/ncu.txt" || true

@@ -58,8 +58,9 @@ def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_read
           blk_lo, blk_hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The producer warp: the tile's two query halves on ``q_bar``, then K and V of blocks [blk_lo, blk_hi)
     into stage (j % STAGES) of their rings, each on its own barrier, K once both consumers released the stage's
-    previous K (their Q·Kᵀ done), V once they released its previous V (their P·V done). ``q_at``, ``kv_at``: the (row, column) of the tile's first query row and of the head's
-    first key in the 2-D views the descriptors describe."""
+    previous K (their Q·Kᵀ done), V once they released its previous V (their P·V done). ``q_at``, ``kv_at``: the
+    (row, column) of the tile's first query row and of the head's first key in the 2-D views the descriptors
+    describe."""
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_at[0], q_at[1]], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [q_at[0] + WG_ROWS, q_at[1]], q_bar, q_smem.index(1))
