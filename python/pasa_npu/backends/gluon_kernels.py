@@ -174,7 +174,8 @@ def _consume(wg: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready
 
     The schedule (FlashAttention-3's within a warpgroup): block j's Q·Kᵀ is issued before block j − 1's P·V, so
     the tensor cores run it while the warpgroup waits for it and then runs block j's softmax; P·V of block j − 1
-    completes after, its O then takes block j's factor, and its stage goes back to the producer. PINGPONG
+    completes after, its O then takes block j's factor, and its V goes back to the producer (its K went back once
+    its Q·Kᵀ was done). PINGPONG
     (FlashAttention-3's between warpgroups): a warpgroup issues block j's products on its turn (``turn[wg]``'s
     j-th phase) and passes the turn to the other (``turn[1 − wg]``), so the two alternate on the tensor cores;
     each takes one turn per block of the tile, with or without products."""
