@@ -49,6 +49,7 @@ def test_rule_picks_gluon_for_the_shapes_it_covers(alloc, d, block_kv, s1, capab
 
 @pytest.mark.parametrize(("shape", "block"), [
     ((1, 32, 8, 512, 512, 128), None),  # a short prefill: the classic kernel's launch costs less host time
+    ((1, 32, 8, 1536, 1536, 128), 128),  # from 2^33 of work the Gluon kernel's shorter GPU time pays for its launch
     ((1, 32, 8, 4096, 4096, 128), 128),
     ((4, 16, 16, 4096, 4096, 128), 128),
     ((1, 1, 1, 65536, 131072, 128), 128),

@@ -5,13 +5,16 @@ the same program: each loads its share of K and V, waits for it, multiplies and 
 splits the work between warps as FlashAttention-3 does:
 
 * a producer warp (:func:`_load`) brings the tile's two query halves and every KV block into shared memory
-  with the bulk tensor copy engine (TMA), into a ring of STAGES K and V buffers, each completing on an
-  mbarrier of its own (``k_ready``, ``v_ready``), and refills a stage once both consumers released it
-  (``kv_free``, two arrivals);
+  with the bulk tensor copy engine (TMA), into rings of STAGES K and V buffers, each completing on an
+  mbarrier of its own (``k_ready``, ``v_ready``), and refills a stage's K once both consumers released it
+  (``k_free``, two arrivals, as soon as their Q·Kᵀ of it is done) and its V likewise (``v_free``, after
+  P·V): K of block j + STAGES loads while block j's P·V still reads its V;
 * two consumer warpgroups (:func:`_consume`, the default partition and a worker of 4 warps) each own 64 of
   the tile's BLOCK_M = 128 query rows: Q·Kᵀ, P·V and ``fp32_frame``'s P·1 on the tensor cores (wgmma, B
-  from shared memory, P from registers), the softmax or the frame stage in between. The two run the same
-  loop with no barrier between them, so one's softmax overlaps the other's products.
+  from shared memory, P from registers), the softmax or the frame stage in between. With PINGPONG they take
+  turns issuing their products (FlashAttention-3's ping-pong, ordered by two mbarriers, ``turn``, since
+  Gluon has no named barrier): one warpgroup's softmax runs while the other's products occupy the tensor
+  cores.
 
 The arithmetic of each block is the classic kernel's, stage for stage: FP32 Q·Kᵀ unscaled, masks at −∞,
 FlashAttention-2's merge (``fp32``) or the frame stage (``fp32_frame``: :func:`_frame`, the same decisions
@@ -40,9 +43,10 @@ from .triton_launch import _FAST, _current_device, _hooked, _launcher, _raw_stre
 #: The query rows of one consumer warpgroup (wgmma's M per warpgroup) and of a tile (two consumers).
 WG_ROWS = gl.constexpr(64)
 BLOCK_M = gl.constexpr(128)
-#: Columns of ``fp32_frame``'s P·1 (every column holds Σ P): the narrowest wgmma that reads P from the
-#: registers P·V reads it from.
-ONES = gl.constexpr(16)
+#: Columns of ``fp32_frame``'s P·1 (every column holds Σ P): wgmma's narrowest N, half the tensor-core time
+#: of 16 columns. The ones are a K-major operand (the transpose of an (ONES, BLOCK_N) tile, as K is): Triton
+#: 3.6 gives wrong sums for an N-major one of 8 columns.
+ONES = gl.constexpr(8)
 _LOG2E = gl.constexpr(1.4426950408889634)
 _FRAME_UP = gl.constexpr(blockwise.FRAME_UP)
 _FRAME_DOWN = gl.constexpr(blockwise.FRAME_DOWN)
@@ -50,12 +54,13 @@ _FRAME_DOWN_BLOCKS = gl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
 
 
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, q_at, kv_at, blk_lo,
-          blk_hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q_at, kv_at,
+          blk_lo, blk_hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The producer warp: the tile's two query halves on ``q_bar``, then K and V of blocks [blk_lo, blk_hi)
-    into stage (j % STAGES) of the ring, each on its own barrier, once both consumers released the stage's
-    previous block. ``q_at``, ``kv_at``: the (row, column) of the tile's first query row and of the head's
-    first key in the 2-D views the descriptors describe."""
+    into stage (j % STAGES) of their rings, each on its own barrier, K once both consumers released the stage's
+    previous K (their Q·Kᵀ done), V once they released its previous V (their P·V done). ``q_at``, ``kv_at``: the
+    (row, column) of the tile's first query row and of the head's first key in the 2-D views the descriptors
+    describe."""
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_at[0], q_at[1]], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [q_at[0] + WG_ROWS, q_at[1]], q_bar, q_smem.index(1))
@@ -63,10 +68,12 @@ def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_read
         j = blk - blk_lo
         s = j % STAGES
         # The stage's previous block released by both consumers (parity 1 before the first: passes).
-        mbarrier.wait(kv_free.index(s), ((j // STAGES) & 1) ^ 1)
+        free = ((j // STAGES) & 1) ^ 1
         row = kv_at[0] + blk * BLOCK_N
+        mbarrier.wait(k_free.index(s), free)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [row, kv_at[1]], k_ready.index(s), k_smem.index(s))
+        mbarrier.wait(v_free.index(s), free)
         mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [row, kv_at[1]], v_ready.index(s), v_smem.index(s))
 
@@ -150,16 +157,16 @@ def _products(p, o, l1, v_smem, ones_smem, v_ready, st, ph, p1_layout: gl.conste
     not awaited."""
     mbarrier.wait(v_ready.index(st), ph)
     if FRAMED:
-        l1 = warpgroup_mma(gl.convert_layout(p, p1_layout), ones_smem, l1, is_async=True)
+        l1 = warpgroup_mma(gl.convert_layout(p, p1_layout), ones_smem.permute((1, 0)), l1, is_async=True)
     o = warpgroup_mma(p, v_smem.index(st), o, is_async=True)
     return o, l1
 
 
 @gluon.jit
-def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_free, Out, Lse, o_at, l_at,
-             pos0, blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop,
+def _consume(wg: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
+             Lse, o_at, l_at, pos0, blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop,
              D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FRAMED: gl.constexpr,
-             HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr):
+             HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """One consumer warpgroup: rows [64·wg, 64·wg + 64) of the tile (query positions from ``pos0``) against
     every block the producer loads, then the normalised FP16 output at ``Out`` + ``o_at`` (the rows' first
     element, their stride, the rows that exist) and (STORE_LSE) the true-scale lse at ``Lse`` + ``l_at`` (the
@@ -167,7 +174,11 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
 
     The schedule (FlashAttention-3's within a warpgroup): block j's Q·Kᵀ is issued before block j − 1's P·V, so
     the tensor cores run it while the warpgroup waits for it and then runs block j's softmax; P·V of block j − 1
-    completes after, its O then takes block j's factor, and its stage goes back to the producer."""
+    completes after, its O then takes block j's factor, and its V goes back to the producer (its K went back once
+    its Q·Kᵀ was done). PINGPONG
+    (FlashAttention-3's between warpgroups): a warpgroup issues block j's products on its turn (``turn[wg]``'s
+    j-th phase) and passes the turn to the other (``turn[1 − wg]``), so the two alternate on the tensor cores;
+    each takes one turn per block of the tile, with or without products."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -191,6 +202,9 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
     l1 = gl.zeros([WG_ROWS, ONES], gl.float32, l_layout)  # fp32_frame's P·1: every column holds Σ P
     zeros = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     q = q_smem.index(wg)
+    n_turns = blk_hi - blk_lo
+    if PINGPONG and wg == 1:
+        mbarrier.arrive(turn.index(0))  # the first turn is the first warpgroup's
     if HAS_BAND:
         # The tile's last blocks may lie past the band of this warpgroup's rows (under a causal band, the first
         # warpgroup's rows end 64 positions earlier): it stops before them. Only trailing blocks are skipped, whose
@@ -198,8 +212,13 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
         blk_hi = gl.minimum(blk_hi, gl.maximum((i_lo + WG_ROWS - 1 + band_hi) // BLOCK_N + 1, blk_lo))
     mbarrier.wait(q_bar, 0)
     if blk_hi > blk_lo:
+        if PINGPONG:
+            mbarrier.wait(turn.index(wg), 0)
         s = _scores(q, k_smem, k_ready, 0, 0, zeros)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - wg))
         s = warpgroup_mma_wait(0, deps=(s, ))
+        mbarrier.arrive(k_free.index(0))
         s = _masked(s, blk_lo, i_lo, band_lo, band_hi, S2, s_layout, BLOCK_N, HAS_BAND, EVEN_KV)
         p, a, m, l, frame, low, known, peak = _softmax(s, m, l, frame, low, known, peak, sm_scale, exp_scale,
                                                        frame_drop, p_layout, FRAMED)
@@ -207,17 +226,22 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
             j = blk - blk_lo
             st = j % STAGES
             prev = (j - 1) % STAGES
+            if PINGPONG:
+                mbarrier.wait(turn.index(wg), j & 1)
             s = _scores(q, k_smem, k_ready, st, (j // STAGES) & 1, zeros)
             o, l1 = _products(p, o, l1, v_smem, ones_smem, v_ready, prev, ((j - 1) // STAGES) & 1, p1_layout, FRAMED)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - wg))
             if FRAMED:
                 s = warpgroup_mma_wait(2, deps=(s, ))
             else:
                 s = warpgroup_mma_wait(1, deps=(s, ))
+            mbarrier.arrive(k_free.index(st))
             s = _masked(s, blk, i_lo, band_lo, band_hi, S2, s_layout, BLOCK_N, HAS_BAND, EVEN_KV)
             p, a, m, l, frame, low, known, peak = _softmax(s, m, l, frame, low, known, peak, sm_scale, exp_scale,
                                                            frame_drop, p_layout, FRAMED)
             o, l1 = warpgroup_mma_wait(0, deps=(o, l1))
-            mbarrier.arrive(kv_free.index(prev))
+            mbarrier.arrive(v_free.index(prev))
             o = o * gl.convert_layout(a, o_rows)[:, None]
             if FRAMED:
                 l1 = l1 * gl.convert_layout(a, l_rows)[:, None]
@@ -225,7 +249,12 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
         o, l1 = _products(p, o, l1, v_smem, ones_smem, v_ready, last % STAGES, (last // STAGES) & 1, p1_layout,
                           FRAMED)
         o, l1 = warpgroup_mma_wait(0, deps=(o, l1))
-        mbarrier.arrive(kv_free.index(last % STAGES))
+        mbarrier.arrive(v_free.index(last % STAGES))
+    if PINGPONG:
+        # The turns of the blocks past this warpgroup's band, passed on: the other's waits need every arrival.
+        for j in range(gl.maximum(blk_hi - blk_lo, 0), n_turns):
+            mbarrier.wait(turn.index(wg), j & 1)
+            mbarrier.arrive(turn.index(1 - wg))
 
     if FRAMED:
         ones_col = gl.arange(0, ONES, layout=gl.SliceLayout(0, l_layout))[None, :] == 0
@@ -248,7 +277,7 @@ def _consume(wg, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_
 @gluon.jit
 def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, q_map, kv_map, o_str, l_str, dims, band, sm_scale, frame_drop,
                      lse_none, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FRAMED: gl.constexpr,
-                     HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr):
+                     HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """Grid (query tiles, B·N). ``q_desc``: Q as a 2-D tensor of D-wide rows (64-row boxes); ``k_desc``,
     ``v_desc``: K and V likewise (BLOCK_N-row boxes). ``q_map``, ``kv_map`` = (batch, head, column) row
     multipliers: query (b, h, i) is row b·q_map[0] + h·q_map[1] + i, column h·q_map[2], of its view (kv_map
@@ -279,37 +308,56 @@ def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, q_map, kv_map, o_str, l_s
     q_smem = gl.allocate_shared_memory(gl.float16, [2, WG_ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, D], v_desc.layout)
-    ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ONES], gl.float16)
-    ones_fill: gl.constexpr = gl.BlockedLayout([1, ONES], [32, 1], [gl.num_warps(), 1], [1, 0])
-    ones_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_N, ONES], ones_layout,
-                                          gl.full([BLOCK_N, ONES], 1.0, gl.float16, ones_fill))
+    # The ones as the transpose of an (ONES, BLOCK_N) tile, as K is read: a K-major B operand.
+    ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ONES, BLOCK_N], gl.float16)
+    ones_fill: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    ones_smem = gl.allocate_shared_memory(gl.float16, [ONES, BLOCK_N], ones_layout,
+                                          gl.full([ONES, BLOCK_N], 1.0, gl.float16, ones_fill))
     fence_async_shared()  # the ones, stored by the threads, are read by the tensor cores (the async proxy)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_free.index(i), count=2)
+        mbarrier.init(k_free.index(i), count=2)
+        mbarrier.init(v_free.index(i), count=2)
 
     gl.warp_specialize([
-        (_consume, (0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_free, Out, Lse, o_at, l_at, pos0,
-                    blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop, D, BLOCK_N, STAGES, FRAMED, HAS_BAND,
-                    EVEN_KV, STORE_LSE)),
-        (_consume, (1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, kv_free, Out, Lse, o_at, l_at, pos0,
-                    blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop, D, BLOCK_N, STAGES, FRAMED, HAS_BAND,
-                    EVEN_KV, STORE_LSE)),
-        (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, q_at, kv_at, blk_lo,
-                 blk_hi, BLOCK_N, STAGES)),
+        (_consume, (0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, Lse, o_at,
+                    l_at, pos0, blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop, D, BLOCK_N, STAGES, FRAMED,
+                    HAS_BAND, EVEN_KV, STORE_LSE, PINGPONG)),
+        (_consume, (1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, Lse, o_at,
+                    l_at, pos0, blk_lo, blk_hi, S2, band_lo, band_hi, sm_scale, frame_drop, D, BLOCK_N, STAGES, FRAMED,
+                    HAS_BAND, EVEN_KV, STORE_LSE, PINGPONG)),
+        (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q_at, kv_at,
+                 blk_lo, blk_hi, BLOCK_N, STAGES)),
     ], [4, 1], [232, 24])
 
     mbarrier.invalidate(q_bar)
+    mbarrier.invalidate(turn.index(0))
+    mbarrier.invalidate(turn.index(1))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
-        mbarrier.invalidate(kv_free.index(i))
+        mbarrier.invalidate(k_free.index(i))
+        mbarrier.invalidate(v_free.index(i))
+
+
+#: The shared memory a block may use, less what the kernel takes beside its tiles (its mbarriers and the compiler's
+#: scratch for layout conversions, under 1 KiB).
+_SMEM = 227 * 1024 - 1024
+
+
+def _smem(d: int, block_n: int, stages: int) -> int:
+    """Bytes of the kernel's FP16 tiles in shared memory: the query tile, ``stages`` K and V blocks, the ones."""
+    return 2 * (BLOCK_M.value * d + 2 * stages * block_n * d + block_n * ONES.value)
 
 
 def _view(t) -> tuple:
@@ -350,11 +398,11 @@ class Attention:
         self.grid = (-(-s1 // BLOCK_M.value), b * n, 1)
         o_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
         self.scalars = (o_str, (n * s1, s1), (n, s1, s2, n // nkv), (0, 0) if band is None else band, *terms)
-        # Two stages of K and V where three do not fit in shared memory (at D = 128 and 128 keys, fp32_frame's three
-        # would take 228.4 KiB of the 227 KiB a block may use).
-        self.constexprs = dict(D=d, BLOCK_N=block_n, STAGES=stages or (2 if d * block_n >= 128 * 128 else 3),
+        # Three stages of K and V where they fit in shared memory beside the query tile and the ones, else two (at
+        # D = 256). The ping-pong where it paid on the H200 (docs/benchmarks/gpu_gluon): D 128 and 256, not 64.
+        self.constexprs = dict(D=d, BLOCK_N=block_n, STAGES=stages or (3 if _smem(d, block_n, 3) <= _SMEM else 2),
                                FRAMED=framed, HAS_BAND=band is not None, EVEN_KV=s2 % block_n == 0,
-                               STORE_LSE=store_lse)
+                               STORE_LSE=store_lse, PINGPONG=d >= 128)
         # The launcher takes the constexprs too, after the other arguments, in the kernel's order.
         self._tail = tuple(self.constexprs[name] for name in attention_kernel.arg_names if name in self.constexprs)
         self._key = (tuple(self.constexprs.items()), self.scalars)

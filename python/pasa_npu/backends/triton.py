@@ -143,7 +143,7 @@ GLUON_HEAD_DIMS: tuple[int, ...] = (64, 128, 256)
 GLUON_ROWS = 128
 #: The least work (B·N·S1·S2·D, QKᵀ's multiply-adds before any band) that the rule sends to the Gluon kernel
 #: unasked: its launch takes more host time a call than the classic kernel's, which a smaller call's GPU time does
-#: not cover (docs/benchmarks/gpu_gluon, "Host time of a call").
+#: not cover (docs/benchmarks/gpu_gluon, "Where the Gluon kernel starts to pay").
 GLUON_MIN_WORK = 2**33
 
 
