@@ -126,8 +126,9 @@ class Result:
     ``seconds`` is the calibrated model: the launch, the busiest core's model clock with its tasks' dispatch, or
     the aggregate GM/L2 traffic at ``l2_bytes_per_cycle`` or the unique HBM traffic where either takes longer.
     ``seconds_overlap`` and ``seconds_serial`` are the same launch with the core clocks at their two extremes.
-    ``seconds_bound`` is the same launch with each core's clock at its busiest pipe's cycles over the whole run:
-    no schedule of the kernel's instructions, however deep its pipelining, takes less."""
+    ``seconds_bound`` is the same launch with each core's clock at its pipe bound: its whole run priced as one
+    segment (its busiest pipe plus ``dependent_fraction`` x the others) with no waits, which no schedule of the
+    kernel's instructions beats under the model's rule for a segment (:func:`_segment_cycles`)."""
     seconds_overlap: float
     seconds_serial: float
     flops: float
@@ -232,10 +233,12 @@ def _core_costs(costs: dict) -> dict:
 CLOCKS = ("clock_overlap", "clock_serial", "clock_model")
 
 
-def _clocks(counters) -> np.ndarray:
-    """Per core (AICs, then AIVs), its three clocks (overlap, serial, model) and its pipe bound (its busiest pipe's
-    cycles over the run: no flag waits, every pipe overlapping that one)."""
-    return np.array([[c[k] for k in CLOCKS] + [max(c["pipe_cycles"].values())] for c in counters])
+def _clocks(counters, costs: dict) -> np.ndarray:
+    """Per core (AICs, then AIVs), its three clocks (overlap, serial, model) and its pipe bound: its whole run as one
+    segment, with no waits. Splitting a run into segments only adds to the model clock (a segment's busiest pipe
+    plus a share of the others: the sum over segments of each one's busiest pipe is at least the busiest pipe's
+    total), so no schedule of the same instructions takes less."""
+    return np.array([[c[k] for k in CLOCKS] + [_segment_cycles(c["pipe_cycles"], costs)] for c in counters])
 
 
 def _gm_bytes(counters) -> float:
@@ -297,7 +300,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
                                                                      tiling["tasksPerCore"])]
         tasks = per_core + [n for n in per_core for _ in (0, 1)]  # AICs, then each AIC's two AIVs
         gm = _gm_bytes(counters)
-        secs = _launch(_clocks(counters), tasks, gm, hbm, costs)
+        secs = _launch(_clocks(counters, costs), tasks, gm, hbm, costs)
         return Result(secs[0], secs[1], flops, _busiest(counters, True), _busiest(counters, False),
                       f"full run on the host model; {_schedule(tiling)}", hbm, secs[2],
                       gm / costs["l2_bytes_per_cycle"] / CLOCK_HZ, gm, tiling, secs[3])
@@ -310,7 +313,7 @@ def model(batch: int, num_heads: int, num_kv_heads: int, seq_q: int, seq_kv: int
     # (FlashAttention: no pre-pass, P is the launch's fixed cost, once per core). The same for the GM bytes.
     def one_core(q_blocks, kv_len):
         c, tiling = _count(1, 1, 1, q_blocks * bq, kv_len, head_dim, **{**kw, "sparse_mode": 0}, ai_cores=1)
-        return np.append(_clocks(c).max(axis=0), _gm_bytes(c)), c, tiling
+        return np.append(_clocks(c, costs).max(axis=0), _gm_bytes(c)), c, tiling
     t1, c1, _ = one_core(1, seq_kv)
     t2, c2, tiling = one_core(2, seq_kv)
     per_task_full = t2 - t1
@@ -523,8 +526,8 @@ def _flash_gm_bytes(t: FlashTiling, d: int, sizes: list) -> float:
 
 
 def _flash_block_bound(t: FlashTiling, d: int, kv: int, costs: dict) -> tuple[float, float]:
-    """The pipe bound of :func:`_flash_block`: the block's cycles if every hand-off were free and every pipe of a
-    core overlapped its busiest one (the AIC's QK and PV, an AIV's softmax, O updates and output), and its GM bytes."""
+    """The pipe bound of :func:`_flash_block`, as :func:`_clocks` takes the kernel's: each core's work over the block
+    as one segment with no waits (the AIC's QK and PV, an AIV's softmax, O updates and output), and its GM bytes."""
     tiles = -(-kv // t.tile)
     sizes = [min(t.tile, kv - i * t.tile) for i in range(tiles)]
     aic, aiv = collections.Counter(), collections.Counter({"MTE3": _flash_output(t, d, costs)})
@@ -533,7 +536,7 @@ def _flash_block_bound(t: FlashTiling, d: int, kv: int, costs: dict) -> tuple[fl
         for counter, stages in ((aic, ("QK", "PV")), (aiv, ("softmax", "O update"))):
             for stage in stages:
                 counter.update(st[stage])
-    return max(max(aic.values()), max(aiv.values())), _flash_gm_bytes(t, d, sizes)
+    return max(_segment_cycles(aic, costs), _segment_cycles(aiv, costs)), _flash_gm_bytes(t, d, sizes)
 
 
 def flash_attention_seconds(batch, num_heads, seq_q, seq_kv, head_dim, costs: dict | None = None,

@@ -387,10 +387,17 @@ def test_the_pipe_bound_is_each_cores_busiest_pipe_and_no_clock_beats_it():
     r = cost_model.model(1, 1, 1, 128, 128, 64, precision="pasa", costs=costs)
     assert r.seconds_bound == pytest.approx(max(768 / cost_model.CLOCK_HZ, r.hbm_bound_seconds))
     assert r.seconds_bound < r.seconds_overlap
-    # At the calibrated costs, full and scaled runs: the bound lies below the overlap clock, which lies below the model.
+    # With a dependent fraction, the bound is the whole run as one segment: the cube plus that share of the rest.
+    costs = {**costs, "dependent_fraction": 0.5, "gm_bytes_per_cycle": 1024.0}
+    aic = cost_model._count(1, 1, 1, 128, 128, 64, layout="BNSD", precision="pasa", sparse_mode=0, costs=costs)[0][0]
+    r = cost_model.model(1, 1, 1, 128, 128, 64, precision="pasa", costs=costs)
+    pipes = aic["pipe_cycles"]
+    assert pipes["MTE2"] == aic["mte2_bytes"] / 1024 and max(pipes, key=pipes.get) == "M"  # the cube stays busiest
+    assert r.seconds_bound * cost_model.CLOCK_HZ == pytest.approx(768 + 0.5 * (sum(pipes.values()) - 768))
+    # At the calibrated costs, full and scaled runs: the bound lies below the model.
     for limit in (cost_model.FULL_RUN_LIMIT, 0):
         r = cost_model.model(1, 4, 2, 512, 512, 128, precision="fp32_frame", full_run_limit=limit)
-        assert 0 < r.seconds_bound <= r.seconds_overlap <= r.seconds
+        assert 0 < r.seconds_bound < r.seconds
 
 
 def test_the_baselines_pipe_bound_sums_each_cores_pipes_over_the_block():
