@@ -145,10 +145,9 @@ PASA_HOST_AICORE inline uint32_t KeysPerL0bHalf(uint32_t headDim) {
 // pasa_framed_cube.h), else in one; where K is wider than an L0B half (D > 128), tiles of all the rows over even
 // chunks of the keys, as few as L0C and L0B allow, in two buffers where tiles of MIN_SCORE_KEYS fit them (ping-pong:
 // a tile's Fixpipe drains while the cube computes the next; in one buffer the next tile's Mmad would wait for it),
-// else in one; else row chunks of all the keys, the largest
-// multiple of 16 rows whose two buffers fit (ping-pong: a chunk's Fixpipe drains while the cube computes the next;
-// the tiling takes a block of more than 64 rows only where they are at least MIN_SCORE_ROWS). scoreRows 0: nothing
-// fits.
+// else in one; else row chunks of all the keys, the largest multiple of 16 rows whose two buffers fit (ping-pong: a
+// chunk's Fixpipe drains while the cube computes the next; the tiling takes a block of more than 64 rows only where
+// they are at least MIN_SCORE_ROWS). scoreRows 0: nothing fits.
 struct AicL0cPlan {
     uint32_t accBytes, scoreRows, scoreKeys, scoreBuffers, scoreBufferBytes;
     PASA_HOST_AICORE inline uint64_t Total() const { return accBytes + (uint64_t)scoreBuffers * scoreBufferBytes; }
