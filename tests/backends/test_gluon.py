@@ -63,6 +63,79 @@ def test_rule_leaves_small_calls_on_the_classic_kernel_unless_gluon_is_pinned(sh
 
 
 
+def _tnd(n, nkv, d, q_lens, kv_lens, *, pad=0, seed=0, device="cpu", **options):
+    """A TND call's Problem: sequences of ``q_lens`` query rows and ``kv_lens`` keys packed one after the other,
+    ``pad`` query rows past the last, drawn as tests/support.draw draws (C-contiguous (T, N, D) tensors; on the meta
+    device, shapes only)."""
+    from support import draw
+
+    from pasa_npu.problem import make_problem
+
+    cum = [sum(q_lens[:i + 1]) for i in range(len(q_lens))]
+    cum_kv = [sum(kv_lens[:i + 1]) for i in range(len(kv_lens))]
+    if device == "meta":  # shapes only
+        q, k, v = (torch.empty(t, h, d, dtype=torch.float16, device=device)
+                   for t, h in ((cum[-1] + pad, n), (cum_kv[-1], nkv), (cum_kv[-1], nkv)))
+    else:
+        q, k, v = (t[0].transpose(0, 1).contiguous() for t in draw(1, n, nkv, cum[-1] + pad, cum_kv[-1], d, seed=seed,
+                                                                     device=device))
+    return make_problem(q, k, v, num_heads=n, num_key_value_heads=nkv, input_layout="TND", actual_seq_lengths=cum,
+                        actual_seq_lengths_kv=cum_kv, scale=d ** -0.5, **options)
+
+
+def _gluon_tnd(problem, capability=HOPPER):
+    """The rule on a TND call as the backend asks it (:func:`pasa_npu.backends.triton.varlen_terms`)."""
+    views, other, _, (rows, work, _) = tb.varlen_terms(problem)
+    return tb.gluon_block(problem.alloc, problem.head_dim, problem.block_kv, rows, capability,
+                          tb._plain(*views, other), work)
+
+
+def test_rule_takes_a_tnd_call_and_sums_its_sequences_work():
+    """A TND call is the rule's like a dense one: its S1 the longest sequence's rows, its work Σ N·S1·S2·D over the
+    sequences (2^33 here from the two long ones together, neither alone), its views (B, S, N, D) memory."""
+    n, d = 32, 128
+    problem = _tnd(n, 8, d, [1024, 1024, 5], [1024, 1024, 5], precision="fp32_frame", device="meta")
+    views, other, seqs, (rows, work, tiles) = tb.varlen_terms(problem)
+    assert [tb.memory_order(t) for t in views] == ["BSND"] * 3 and not other
+    assert [seq[:2] + seq[3:] for seq in seqs] == [(1024, 1024, 0, 0), (1024, 1024, 1024, 1024), (5, 5, 2048, 2048)]
+    assert (rows, work, tiles) == (1024, n * d * (2 * 1024 * 1024 + 25), 17) and work > tb.GLUON_MIN_WORK
+    assert 2 * n * d * 1024 * 1024 == tb.GLUON_MIN_WORK  # each long sequence alone is half the least work
+    assert _gluon_tnd(problem) == 128
+    assert _gluon_tnd(problem, (8, 0)) is None
+
+
+@pytest.mark.parametrize("why", ["small", "short", "sink", "strided", "no_keys"])
+def test_rule_leaves_these_tnd_calls_on_the_classic_kernel(why):
+    """Less than the least work in all; no sequence of a full query tile; sinks; a query that is not a contiguous
+    (T, N, D) tensor (a view of a packed QKV tensor); no keys at all."""
+    n, d = 32, 128
+    q_lens, kv_lens, options = [1024, 1024], [1024, 1024], dict(precision="fp32")
+    if why == "small":
+        kv_lens = [1024, 1023]
+    elif why == "short":
+        q_lens, kv_lens = [127] * 64, [2048] * 64
+    elif why == "sink":
+        options["learnable_sink"] = torch.zeros(n, device="meta")
+    elif why == "no_keys":
+        kv_lens = [0, 0]
+    problem = _tnd(n, 8, d, q_lens, kv_lens, device="meta", **options)
+    if why == "strided":
+        qkv = torch.empty(problem.query.shape[0], 3, n, d, dtype=torch.float16, device="meta")
+        problem = problem._replace(query=qkv[:, 0])
+    assert _gluon_tnd(problem) is None
+
+
+def test_tile_table_covers_every_sequences_rows_once_most_blocks_first():
+    """A row per 128-row query tile of each sequence with rows (none for a sequence of no rows; one for a sequence
+    shorter than a tile), its band clamped to [−rows, keys], the tiles that visit the most KV blocks first."""
+    seqs = [(300, 520, None, 0, 0), (0, 40, None, 300, 520), (77, 77, (None, 0), 300, 560), (256, 0, None, 377, 637)]
+    table = tb.tile_table(seqs, 64)
+    assert sorted(table) == sorted([(0, 300, 0, 520, -300, 520, pos0, 0) for pos0 in (0, 128, 256)]
+                                   + [(300, 77, 560, 77, -77, 0, 0, 0)]
+                                   + [(377, 256, 637, 0, -256, 0, pos0, 0) for pos0 in (0, 128)])
+    assert table[:3] == [(0, 300, 0, 520, -300, 520, pos0, 0) for pos0 in (0, 128, 256)]  # 9 blocks each
+    assert table[3] == (300, 77, 560, 77, -77, 0, 0, 0)  # 2 blocks
+    assert {row[3] for row in table[4:]} == {0}  # no key: no block
 
 
 def test_plain_layouts_are_bnsd_and_bsnd_with_k_and_v_alike():
@@ -199,3 +272,35 @@ def test_gluon_plan_called_again_equals_the_classic_kernel_bit_for_bit(precision
         out, lse = plan(q, k, v, None, None)
         c_out, c_lse = tb.attention(q, k, v, block_q=128, kernel="classic", **call)
         assert torch.equal(out, c_out) and torch.equal(lse, c_lse)
+
+
+#: TND calls (N, Nkv, D, query rows, keys of each sequence, rows past the last, FIA's sparse mode options,
+#: block_kv): unequal lengths, tails of the query and KV tiles, sequences shorter than a tile, of no rows and of no
+#: keys, GQA, no band, causal (top-left and bottom-right) and a band, D 64/128/256.
+TND = {
+    "gqa_d128": (8, 2, 128, [300, 77, 513, 60], [520, 77, 1000, 0], 0, {}, 128),
+    "bottom_right_d64": (4, 4, 64, [700, 100, 0, 260], [700, 130, 50, 200], 3, dict(sparse_mode=3), 64),
+    "causal_d256": (4, 2, 256, [129, 400, 37], [129, 400, 37], 0, dict(sparse_mode=2), 64),
+    "band_d128": (4, 1, 128, [640, 200, 90], [900, 200, 300], 5,
+                  dict(sparse_mode=4, pre_tokens=200, next_tokens=30), 128),
+}
+
+
+@hopper
+@pytest.mark.parametrize("precision", ["fp32", "fp32_frame"])
+@pytest.mark.parametrize("case", list(TND))
+def test_gluon_tnd_equals_the_classic_kernel_bit_for_bit(case, precision):
+    """A TND call as one Gluon launch over its tile table against the classic kernel on each sequence (the backend's
+    path where the rule keeps it): outputs and lse equal bit for bit, the rows past the last sequence's and the rows
+    of a sequence with no key alike. A tile's rows past its sequence's end are not stored over the next sequence's,
+    and keys past it are masked (the last sequences' keys are followed by no other's: the first are)."""
+    from support import COMPRESSED
+
+    n, nkv, d, q_lens, kv_lens, pad, options, block_kv = TND[case]
+    if options.get("sparse_mode"):
+        options = dict(options, atten_mask=COMPRESSED.cuda())
+    problem = _tnd(n, nkv, d, q_lens, kv_lens, pad=pad, seed=sum(q_lens) + d, device="cuda", precision=precision,
+                   block_kv=block_kv, backend="triton", **options)
+    g_out, g_lse = tb._run_varlen(problem, kernel="gluon")  # pinned: a ValueError where the kernel does not cover it
+    c_out, c_lse = tb._run_varlen(problem, kernel="classic")
+    assert torch.equal(g_out, c_out) and torch.equal(g_lse, c_lse)

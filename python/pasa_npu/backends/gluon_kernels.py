@@ -23,8 +23,9 @@ of one query head (the classic kernel flattens a KV head's group into its rows; 
 the tiling changes no result but a band's skipped blocks, which are fully masked for every row either way).
 
 What it covers (:func:`pasa_npu.backends.triton.gluon_block` is the rule): dense Q, K, V in (B, N, S, D)
-or (B, S, N, D) memory order, D 64, 128 or 256, no user mask, sink, paging or varlen, a full query tile or more,
-any band (causal included), GQA. The rest stays on the classic kernel.
+or (B, S, N, D) memory order, or TND's packed sequences (VARLEN: one launch over a table of every sequence's
+query tiles, :func:`pasa_npu.backends.triton.tile_table`), D 64, 128 or 256, no user mask, sink or paging, a full
+query tile or more, any band (causal included), GQA. The rest stays on the classic kernel.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ _LOG2E = gl.constexpr(1.4426950408889634)
 _FRAME_UP = gl.constexpr(blockwise.FRAME_UP)
 _FRAME_DOWN = gl.constexpr(blockwise.FRAME_DOWN)
 _FRAME_DOWN_BLOCKS = gl.constexpr(blockwise.FRAME_DOWN_BLOCKS)
+#: The int32 fields of a row of a varlen call's tile table (:func:`pasa_npu.backends.triton.tile_table`; seven used,
+#: the eighth pads a row to 32 bytes).
+TILE_FIELDS = gl.constexpr(8)
 
 
 @gluon.jit
@@ -275,24 +279,48 @@ def _consume(wg: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready
 
 
 @gluon.jit
-def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, q_map, kv_map, o_str, l_str, dims, band, sm_scale, frame_drop,
-                     lse_none, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FRAMED: gl.constexpr,
-                     HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, Tiles, q_map, kv_map, o_str, l_str, dims, band, sm_scale,
+                     frame_drop, lse_none, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     FRAMED: gl.constexpr, HAS_BAND: gl.constexpr, EVEN_KV: gl.constexpr, STORE_LSE: gl.constexpr,
+                     PINGPONG: gl.constexpr, VARLEN: gl.constexpr):
     """Grid (query tiles, B·N). ``q_desc``: Q as a 2-D tensor of D-wide rows (64-row boxes); ``k_desc``,
     ``v_desc``: K and V likewise (BLOCK_N-row boxes). ``q_map``, ``kv_map`` = (batch, head, column) row
     multipliers: query (b, h, i) is row b·q_map[0] + h·q_map[1] + i, column h·q_map[2], of its view (kv_map
     with the KV head): (B·N·S1, D) for (B, N, S, D) memory, (B·S1, N·D) for (B, S, N, D). Out: FP16,
-    ``o_str`` = (batch, head, row) strides; Lse: FP32 (B, N, S1) with ``l_str`` its (batch, head) strides.
+    ``o_str`` = (batch, head, row) strides; Lse: FP32 (B, N, S1) with ``l_str`` its (batch, head, row) strides.
     ``dims`` = (N, S1, S2, G), ``band`` = (lo, hi) on j − i (HAS_BAND). ``frame_drop``: fp32_frame's
-    FRAME_DROP_LIMIT in units of Q·K; ``lse_none`` the lse of a row with no key."""
+    FRAME_DROP_LIMIT in units of Q·K; ``lse_none`` the lse of a row with no key.
+
+    VARLEN (TND's packed sequences): B = 1, the views' rows are every sequence's rows one after the other, and
+    program (t, h) computes query tile t of the table ``Tiles`` for head h: int32 rows of TILE_FIELDS, each
+    (the sequence's first query row, its query rows, its first key row, its keys, its band (lo, hi), the tile's
+    first query position in the sequence), which take the place of ``dims``' S1 and S2, of ``band`` and of the
+    batch's offsets. A tile's last KV block and its last query rows may run into the next sequence's rows: keys
+    past the sequence's are masked as an S2 tail is, and query rows past it are not stored."""
     N, S1, S2, G = dims
     band_lo, band_hi = band
-    # Longest rows first: under a causal band the last tiles see the most KV blocks.
-    tile = gl.num_programs(0) - 1 - gl.program_id(0)
     b = gl.program_id(1) // N
     h = gl.program_id(1) % N
     hkv = h // G
-    pos0 = tile * BLOCK_M
+    if VARLEN:
+        at = Tiles + gl.program_id(0) * TILE_FIELDS
+        q_row = gl.load(at)
+        S1 = gl.load(at + 1)
+        k_row = gl.load(at + 2)
+        S2 = gl.load(at + 3)
+        band_lo = gl.load(at + 4)
+        band_hi = gl.load(at + 5)
+        pos0 = gl.load(at + 6)
+        # 64-bit: T·N·D may pass 2^31.
+        o_base = q_row.to(gl.int64) * o_str[2]
+        l_base = q_row.to(gl.int64) * l_str[2]
+    else:
+        # Longest rows first: under a causal band the last tiles see the most KV blocks.
+        pos0 = (gl.num_programs(0) - 1 - gl.program_id(0)) * BLOCK_M
+        q_row = 0
+        k_row = 0
+        o_base = b.to(gl.int64) * o_str[0]
+        l_base = b.to(gl.int64) * l_str[0]
     blk_lo = 0
     blk_hi = gl.cdiv(S2, BLOCK_N)
     if HAS_BAND:
@@ -300,10 +328,10 @@ def attention_kernel(q_desc, k_desc, v_desc, Out, Lse, q_map, kv_map, o_str, l_s
         j_hi = gl.minimum(gl.minimum(pos0 + BLOCK_M, S1) - 1 + band_hi, S2 - 1)
         blk_lo = j_lo // BLOCK_N
         blk_hi = gl.where(j_hi >= j_lo, j_hi // BLOCK_N + 1, blk_lo)
-    q_at = (b * q_map[0] + h * q_map[1] + pos0, h * q_map[2])
-    kv_at = (b * kv_map[0] + hkv * kv_map[1], hkv * kv_map[2])
-    o_at = (b.to(gl.int64) * o_str[0] + h * o_str[1], o_str[2], S1)
-    l_at = (b.to(gl.int64) * l_str[0] + h * l_str[1], 1, lse_none)
+    q_at = (b * q_map[0] + h * q_map[1] + q_row + pos0, h * q_map[2])
+    kv_at = (b * kv_map[0] + hkv * kv_map[1] + k_row, hkv * kv_map[2])
+    o_at = (o_base + h * o_str[1], o_str[2], S1)
+    l_at = (l_base + h * l_str[1], l_str[2], lse_none)
 
     q_smem = gl.allocate_shared_memory(gl.float16, [2, WG_ROWS, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, D], k_desc.layout)
@@ -381,7 +409,10 @@ class Attention:
     """The launch of :func:`attention_kernel` for one plan: everything fixed but the tensors, whose TMA descriptors
     each call makes. ``shape`` = (B, N, Nkv, S1, S2, D); ``band`` (lo, hi) or None; ``terms`` = (scale,
     fp32_frame's FRAME_DROP_LIMIT in units of Q·K, the lse of a row with no key); ``out_bsnd``: the output is
-    (B, S1, N, D) in memory, else (B, N, S1, D); the lse (B, N, S1) FP32 when ``store_lse``.
+    (B, S1, N, D) in memory, else (B, N, S1, D); the lse (B, N, S1) FP32 when ``store_lse``. ``tiles``: a varlen
+    (TND) launch of that many rows of a tile table (:func:`pasa_npu.backends.triton.tile_table`), ``shape`` then
+    (1, N, Nkv, T, T_kv, D) (the views of the (T, N, D) query and (T_kv, Nkv, D) key and value), ``band`` (0, 0)
+    where the sequences have bands (the table holds them), the output (T, N, D) and the lse (T, N).
 
     A call launches through Triton (which compiles the kernel or finds it in its cache) the first time the process
     meets its scalars, constexprs, device and output and lse pointers' residues modulo 16 (what Triton specialises
@@ -392,26 +423,35 @@ class Attention:
     """
 
     def __init__(self, shape, block_n: int, band, terms, *, framed: bool, store_lse: bool, out_bsnd: bool,
-                 stages: int | None = None):
+                 stages: int | None = None, tiles: int | None = None):
         b, n, nkv, s1, s2, d = shape
         self.block_n = block_n
-        self.grid = (-(-s1 // BLOCK_M.value), b * n, 1)
-        o_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
-        self.scalars = (o_str, (n * s1, s1), (n, s1, s2, n // nkv), (0, 0) if band is None else band, *terms)
+        varlen = tiles is not None
+        self.grid = (tiles if varlen else -(-s1 // BLOCK_M.value), b * n, 1)
+        if varlen:
+            # The table's rows hold the lengths, bands and offsets: the scalars, which key the launcher, hold none.
+            scalars = ((0, d, n * d), (0, 1, n), (n, 0, 0, n // nkv), (0, 0))
+        else:
+            o_str = (s1 * n * d, d, n * d) if out_bsnd else (n * s1 * d, s1 * d, d)
+            scalars = (o_str, (n * s1, s1, 1), (n, s1, s2, n // nkv), (0, 0) if band is None else band)
+        self.scalars = (*scalars, *terms)
         # Three stages of K and V where they fit in shared memory beside the query tile and the ones, else two (at
         # D = 256). The ping-pong where it paid on the H200 (docs/benchmarks/gpu_gluon): D 128 and 256, not 64.
         self.constexprs = dict(D=d, BLOCK_N=block_n, STAGES=stages or (3 if _smem(d, block_n, 3) <= _SMEM else 2),
-                               FRAMED=framed, HAS_BAND=band is not None, EVEN_KV=s2 % block_n == 0,
-                               STORE_LSE=store_lse, PINGPONG=d >= 128)
+                               FRAMED=framed, HAS_BAND=band is not None, EVEN_KV=not varlen and s2 % block_n == 0,
+                               STORE_LSE=store_lse, PINGPONG=d >= 128, VARLEN=varlen)
         # The launcher takes the constexprs too, after the other arguments, in the kernel's order.
         self._tail = tuple(self.constexprs[name] for name in attention_kernel.arg_names if name in self.constexprs)
         self._key = (tuple(self.constexprs.items()), self.scalars)
 
-    def __call__(self, q, k, v, out, lse) -> None:
+    def __call__(self, q, k, v, out, lse, tiles=None) -> None:
+        """``tiles``: a varlen launch's tile table on the device, int32
+        (:func:`pasa_npu.backends.triton.tile_table`)."""
         lse = q if lse is None else lse  # a pointer not read without STORE_LSE
-        ptrs = (out.data_ptr(), lse.data_ptr())
+        tiles = q if tiles is None else tiles  # nor the table without VARLEN
+        ptrs = (out.data_ptr(), lse.data_ptr(), tiles.data_ptr())
         device = _current_device()
-        key = (self._key, device, ptrs[0] % 16, ptrs[1] % 16)
+        key = (self._key, device, *(p % 16 for p in ptrs))
         bound = _BOUND.get(key)
         if bound is not None and not _hooked():
             # The launcher reads a descriptor's base pointer, shape, strides and padding only (the box and layout are
@@ -423,7 +463,7 @@ class Attention:
         q_desc, q_map = _descriptor(q, WG_ROWS.value)
         k_desc, kv_map = _descriptor(k, self.block_n)
         v_desc, _ = _descriptor(v, self.block_n)
-        compiled = attention_kernel[self.grid](q_desc, k_desc, v_desc, out, lse, q_map, kv_map, *self.scalars,
+        compiled = attention_kernel[self.grid](q_desc, k_desc, v_desc, out, lse, tiles, q_map, kv_map, *self.scalars,
                                                num_warps=4, **self.constexprs)
         if _FAST and hasattr(compiled, "packed_metadata"):
             try:
@@ -444,6 +484,6 @@ class _Box(NamedTuple):
     padding: str = "zero"
 
 
-#: (constexprs, scalars, device, output and lse pointers' residues modulo 16) -> (the compiled kernel's launcher, its
-#: leading arguments), for :class:`Attention`.
+#: (constexprs, scalars, device, output, lse and tile table pointers' residues modulo 16) -> (the compiled kernel's
+#: launcher, its leading arguments), for :class:`Attention`.
 _BOUND: dict[tuple, tuple] = {}

@@ -151,9 +151,11 @@ def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: t
                 plain: bool, work: int | None) -> int | None:
     """The one rule that sends a call to the Gluon Hopper kernel instead of the classic one. It takes a call on an
     sm_90 device (``capability`` (9, 0); None: no CUDA device) whose tensors are ``plain`` (:func:`_plain`: dense
-    Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink, page table or
-    varlen rows) with at least one full query tile of S1 rows, for ``fp32`` or ``fp32_frame`` at D 64, 128 or
-    256, and ``work`` (B·N·S1·S2·D) of at least :data:`GLUON_MIN_WORK`; None where the caller pins the Gluon
+    Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink or page table; TND's
+    packed sequences read through their (1, N, T, D) views and a tile table) with at least one full query tile of
+    S1 rows (TND: in its longest sequence), for ``fp32`` or ``fp32_frame`` at D 64, 128 or 256, and ``work``
+    (B·N·S1·S2·D; TND: summed over the sequences, :func:`varlen_terms`) of at least :data:`GLUON_MIN_WORK`;
+    None where the caller pins the Gluon
     kernel (``kernel="gluon"``), which then takes a call of any size it covers. Returns the kernel's KV block
     (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256, where two K/V stages of 128 keys do
     not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None: the classic kernel."""
@@ -177,7 +179,7 @@ def memory_order(t: torch.Tensor) -> str | None:
 
 def _plain(q, k, v, other: bool) -> bool:
     """Whether a call's tensors are what the Gluon kernel reads (see :func:`gluon_block`); ``other``: the call
-    has a page table, varlen rows, a user mask or sinks."""
+    has a page table, a user mask or sinks (or is otherwise not one the kernel reads)."""
     return not other and all(t.data_ptr() % 16 == 0 and memory_order(t) is not None for t in (q, k, v)) \
         and memory_order(k) == memory_order(v)
 
@@ -448,20 +450,22 @@ class AttentionPlan:
 
 
 def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, scale: float, store_lse: bool,
-                lse_none: float, out_bsnd: bool, other: bool, config, kernel: str | None):
+                lse_none: float, out_bsnd: bool, other: bool, config, kernel: str | None, varlen: tuple | None = None):
     """The Gluon kernel's launch of a call (:class:`pasa_npu.backends.gluon_kernels.Attention`) where the rule
     (:func:`gluon_block`, on an sm_90 device with Gluon) or ``kernel="gluon"`` sends it there, else None (the
     classic kernel; ``kernel="classic"``, or a ``config``, keeps it there). ``other``: the call has a page table,
-    varlen rows, a user mask or sinks."""
+    a user mask or sinks (or is otherwise not one the kernel reads). ``varlen``: a dense TND call's
+    (longest query rows, work, query tiles) (:func:`varlen_terms`), ``shape`` then (1, N, Nkv, T, T_kv, D)."""
     if kernel not in (None, "classic", "gluon"):
         raise ValueError(f"kernel must be None, 'classic' or 'gluon', got {kernel!r}")
     b, n, nkv, s1, s2, d = shape
+    rows, work, tiles = (s1, b * n * s1 * s2 * d, None) if varlen is None else varlen
     capability = _capability(q.device.index) if _gk is not None and not _INTERPRET and q.is_cuda else None
-    block_n = gluon_block(alloc, d, block_kv, s1, capability, _plain(q, k, v, other),
-                          None if kernel == "gluon" else b * n * s1 * s2 * d)
+    block_n = gluon_block(alloc, d, block_kv, rows, capability, _plain(q, k, v, other),
+                          None if kernel == "gluon" else work)
     covered = block_n is not None
     if kernel == "gluon" and not covered:
-        raise ValueError(f"kernel='gluon' does not cover this call (precision {alloc.name!r}, D = {d}, S1 = {s1}, "
+        raise ValueError(f"kernel='gluon' does not cover this call (precision {alloc.name!r}, D = {d}, S1 = {rows}, "
                          f"device capability {capability}; the rule: pasa_npu.backends.triton.gluon_block)")
     if not covered or kernel == "classic" or (config is not None and kernel is None):
         return None
@@ -471,7 +475,8 @@ def _gluon_plan(alloc: Allocation, q, k, v, shape: tuple, block_kv: int, band, s
         lo_hi = (-s1 if lo is None else max(int(lo), -s1), s2 if hi is None else min(int(hi), s2))
     frame_drop = float(torch.tensor(FRAME_DROP_LIMIT / scale, dtype=torch.float32)) if alloc.framed else 0.0
     return _gk.Attention(shape, block_n, lo_hi, (float(scale), frame_drop, float(lse_none)), framed=alloc.framed,
-                         store_lse=store_lse, out_bsnd=out_bsnd, stages=None if config is None else config[2])
+                         store_lse=store_lse, out_bsnd=out_bsnd, stages=None if config is None else config[2],
+                         tiles=tiles)
 
 
 def _check_call(q, k, v, precision: str, shift: str | None, scale: float, block_kv: int, paged: bool) -> Allocation:
@@ -758,6 +763,8 @@ class TritonBackend:
         problem = problem.on_host()
         if problem.paged and not problem.tnd:
             return _run_paged(problem)
+        if problem.tnd and not problem.paged:
+            return _run_varlen(problem)
         return run_jobs(problem, _attend)
 
 
@@ -828,13 +835,7 @@ def _paged_lengths(problem: Problem, s1: int) -> tuple[torch.Tensor, tuple[int, 
     of :func:`attention`, ``s1`` being the longest batch's query rows. The lengths are host integers
     (``problem.q_lens``, ``problem.kv_lens``): a host-to-device copy of 20·B bytes, asynchronous on CUDA."""
     info, any_band = [], False
-    if problem.tnd:
-        q_lens = [b - a for a, b in zip((0,) + problem.q_lens[:-1], problem.q_lens)]
-        starts = (0,) + problem.q_lens[:-1]
-    else:
-        q_lens, starts = problem.q_lens or (problem.s1,) * problem.batch, (0,) * problem.batch
-    for r, c, start in zip(q_lens, problem.kv_lens, starts):
-        band = problem.band(r, c)
+    for r, c, band, start, _ in _sequences(problem):
         any_band |= band is not None
         lo, hi = (None, None) if band is None else band
         # As attention() clamps a dense band: j − i in [−S1, S2] keeps the kernel's int32 sums in range.
@@ -850,6 +851,85 @@ def _paged_lengths(problem: Problem, s1: int) -> tuple[torch.Tensor, tuple[int, 
         # copy has run).
         return info.pin_memory().to(problem.device, non_blocking=True), (0, 0) if any_band else None
     return info.to(problem.device), (0, 0) if any_band else None
+
+
+def _sequences(problem: Problem) -> list[tuple]:
+    """Each batch of a paged or TND call (host lengths) as (query rows, keys, band (:meth:`Problem.band`) or None,
+    first query row, first key row): TND's rows and dense keys lie at their cumulative offsets, paged keys at 0 of
+    their batch's pages."""
+    b = problem.batch
+    if problem.tnd:
+        q_starts = (0,) + problem.q_lens[:-1]
+        q_lens = [end - start for start, end in zip(q_starts, problem.q_lens)]
+    else:
+        q_starts, q_lens = (0,) * b, problem.q_lens or (problem.s1,) * b
+    if problem.paged:
+        kv_starts, kv_lens = (0,) * b, problem.kv_lens
+    else:
+        kv_starts = (0,) + problem.kv_lens[:-1]
+        kv_lens = [end - start for start, end in zip(kv_starts, problem.kv_lens)]
+    return [(r, c, problem.band(r, c), q0, k0) for r, c, q0, k0 in zip(q_lens, kv_lens, q_starts, kv_starts)]
+
+
+def varlen_terms(problem: Problem) -> tuple:
+    """A dense TND call (no block table, host lengths) as the Gluon rule (:func:`gluon_block`) sees it: the
+    (1, N, T, D) and (1, Nkv, T_kv, D) views of its query, key and value (in (B, S, N, D) memory order where the
+    tensors are contiguous), whether it is one the kernel does not read however its tensors lie (:func:`_plain`'s
+    ``other``: sinks, no keys, a CUDA graph's capture), its sequences (:func:`_sequences`) and the rule's terms:
+    the longest sequence's query rows (the kernel's S1), the work Σ N·S1·S2·D over the sequences (each sequence's
+    B·N·S1·S2·D, QKᵀ's multiply-adds before any band: the work of the one launch, against the same
+    :data:`GLUON_MIN_WORK` as a dense call's; the classic kernel's path launches once per sequence, more host time
+    than the dense call the threshold was measured on), and the query tiles of GLUON_ROWS rows (the launch's
+    programs per head)."""
+    views = tuple(t[None].transpose(1, 2) for t in (problem.query, problem.key, problem.value))
+    # A tile table copied from the host is one a CUDA graph would replay stale; with no keys at all, no key view.
+    other = problem.sink is not None or problem.key.shape[0] == 0 or (problem.device.type == "cuda"
+                                                                      and torch.cuda.is_current_stream_capturing())
+    seqs = _sequences(problem)
+    rows = max((r for r, *_ in seqs), default=0)
+    work = sum(problem.num_heads * r * c * problem.head_dim for r, c, *_ in seqs)
+    tiles = sum(_cdiv(r, GLUON_ROWS) for r, *_ in seqs)
+    return views, other, seqs, (rows, work, tiles)
+
+
+def tile_table(sequences, block_n: int) -> list[tuple[int, ...]]:
+    """A varlen launch's tile table: the rows the Gluon kernel reads with VARLEN
+    (:func:`pasa_npu.backends.gluon_kernels.attention_kernel`), one per query tile of GLUON_ROWS rows of each
+    sequence of :func:`_sequences`, each (the sequence's first query row, its query rows, its first key row, its
+    keys, its band (lo, hi) clamped to [−rows, keys] (no band: (−rows, keys)), the tile's first query position, 0).
+    The tiles that visit the most KV blocks of ``block_n`` keys come first, as the dense launch's longest rows do."""
+    rows = []
+    for r, c, band, q0, k0 in sequences:
+        lo, hi = (None, None) if band is None else band
+        lo, hi = -r if lo is None else max(lo, -r), c if hi is None else min(hi, c)
+        for pos0 in range(0, r, GLUON_ROWS):
+            j_lo, j_hi = max(pos0 + lo, 0), min(min(pos0 + GLUON_ROWS, r) - 1 + hi, c - 1)
+            blocks = j_hi // block_n - j_lo // block_n + 1 if j_hi >= j_lo else 0
+            rows.append((-blocks, (q0, r, k0, c, lo, hi, pos0, 0)))
+    rows.sort(key=lambda row: row[0])  # stable: equal tiles in the sequences' order
+    return [row for _, row in rows]
+
+
+def _run_varlen(problem: Problem, kernel: str | None = None):
+    """:meth:`TritonBackend.run` of a dense TND call (no block table, host lengths): one launch of the Gluon kernel
+    over the call's tile table (:func:`tile_table`) where the rule (:func:`gluon_block`, with :func:`varlen_terms`)
+    or ``kernel="gluon"`` sends it there; else (or ``kernel="classic"``) the classic kernel on each sequence
+    (:func:`pasa_npu.backends.run_jobs`)."""
+    views, other, seqs, terms = varlen_terms(problem)
+    n, nkv, d = problem.num_heads, problem.num_kv_heads, problem.head_dim
+    t, t_kv = problem.query.shape[0], problem.key.shape[0]
+    any_band = any(band is not None for _, _, band, _, _ in seqs)
+    gluon = _gluon_plan(problem.alloc, *views, (1, n, nkv, t, t_kv, d), problem.block_kv, (0, 0) if any_band else None,
+                        problem.scale, True, -math.inf, True, other, None, kernel, varlen=terms)
+    if gluon is None:
+        return run_jobs(problem, _attend)
+    table = torch.tensor(tile_table(seqs, gluon.block_n), dtype=torch.int32)
+    table = table.pin_memory().to(problem.device, non_blocking=True)  # as _paged_lengths copies its lengths
+    out = problem.query.new_empty((t, n, d))
+    lse = torch.empty((t, n), dtype=torch.float32, device=problem.device)
+    gluon(*views, out, lse, table)
+    _pad_rows(out, lse, problem.q_lens[-1], None)
+    return out, lse
 
 
 def _run_paged(problem: Problem):
