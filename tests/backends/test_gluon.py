@@ -304,3 +304,26 @@ def test_gluon_tnd_equals_the_classic_kernel_bit_for_bit(case, precision):
     g_out, g_lse = tb._run_varlen(problem, kernel="gluon")  # pinned: a ValueError where the kernel does not cover it
     c_out, c_lse = tb._run_varlen(problem, kernel="classic")
     assert torch.equal(g_out, c_out) and torch.equal(g_lse, c_lse)
+
+
+@hopper
+@pytest.mark.parametrize("precision", ["fp32", "fp32_frame"])
+def test_gluon_tnd_where_the_classic_kernel_splits_a_sequence_over_its_keys(precision):
+    """A sequence of one classic query tile per KV head and many KV blocks runs on the classic kernel as split-KV
+    (partials over ranges of its keys, merged), on the Gluon kernel in one pass: its rows are not the classic
+    kernel's bit for bit but within 1.5× its error to float64; the other sequence's rows are equal bit for bit."""
+    from support import ref64, rel_rmse
+
+    n, d = 4, 128
+    problem = _tnd(n, n, d, [16, 300], [4096, 300], seed=7, device="cuda", precision=precision, backend="triton")
+    assert tb._num_splits(1, n, 4096 // 128) > 1  # the classic kernel's one query tile per KV head, split
+    g_out, g_lse = tb._run_varlen(problem, kernel="gluon")
+    c_out, c_lse = tb._run_varlen(problem, kernel="classic")
+    assert torch.equal(g_out[16:], c_out[16:]) and torch.equal(g_lse[16:], c_lse[16:])
+    q, k, v = (t[:rows].transpose(0, 1)[None] for t, rows in ((problem.query, 16), (problem.key, 4096),
+                                                              (problem.value, 4096)))
+    r_out, r_lse = ref64(q, k, v, d ** -0.5, None)
+    r_out = r_out[0].transpose(0, 1)
+    err_g, err_c = rel_rmse(g_out[:16], r_out), rel_rmse(c_out[:16], r_out)
+    assert err_g <= 1.5 * err_c + 1e-7, (err_g, err_c)
+    assert torch.allclose(g_lse[:16], r_lse[0].transpose(0, 1).float(), rtol=1e-5, atol=1e-5)
