@@ -154,11 +154,11 @@ def gluon_block(alloc: Allocation, d: int, block_kv: int, s1: int, capability: t
     Q, K, V in (B, N, S, D) or (B, S, N, D) memory order, 16-byte aligned; no user mask, sink or page table; TND's
     packed sequences read through their (1, N, T, D) views and a tile table) with at least one full query tile of
     S1 rows (TND: in its longest sequence), for ``fp32`` or ``fp32_frame`` at D 64, 128 or 256, and ``work``
-    (B·N·S1·S2·D; TND: summed over the sequences, :func:`varlen_terms`) of at least :data:`GLUON_MIN_WORK`;
-    None where the caller pins the Gluon
-    kernel (``kernel="gluon"``), which then takes a call of any size it covers. Returns the kernel's KV block
-    (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256, where two K/V stages of 128 keys do
-    not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None: the classic kernel."""
+    (B·N·S1·S2·D; TND: summed over the sequences, :func:`varlen_terms`) of at least :data:`GLUON_MIN_WORK`; None
+    where the caller pins the Gluon kernel (``kernel="gluon"``), which then takes a call of any size it covers.
+    Returns the kernel's KV block (``fp32_frame``'s own block_kv, which must be 64 or 128, and 64 at D = 256, where
+    two K/V stages of 128 keys do not fit shared memory; for ``fp32`` 128 keys, 64 at D = 256), or None: the
+    classic kernel."""
     if capability != (9, 0) or not plain or s1 < GLUON_ROWS or alloc.name not in GLUON_PRECISIONS \
             or d not in GLUON_HEAD_DIMS or (work is not None and work < GLUON_MIN_WORK):
         return None
