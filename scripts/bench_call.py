@@ -19,6 +19,7 @@ the A/B of a change to the call's host path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import platform
@@ -91,6 +92,22 @@ def _graph_per_call(fn, calls: int, repeats: int) -> float:
     with torch.cuda.graph(graph):
         fn()
     return _wall_per_call(graph.replay, calls, repeats)
+
+
+@contextlib.contextmanager
+def _gluon_rule_sends(kernel: str):
+    """The public call's Hopper kernel pinned for the block: the Gluon rule's work threshold
+    (``pasa_npu.backends.triton.GLUON_MIN_WORK``) at 0 for ``kernel`` "gluon", beyond any call for "classic", and the
+    kept plans dropped so that the next call plans again; the threshold restored after."""
+    from pasa_npu import interface
+    from pasa_npu.backends import triton as tb
+    rule = tb.GLUON_MIN_WORK
+    tb.GLUON_MIN_WORK = 0 if kernel == "gluon" else 2 ** 62
+    interface._PLANS.clear()
+    try:
+        yield
+    finally:
+        tb.GLUON_MIN_WORK = rule
 
 
 def _host_per_call(fn, calls: int, repeats: int) -> float:

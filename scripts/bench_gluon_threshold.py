@@ -23,11 +23,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_call import _graph_per_call, _median, _per_call  # noqa: E402
+from bench_call import _gluon_rule_sends, _graph_per_call, _median, _per_call  # noqa: E402
 from bench_gpu import env_info  # noqa: E402
 
 import pasa_npu  # noqa: E402
-from pasa_npu import interface  # noqa: E402
 from pasa_npu.backends import triton as tb  # noqa: E402
 
 #: (B, N, Nkv, S1, S2, D): short prefills of one sequence around the threshold, and a few batches of them.
@@ -47,7 +46,6 @@ def main(argv=None) -> int:
         print("bench_gluon_threshold.py needs an sm_90 GPU", file=sys.stderr)
         return 2
     res = {"env": env_info(), "min_work": tb.GLUON_MIN_WORK, "rows": []}
-    rule = tb.GLUON_MIN_WORK
     gen = torch.Generator(device="cuda").manual_seed(0)
     for b, n, nkv, s1, s2, d in SHAPES:
         q = torch.randn(b, n, s1, d, device="cuda", generator=gen).half()
@@ -60,13 +58,11 @@ def main(argv=None) -> int:
             wall, graph = {"classic": [], "gluon": []}, {}
             for _ in range(args.repeats):
                 for kernel in wall:
-                    tb.GLUON_MIN_WORK = 0 if kernel == "gluon" else 2 ** 62
-                    interface._PLANS.clear()
-                    wall[kernel].append(_per_call(call, args.calls, 1, until_done=True))
+                    with _gluon_rule_sends(kernel):
+                        wall[kernel].append(_per_call(call, args.calls, 1, until_done=True))
             for kernel in wall:
-                tb.GLUON_MIN_WORK = 0 if kernel == "gluon" else 2 ** 62
-                interface._PLANS.clear()
-                graph[kernel] = _graph_per_call(call, args.calls, args.repeats)
+                with _gluon_rule_sends(kernel):
+                    graph[kernel] = _graph_per_call(call, args.calls, args.repeats)
             wall = {kernel: _median(ts) for kernel, ts in wall.items()}
             row = {"shape": (b, n, nkv, s1, s2, d), "precision": precision, "log2_work": math.log2(b * n * s1 * s2 * d),
                    "wall_us": wall, "graph_us": graph}
@@ -75,7 +71,6 @@ def main(argv=None) -> int:
                   f"{wall['gluon']:.1f} | {graph['classic']:.1f} | {graph['gluon']:.1f} |", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "threshold.json").write_text(json.dumps(res, indent=1))
-    tb.GLUON_MIN_WORK = rule
     return 0
 
 

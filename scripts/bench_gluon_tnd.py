@@ -22,12 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_call import _median, _per_call  # noqa: E402
+from bench_call import _gluon_rule_sends, _median, _per_call  # noqa: E402
 from bench_gpu import env_info  # noqa: E402
 
 import pasa_npu  # noqa: E402
-from pasa_npu import interface  # noqa: E402
-from pasa_npu.backends import triton as tb  # noqa: E402
 
 #: name -> (N, Nkv, D, query rows of each sequence, causal): a serving prefill batch of mixed lengths (GQA), the same
 #: at D 64 and 256, and eight equal sequences.
@@ -54,7 +52,6 @@ def main(argv=None) -> int:
         print("bench_gluon_tnd.py needs an sm_90 GPU", file=sys.stderr)
         return 2
     res = {"env": env_info(), "rows": []}
-    rule = tb.GLUON_MIN_WORK
     gen = torch.Generator(device="cuda").manual_seed(0)
     mask = CAUSAL.cuda()
     print("| shape | precision | classic µs | gluon µs | classic TFLOP/s | gluon TFLOP/s |")
@@ -74,11 +71,9 @@ def main(argv=None) -> int:
             wall, results = {"classic": [], "gluon": []}, {}
             for _ in range(args.repeats):
                 for kernel in wall:
-                    tb.GLUON_MIN_WORK = 0 if kernel == "gluon" else 2 ** 62
-                    interface._PLANS.clear()
-                    results[kernel] = call()
-                    wall[kernel].append(_per_call(call, args.calls, 1, until_done=True, warmup=3))
-            tb.GLUON_MIN_WORK = rule
+                    with _gluon_rule_sends(kernel):
+                        results[kernel] = call()
+                        wall[kernel].append(_per_call(call, args.calls, 1, until_done=True, warmup=3))
             same = all(torch.equal(a, b) for a, b in zip(results["classic"], results["gluon"]))
             wall = {kernel: _median(ts) for kernel, ts in wall.items()}
             tflops = {kernel: 4 * n * d * pairs / us / 1e6 for kernel, us in wall.items()}
